@@ -1,0 +1,41 @@
+"""blackwell_sm: plan, submit and run FSDP2 training on SageMaker ml.p6-b200.48xlarge.
+
+Notebook API (imports are lazy; nothing heavy loads until used)::
+
+    import blackwell_sm as bsm
+    spec = bsm.load_spec("templates/llama-3.1-8b.yaml")
+    plan = bsm.plan(spec)
+    job = bsm.submit(spec)            # handle: status(), wait(), logs(), stop(), metrics()
+    trainer = bsm.to_model_trainer(spec)
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+__version__ = "0.1.0"
+
+_LAZY: dict[str, str] = {
+    "load_spec": "blackwell_sm.spec:load_spec",
+    "parse_spec": "blackwell_sm.spec:parse_spec",
+    "RunSpec": "blackwell_sm.spec:RunSpec",
+    "ModelSpec": "blackwell_sm.spec:ModelSpec",
+    "TrainingSpec": "blackwell_sm.spec:TrainingSpec",
+    "Plan": "blackwell_sm.planner.plan:Plan",
+    "plan": "blackwell_sm.planner.api:plan",
+    "submit": "blackwell_sm.aws.submit:submit",
+    "to_model_trainer": "blackwell_sm.job.sdk:to_model_trainer",
+    "BsmError": "blackwell_sm.errors:BsmError",
+}
+
+__all__ = sorted(_LAZY)
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        module, attr = _LAZY[name].split(":")
+        value = getattr(importlib.import_module(module), attr)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'blackwell_sm' has no attribute {name!r}")

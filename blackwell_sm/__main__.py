@@ -1,0 +1,3 @@
+from blackwell_sm.cli import main
+
+main()

@@ -1,0 +1,77 @@
+"""`bsm`: a group of thin commands, each loaded only when it runs so `bsm --help` stays instant."""
+
+from __future__ import annotations
+
+import importlib
+import sys
+
+import click
+
+from blackwell_sm.errors import BsmError
+
+# command name -> "module:attribute" of its click command. Each module owns one area.
+COMMANDS: dict[str, tuple[str, str]] = {
+    "plan": ("blackwell_sm.cli.plan:plan", "Choose and explain a training configuration."),
+    "schema": ("blackwell_sm.cli.schema:schema", "Print the JSON schema of the spec file."),
+    "submit": ("blackwell_sm.cli.jobs:submit", "Submit a spec as a SageMaker training job."),
+    "status": ("blackwell_sm.cli.jobs:status", "Show a training job's status."),
+    "logs": ("blackwell_sm.cli.jobs:logs", "Print (or follow) a training job's logs."),
+    "stop": ("blackwell_sm.cli.jobs:stop", "Stop a training job."),
+    "list": ("blackwell_sm.cli.jobs:list_jobs", "List this toolkit's training jobs."),
+    "plans": ("blackwell_sm.cli.training_plans:plans", "Search, reserve and inspect training plans."),
+    "iam-policy": ("blackwell_sm.cli.jobs:iam_policy", "Print the least-privilege IAM policies."),
+    "run-local": ("blackwell_sm.cli.local:run_local", "Run a spec's training job on this machine."),
+    "data": ("blackwell_sm.cli.data:data", "Prepare token shards from text or JSONL."),
+}
+
+
+class LazyGroup(click.Group):
+    """A click group whose subcommands are imported on first use."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted(COMMANDS)
+
+    def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
+        if name not in COMMANDS:
+            return None
+        target, _ = COMMANDS[name]
+        module, attr = target.split(":")
+        try:
+            return getattr(importlib.import_module(module), attr)
+        except (ImportError, AttributeError) as e:
+            raise click.ClickException(f"command {name!r} is not available: {e}") from e
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        rows = [(name, COMMANDS[name][1]) for name in self.list_commands(ctx)]
+        with formatter.section("Commands"):
+            formatter.write_dl(rows)
+
+
+@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="blackwell-sm", prog_name="bsm")
+def cli() -> None:
+    """blackwell_sm: plan, submit and run FSDP2 training jobs on SageMaker ml.p6-b200.48xlarge.
+
+    Exit codes: 0 ok, 2 bad input, 3 infeasible plan, 4 AWS error, 5 consent needed, 130 Ctrl-C.
+    """
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Console entry point: run the group and map toolkit errors to exit codes and stderr."""
+    from blackwell_sm.cli.output import err_console
+
+    try:
+        rv = cli.main(args=argv, prog_name="bsm", standalone_mode=False)
+    except click.exceptions.Abort:
+        err_console().print("Aborted.")
+        sys.exit(130)
+    except click.ClickException as e:
+        e.show()
+        sys.exit(e.exit_code)
+    except BsmError as e:
+        err_console().print(f"[bold red]error:[/] {e}", markup=True, highlight=False)
+        sys.exit(e.exit_code)
+    except KeyboardInterrupt:
+        err_console().print("Interrupted.")
+        sys.exit(130)
+    sys.exit(rv if isinstance(rv, int) else 0)

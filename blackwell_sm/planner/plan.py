@@ -1,0 +1,130 @@
+"""The Plan: the planner's versioned JSON output, and the container's only source of settings.
+
+The shape of `schema_version` 1 is stable: keys may be added, none removed or renamed.
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from blackwell_sm.spec import Checkpointing, ModelSpec, Precision, TrainingSpec
+
+SCHEMA_VERSION = 1
+
+
+class _Out(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class ModelRef(_Out):
+    name: str
+    n_params: int
+
+
+class InstanceRef(_Out):
+    type: str
+    count: int
+    gpus_per_instance: int
+    gpu: str = Field(description="GPU name from the catalog.")
+    gpu_memory_gib: float
+
+
+class PlanConfig(_Out):
+    """The knobs the training loop executes exactly."""
+
+    shard_degree: int = Field(description="GPUs each parameter is sharded across (FSDP).")
+    replicate_degree: int = Field(description="Replica groups (HSDP); 1 = plain FSDP.")
+    micro_batch_size: int = Field(description="Sequences per GPU per forward/backward.")
+    grad_accum_steps: int = Field(description="Micro-batches per optimizer step.")
+    seq_len: int
+    precision: Precision
+    activation_checkpointing: Checkpointing
+    compile: bool
+    reshard_after_forward: bool
+
+    @property
+    def data_parallel_size(self) -> int:
+        return self.shard_degree * self.replicate_degree
+
+    @property
+    def global_batch_sequences(self) -> int:
+        return self.micro_batch_size * self.grad_accum_steps * self.data_parallel_size
+
+
+class MemoryBreakdown(_Out):
+    """Predicted peak memory per GPU, GiB, by named term."""
+
+    params_fp32: float = Field(description="Sharded fp32 master parameters.")
+    grads_fp32: float = Field(description="Sharded fp32 gradients.")
+    optimizer_states: float = Field(description="Sharded AdamW exp_avg + exp_avg_sq (fp32).")
+    params_unsharded: float = Field(description="Gathered bf16 params of the live block(s) incl. prefetch.")
+    grads_unsharded: float = Field(description="Transient unsharded grads and reduce-scatter buffers.")
+    activations: float = Field(description="Saved activations for backward, all blocks.")
+    logits_and_loss: float = Field(description="Output logits and loss intermediates.")
+    overhead: float = Field(description="CUDA context, NCCL buffers, allocator fragmentation.")
+    total: float
+    limit: float = Field(description="Usable memory per GPU.")
+
+
+class Throughput(_Out):
+    step_time_s: float
+    tokens_per_s_per_gpu: float
+    mfu: float = Field(description="Model FLOPs utilisation against the dense BF16 peak.")
+    flops_per_token: float
+    mfu_basis: str = Field(
+        "6 x (all params except input embedding) + 12 x layers x d_model x seq_len "
+        "FLOPs per token, over the GPU's dense BF16 peak",
+    )
+
+
+class RunEstimate(_Out):
+    steps: int
+    tokens: int
+    hours: float
+    cost_usd: float | None
+    price_per_hour: float | None = None
+    price_source: str | None = None
+
+
+class Alternative(_Out):
+    """A runner-up configuration and why it lost."""
+
+    config: PlanConfig
+    instance_count: int
+    feasible: bool
+    memory_total_gib: float
+    tokens_per_s_per_gpu: float
+    hours: float
+    why_not: str
+
+
+class PlanSpec(_Out):
+    """The spec the plan was made from, shipped to the container with it."""
+
+    model: ModelSpec
+    training: TrainingSpec
+
+
+class Plan(_Out):
+    """The planner's answer: a configuration, its predictions and the reasons."""
+
+    schema_version: int = SCHEMA_VERSION
+    feasible: bool
+    model: ModelRef
+    instance: InstanceRef
+    config: PlanConfig
+    memory_gib: MemoryBreakdown
+    throughput: Throughput
+    run: RunEstimate
+    alternatives: list[Alternative] = Field(default_factory=list)
+    warnings: list[str] = Field(default_factory=list)
+    reasons: list[str] = Field(default_factory=list, description="Why each choice was made.")
+    advice: list[str] = Field(default_factory=list, description="What would make it fit.")
+    spec: PlanSpec
+
+    def to_json(self) -> str:
+        return self.model_dump_json(indent=2)
+
+    @classmethod
+    def from_json(cls, text: str) -> Plan:
+        return cls.model_validate_json(text)

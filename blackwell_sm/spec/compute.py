@@ -1,0 +1,49 @@
+"""ComputeSpec: which capacity the run goes on (instance type, count, training plan, price)."""
+
+from __future__ import annotations
+
+import re
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, PositiveInt, field_validator
+
+TRAINING_PLAN_ARN_RE = re.compile(
+    r"^arn:aws[a-z\-]*:sagemaker:[a-z0-9\-]+:\d{12}:training-plan/[a-zA-Z0-9](-*[a-zA-Z0-9]){0,63}$"
+)
+TRAINING_PLAN_NAME_RE = re.compile(r"^[a-zA-Z0-9](-*[a-zA-Z0-9]){0,63}$")
+
+
+class ComputeSpec(BaseModel):
+    """Instance type and count, optional Flexible Training Plan, deadline and price override."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    instance_type: str = Field("ml.p6-b200.48xlarge", description="SageMaker instance type.")
+    instance_count: PositiveInt | Literal["auto"] = Field(
+        1, description="Instances, or 'auto': the fewest that fit (or meet deadline_hours)."
+    )
+    deadline_hours: PositiveFloat | None = Field(None, description="Finish within this many hours.")
+    training_plan: str | None = Field(
+        None, description="Flexible Training Plan: an ARN, a plan name, or 'auto' to search."
+    )
+    price_per_hour: PositiveFloat | None = Field(
+        None, description="USD per instance-hour; overrides the catalog's price table."
+    )
+
+    @field_validator("training_plan")
+    @classmethod
+    def _plan_shape(cls, v: str | None) -> str | None:
+        if v is None or v == "auto":
+            return v
+        if v.startswith("arn:"):
+            if not TRAINING_PLAN_ARN_RE.match(v):
+                raise ValueError(
+                    "training plan ARN must look like "
+                    "arn:aws:sagemaker:REGION:ACCOUNT:training-plan/NAME"
+                )
+        elif not TRAINING_PLAN_NAME_RE.match(v):
+            raise ValueError(
+                "training plan must be 'auto', an ARN, or a name of 1-64 letters, digits and "
+                "single hyphens"
+            )
+        return v

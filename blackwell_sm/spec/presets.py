@@ -1,0 +1,43 @@
+"""Model presets by name. Counts are checked against the published ones in the tests."""
+
+from __future__ import annotations
+
+from blackwell_sm.errors import SpecError
+from blackwell_sm.spec.model import ModelSpec
+
+_L3_VOCAB = 128256
+
+PRESETS: dict[str, ModelSpec] = {
+    m.name: m
+    for m in [
+        ModelSpec(name="llama-3.2-1b", n_layers=16, d_model=2048, n_heads=32, n_kv_heads=8,
+                  ffn_dim=8192, vocab_size=_L3_VOCAB, tie_embeddings=True, max_seq_len=131072),
+        ModelSpec(name="llama-3.2-3b", n_layers=28, d_model=3072, n_heads=24, n_kv_heads=8,
+                  ffn_dim=8192, vocab_size=_L3_VOCAB, tie_embeddings=True, max_seq_len=131072),
+        ModelSpec(name="llama-3.1-8b", n_layers=32, d_model=4096, n_heads=32, n_kv_heads=8,
+                  ffn_dim=14336, vocab_size=_L3_VOCAB, max_seq_len=131072),
+        ModelSpec(name="llama-2-13b", n_layers=40, d_model=5120, n_heads=40, n_kv_heads=40,
+                  ffn_dim=13824, vocab_size=32000, rope_theta=10000.0, max_seq_len=4096),
+        ModelSpec(name="codellama-34b", n_layers=48, d_model=8192, n_heads=64, n_kv_heads=8,
+                  ffn_dim=22016, vocab_size=32000, rope_theta=1000000.0, max_seq_len=16384),
+        # llama-64b: our own shape — llama-3.1-70b cut from 80 to 72 blocks, everything else equal:
+        # 63,708,471,296 parameters (-0.46% of 64B). The largest size the toolkit promises on one node.
+        ModelSpec(name="llama-64b", n_layers=72, d_model=8192, n_heads=64, n_kv_heads=8,
+                  ffn_dim=28672, vocab_size=_L3_VOCAB, max_seq_len=131072),
+        ModelSpec(name="llama-3.1-70b", n_layers=80, d_model=8192, n_heads=64, n_kv_heads=8,
+                  ffn_dim=28672, vocab_size=_L3_VOCAB, max_seq_len=131072),
+        # A tiny model for CPU smoke runs, tests and `make demo`.
+        ModelSpec(name="tiny", n_layers=2, d_model=64, n_heads=4, n_kv_heads=2, ffn_dim=192,
+                  vocab_size=256, max_seq_len=512),
+    ]
+}  # fmt: skip
+
+
+def get_preset(name: str) -> ModelSpec:
+    """The preset called `name`, or a SpecError listing the names there are."""
+    try:
+        return PRESETS[name]
+    except KeyError:
+        raise SpecError(
+            f"unknown model preset {name!r}; allowed: {', '.join(PRESETS)}", field="model"
+        ) from None

@@ -1,0 +1,163 @@
+"""RunSpec: the whole user spec (model + training + compute + optional job), and its loading."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from blackwell_sm.errors import SpecError
+from blackwell_sm.spec.compute import ComputeSpec
+from blackwell_sm.spec.job import JobSpec
+from blackwell_sm.spec.model import ModelSpec
+from blackwell_sm.spec.presets import PRESETS, get_preset
+from blackwell_sm.spec.training import TrainingSpec
+
+
+class RunSpec(BaseModel):
+    """Everything a user says about a run. `model` may be a preset name, or a mapping with
+    `preset:` and overrides, or a full ModelSpec."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    model: ModelSpec = Field(description="Preset name, {preset: NAME, ...overrides}, or a shape.")
+    training: TrainingSpec = Field(default_factory=TrainingSpec)
+    compute: ComputeSpec = Field(default_factory=ComputeSpec)
+    job: JobSpec | None = Field(None, description="SageMaker settings; needed only to submit.")
+
+    @field_validator("model", mode="before")
+    @classmethod
+    def _resolve_preset(cls, v: Any) -> Any:
+        if isinstance(v, str):
+            if v not in PRESETS:
+                raise ValueError(f"unknown model preset {v!r}; allowed: {', '.join(PRESETS)}")
+            return PRESETS[v]
+        if isinstance(v, dict) and "preset" in v:
+            v = dict(v)
+            name = v.pop("preset")
+            if name not in PRESETS:
+                raise ValueError(f"unknown model preset {name!r}; allowed: {', '.join(PRESETS)}")
+            base = PRESETS[name].model_dump()
+            base.update(v)
+            return base
+        return v
+
+    @model_validator(mode="after")
+    def _seq_fits_model(self) -> RunSpec:
+        if self.training.seq_len > self.model.max_seq_len:
+            raise ValueError(
+                f"training.seq_len {self.training.seq_len} exceeds the model's max_seq_len "
+                f"{self.model.max_seq_len}; allowed: 1..{self.model.max_seq_len}"
+            )
+        return self
+
+
+def _allowed_keys(model: type[BaseModel], loc: tuple[Any, ...]) -> list[str] | None:
+    """Field names allowed at `loc` (the parent of an unknown key), walking nested models."""
+    current: Any = model
+    for part in loc:
+        if not (isinstance(current, type) and issubclass(current, BaseModel)):
+            return None
+        field = current.model_fields.get(str(part))
+        if field is None:
+            return None
+        current = field.annotation
+        for arg in getattr(current, "__args__", ()) or ():  # Optional[Model] / Model | None
+            if isinstance(arg, type) and issubclass(arg, BaseModel):
+                current = arg
+    if isinstance(current, type) and issubclass(current, BaseModel):
+        return list(current.model_fields)
+    return None
+
+
+def spec_error(err: ValidationError, *, root: type[BaseModel] = RunSpec, source: str = "spec") -> SpecError:
+    """Turn a pydantic ValidationError into a SpecError naming each field and what is allowed."""
+    lines = []
+    first_field = None
+    for e in err.errors():
+        loc = tuple(p for p in e["loc"] if not (isinstance(p, str) and p.startswith("function-")))
+        path = ".".join(str(p) for p in loc) or "(top level)"
+        first_field = first_field or path
+        msg = e["msg"].removeprefix("Value error, ")
+        if e["type"] == "extra_forbidden":
+            allowed = _allowed_keys(root, loc[:-1])
+            msg = "unknown key" + (f"; allowed: {', '.join(allowed)}" if allowed else "")
+        elif e["type"] == "missing":
+            msg = "required field is missing"
+        lines.append(f"  {path}: {msg}")
+    return SpecError(f"invalid {source}:\n" + "\n".join(lines), field=first_field)
+
+
+def parse_spec(data: Any, *, source: str = "spec") -> RunSpec:
+    """Validate a mapping (e.g. parsed YAML) into a RunSpec, or raise SpecError."""
+    if not isinstance(data, dict):
+        raise SpecError(
+            f"invalid {source}: expected a mapping with keys {', '.join(RunSpec.model_fields)}, "
+            f"got {type(data).__name__}",
+            field="(top level)",
+        )
+    try:
+        return RunSpec.model_validate(data)
+    except ValidationError as e:
+        raise spec_error(e, source=source) from None
+
+
+def load_spec(path: str | Path) -> RunSpec:
+    """Read a YAML spec file into a RunSpec; any problem is a SpecError naming the field."""
+    import yaml
+
+    p = Path(path)
+    try:
+        text = p.read_text()
+    except OSError as e:
+        raise SpecError(f"cannot read spec file {p}: {e.strerror}", field="SPEC") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        where = getattr(e, "problem_mark", None)
+        at = f" at line {where.line + 1}, column {where.column + 1}" if where else ""
+        raise SpecError(f"{p} is not valid YAML{at}: {getattr(e, 'problem', e)}", field="SPEC") from None
+    return parse_spec(data, source=str(p))
+
+
+def spec_from_preset(name: str) -> RunSpec:
+    """A RunSpec with the named preset and all defaults."""
+    return RunSpec(model=get_preset(name))
+
+
+_CONFIG_KEYS_ON_TRAINING = {"seq_len", "precision", "activation_checkpointing"}
+
+
+def with_overrides(spec: RunSpec, overrides: dict[str, Any]) -> RunSpec:
+    """Apply `--set key=value` style overrides (plan `config` keys or dotted spec paths).
+
+    Plan config keys map to their spec home: seq_len/precision/activation_checkpointing on
+    `training`, the other knobs on `training.pins`. Dotted paths (`training.optimizer.lr`) set
+    that field. The result is validated again.
+    """
+    data = spec.model_dump(mode="python", exclude_none=False)
+    pin_keys = set(type(spec.training.pins).model_fields)
+    for key, value in overrides.items():
+        if key in _CONFIG_KEYS_ON_TRAINING:
+            path = ["training", key]
+        elif key in pin_keys:
+            path = ["training", "pins", key]
+        elif "." in key:
+            path = key.split(".")
+        else:
+            allowed = sorted(_CONFIG_KEYS_ON_TRAINING | pin_keys)
+            raise SpecError(
+                f"unknown --set key {key!r}; allowed: {', '.join(allowed)} or a dotted spec path "
+                "such as training.optimizer.lr",
+                field=key,
+            )
+        node = data
+        for part in path[:-1]:
+            if not isinstance(node.get(part), dict):
+                node[part] = {} if node.get(part) is None else node[part]
+            node = node[part]
+            if not isinstance(node, dict):
+                raise SpecError(f"cannot set {key!r}: {part} is not a mapping", field=key)
+        node[path[-1]] = value
+    return parse_spec(data, source="spec with overrides")
