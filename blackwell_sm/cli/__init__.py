@@ -13,13 +13,13 @@ from blackwell_sm.errors import BsmError
 COMMANDS: dict[str, tuple[str, str]] = {
     "plan": ("blackwell_sm.cli.plan:plan", "Choose and explain a training configuration."),
     "schema": ("blackwell_sm.cli.schema:schema", "Print the JSON schema of the spec file."),
-    "submit": ("blackwell_sm.cli.jobs:submit", "Submit a spec as a SageMaker training job."),
+    "submit": ("blackwell_sm.cli.submit:submit", "Submit a spec as a SageMaker training job."),
     "status": ("blackwell_sm.cli.jobs:status", "Show a training job's status."),
     "logs": ("blackwell_sm.cli.jobs:logs", "Print (or follow) a training job's logs."),
     "stop": ("blackwell_sm.cli.jobs:stop", "Stop a training job."),
     "list": ("blackwell_sm.cli.jobs:list_jobs", "List this toolkit's training jobs."),
     "plans": ("blackwell_sm.cli.training_plans:plans", "Search, reserve and inspect training plans."),
-    "iam-policy": ("blackwell_sm.cli.jobs:iam_policy", "Print the least-privilege IAM policies."),
+    "iam-policy": ("blackwell_sm.cli.iam:iam_policy", "Print the least-privilege IAM policies."),
     "run-local": ("blackwell_sm.cli.local:run_local", "Run a spec's training job on this machine."),
     "data": ("blackwell_sm.cli.data:data", "Prepare token shards from text or JSONL."),
 }
