@@ -65,12 +65,27 @@ class InstanceType(BaseModel):
         return self.gpu.memory_gib * self.gpus_per_instance
 
 
-H100 = GpuSpec(name="H100 SXM 80GB", memory_gib=79.65, hbm_tb_s=3.35, compute_capability=(9, 0),
-               peak_tflops={"bf16": 989.0, "fp8": 1979.0})
-H200 = GpuSpec(name="H200 141GB", memory_gib=139.81, hbm_tb_s=4.8, compute_capability=(9, 0),
-               peak_tflops={"bf16": 989.0, "fp8": 1979.0})
-B200 = GpuSpec(name="B200 180GB", memory_gib=179.06, hbm_tb_s=8.0, compute_capability=(10, 0),
-               peak_tflops={"bf16": 2250.0, "fp8": 4500.0, "mxfp8": 4500.0})
+H100 = GpuSpec(
+    name="H100 SXM 80GB",
+    memory_gib=79.65,
+    hbm_tb_s=3.35,
+    compute_capability=(9, 0),
+    peak_tflops={"bf16": 989.0, "fp8": 1979.0},
+)
+H200 = GpuSpec(
+    name="H200 141GB",
+    memory_gib=139.81,
+    hbm_tb_s=4.8,
+    compute_capability=(9, 0),
+    peak_tflops={"bf16": 989.0, "fp8": 1979.0},
+)
+B200 = GpuSpec(
+    name="B200 180GB",
+    memory_gib=179.06,
+    hbm_tb_s=8.0,
+    compute_capability=(10, 0),
+    peak_tflops={"bf16": 2250.0, "fp8": 4500.0, "mxfp8": 4500.0},
+)
 B300 = GpuSpec(name="B300 288GB", memory_gib=267.0, hbm_tb_s=8.0, compute_capability=(10, 3),
                peak_tflops={"bf16": 2250.0, "fp8": 4500.0, "mxfp8": 4500.0})  # fmt: skip
 
@@ -123,7 +138,10 @@ def get_instance(name: str) -> InstanceType:
 
 
 def local_instance(
-    *, nproc: int, device: Literal["cpu", "cuda"] = "cpu", memory_gib: float | None = None,
+    *,
+    nproc: int,
+    device: Literal["cpu", "cuda"] = "cpu",
+    memory_gib: float | None = None,
     gpu: GpuSpec | None = None,
 ) -> InstanceType:
     """The local machine as an instance: `nproc` worker processes (CPU) or local GPUs.

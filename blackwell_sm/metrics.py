@@ -25,7 +25,8 @@ METRIC_FIELDS: dict[str, str] = {
 VAL_PREFIX = "[bsm-val]"
 
 METRIC_REGEXES: dict[str, str] = {
-    name: re.escape(STEP_PREFIX) + r" .*?\b" + key + "=" + _NUM for key, name in METRIC_FIELDS.items()
+    name: re.escape(STEP_PREFIX) + r" .*?\b" + key + "=" + _NUM
+    for key, name in METRIC_FIELDS.items()
 }
 METRIC_REGEXES["val:loss"] = re.escape(VAL_PREFIX) + r" .*?\bloss=" + _NUM
 

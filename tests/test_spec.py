@@ -50,7 +50,11 @@ def test_preset_with_overrides():
             "model",
             "must divide d_model",
         ),
-        ({"model": "tiny", "compute": {"training_plan": "arn:aws:x"}}, "compute.training_plan", "ARN"),
+        (
+            {"model": "tiny", "compute": {"training_plan": "arn:aws:x"}},
+            "compute.training_plan",
+            "ARN",
+        ),
     ],
 )
 def test_validation_errors_name_the_field(data, field, words):

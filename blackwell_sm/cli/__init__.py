@@ -18,7 +18,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "logs": ("blackwell_sm.cli.jobs:logs", "Print (or follow) a training job's logs."),
     "stop": ("blackwell_sm.cli.jobs:stop", "Stop a training job."),
     "list": ("blackwell_sm.cli.jobs:list_jobs", "List this toolkit's training jobs."),
-    "plans": ("blackwell_sm.cli.training_plans:plans", "Search, reserve and inspect training plans."),
+    "plans": (
+        "blackwell_sm.cli.training_plans:plans",
+        "Search, reserve and inspect training plans.",
+    ),
     "iam-policy": ("blackwell_sm.cli.iam:iam_policy", "Print the least-privilege IAM policies."),
     "run-local": ("blackwell_sm.cli.local:run_local", "Run a spec's training job on this machine."),
     "data": ("blackwell_sm.cli.data:data", "Prepare token shards from text or JSONL."),

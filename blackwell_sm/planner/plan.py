@@ -57,8 +57,12 @@ class MemoryBreakdown(_Out):
     params_fp32: float = Field(description="Sharded fp32 master parameters.")
     grads_fp32: float = Field(description="Sharded fp32 gradients.")
     optimizer_states: float = Field(description="Sharded AdamW exp_avg + exp_avg_sq (fp32).")
-    params_unsharded: float = Field(description="Gathered bf16 params of the live block(s) incl. prefetch.")
-    grads_unsharded: float = Field(description="Transient unsharded grads and reduce-scatter buffers.")
+    params_unsharded: float = Field(
+        description="Gathered bf16 params of the live block(s) incl. prefetch."
+    )
+    grads_unsharded: float = Field(
+        description="Transient unsharded grads and reduce-scatter buffers."
+    )
     activations: float = Field(description="Saved activations for backward, all blocks.")
     logits_and_loss: float = Field(description="Output logits and loss intermediates.")
     overhead: float = Field(description="CUDA context, NCCL buffers, allocator fragmentation.")

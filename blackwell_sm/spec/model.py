@@ -23,7 +23,9 @@ class ModelSpec(BaseModel):
     n_kv_heads: PositiveInt = Field(description="Key/value heads (GQA); must divide n_heads.")
     ffn_dim: PositiveInt = Field(description="SwiGLU inner size (w1, w3: d_model->ffn_dim).")
     vocab_size: PositiveInt = Field(description="Vocabulary size.")
-    tie_embeddings: bool = Field(False, description="Share the input embedding with the output head.")
+    tie_embeddings: bool = Field(
+        False, description="Share the input embedding with the output head."
+    )
     rope_theta: PositiveFloat = Field(500000.0, description="RoPE base frequency.")
     norm_eps: PositiveFloat = Field(1e-5, description="RMSNorm epsilon.")
     max_seq_len: PositiveInt = Field(8192, description="Longest sequence the model supports.")

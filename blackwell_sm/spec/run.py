@@ -45,6 +45,12 @@ class RunSpec(BaseModel):
 
     @model_validator(mode="after")
     def _seq_fits_model(self) -> RunSpec:
+        if (
+            "seq_len" not in self.training.model_fields_set
+            and self.training.seq_len > self.model.max_seq_len
+        ):
+            # The default (4096) is only a default: a short-context model gets its own maximum.
+            self.training.seq_len = self.model.max_seq_len
         if self.training.seq_len > self.model.max_seq_len:
             raise ValueError(
                 f"training.seq_len {self.training.seq_len} exceeds the model's max_seq_len "
@@ -71,7 +77,9 @@ def _allowed_keys(model: type[BaseModel], loc: tuple[Any, ...]) -> list[str] | N
     return None
 
 
-def spec_error(err: ValidationError, *, root: type[BaseModel] = RunSpec, source: str = "spec") -> SpecError:
+def spec_error(
+    err: ValidationError, *, root: type[BaseModel] = RunSpec, source: str = "spec"
+) -> SpecError:
     """Turn a pydantic ValidationError into a SpecError naming each field and what is allowed."""
     lines = []
     first_field = None
@@ -117,7 +125,9 @@ def load_spec(path: str | Path) -> RunSpec:
     except yaml.YAMLError as e:
         where = getattr(e, "problem_mark", None)
         at = f" at line {where.line + 1}, column {where.column + 1}" if where else ""
-        raise SpecError(f"{p} is not valid YAML{at}: {getattr(e, 'problem', e)}", field="SPEC") from None
+        raise SpecError(
+            f"{p} is not valid YAML{at}: {getattr(e, 'problem', e)}", field="SPEC"
+        ) from None
     return parse_spec(data, source=str(p))
 
 

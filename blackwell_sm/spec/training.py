@@ -21,7 +21,7 @@ CheckpointingChoice = Literal["auto", "none", "selective", "full"]
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
 
 
 class OptimizerSpec(_Strict):
@@ -81,7 +81,10 @@ class PlannerPins(_Strict):
 class TrainingSpec(_Strict):
     """The run: sequence length, batch, length of training, optimizer, precision, checkpoints."""
 
-    seq_len: PositiveInt = Field(4096, description="Tokens per sequence.")
+    seq_len: PositiveInt = Field(
+        4096,
+        description="Tokens per sequence (default 4096, or the model's max_seq_len if shorter).",
+    )
     global_batch_tokens: PositiveInt | None = Field(
         None, description="Tokens per optimizer step (default 4,194,304 = 4Mi when neither is set)."
     )
@@ -91,7 +94,9 @@ class TrainingSpec(_Strict):
     optimizer: OptimizerSpec = Field(default_factory=OptimizerSpec)
     schedule: ScheduleSpec = Field(default_factory=ScheduleSpec)
     precision: PrecisionChoice = Field("auto", description="Matmul precision; auto: planner picks.")
-    activation_checkpointing: CheckpointingChoice = Field("auto", description="auto: planner picks.")
+    activation_checkpointing: CheckpointingChoice = Field(
+        "auto", description="auto: planner picks."
+    )
     checkpoint: CheckpointSpec = Field(default_factory=CheckpointSpec)
     data: DataSpec = Field(default_factory=DataSpec)
     seed: NonNegativeInt = Field(0, description="Seed for init, data order and dropout-free RNG.")

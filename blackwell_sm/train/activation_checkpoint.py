@@ -21,7 +21,7 @@ _SAVE_OPS = {
 }
 
 
-def _policy(ctx, op, *args, **kwargs):  # noqa: ANN001 - signature fixed by torch
+def _policy(ctx, op, *args, **kwargs):
     from torch.utils.checkpoint import CheckpointPolicy
 
     if op in _SAVE_OPS:
