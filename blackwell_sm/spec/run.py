@@ -93,6 +93,14 @@ def spec_error(
             msg = "unknown key" + (f"; allowed: {', '.join(allowed)}" if allowed else "")
         elif e["type"] == "missing":
             msg = "required field is missing"
+        elif e["type"] in ("model_type", "dict_type", "model_attributes_type"):
+            allowed = _allowed_keys(root, loc)
+            msg = "expected a mapping" + (
+                f" with keys among: {', '.join(allowed)}" if allowed else ""
+            )
+            if loc == ("model",):
+                msg += f"; or a preset name: {', '.join(PRESETS)}"
+            msg += f" (got {type(e.get('input')).__name__})"
         lines.append(f"  {path}: {msg}")
     return SpecError(f"invalid {source}:\n" + "\n".join(lines), field=first_field)
 
