@@ -36,7 +36,7 @@ class RunSpec(BaseModel):
         if isinstance(v, dict) and "preset" in v:
             v = dict(v)
             name = v.pop("preset")
-            if name not in PRESETS:
+            if not isinstance(name, str) or name not in PRESETS:
                 raise ValueError(f"unknown model preset {name!r}; allowed: {', '.join(PRESETS)}")
             base = PRESETS[name].model_dump()
             base.update(v)
