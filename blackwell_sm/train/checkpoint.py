@@ -1,0 +1,195 @@
+"""Atomic, resumable checkpoints with torch.distributed.checkpoint (DCP).
+
+Layout under `DIR/checkpoints/`:
+
+    step-00000120/          a finished checkpoint
+        .metadata           DCP metadata (rank 0)
+        __<rank>_0.distcp   model + optimizer shards, one file per rank (unique names)
+        rng/rank-<r>.pt     each rank's RNG states
+        COMPLETE            JSON {step, world_size, ...}: written LAST, after a barrier
+    .step-00000130.tmp/     a save in progress (renamed to step-00000130 when all ranks are done)
+
+A directory without `COMPLETE` is never resumed from (it is reported and skipped). On hosts that
+do not share a filesystem (SageMaker gives each host its own /opt/ml/checkpoints, merged in S3),
+each host renames its own temp directory and rank 0 writes the marker on its host.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import shutil
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from blackwell_sm.train.distributed import Env
+
+_STEP_DIR = re.compile(r"^step-(\d{8})$")
+MARKER = "COMPLETE"
+
+
+def step_dir_name(step: int) -> str:
+    return f"step-{step:08d}"
+
+
+def list_checkpoints(root: Path) -> list[tuple[int, Path, bool]]:
+    """(step, path, complete) for every `step-XXXXXXXX` directory, newest first."""
+    out = []
+    if root.is_dir():
+        for p in root.iterdir():
+            m = _STEP_DIR.match(p.name)
+            if m and p.is_dir():
+                out.append((int(m.group(1)), p, (p / MARKER).is_file()))
+    return sorted(out, reverse=True)
+
+
+def find_latest(root: Path, log=print) -> tuple[int, Path] | None:
+    """The newest complete checkpoint; incomplete newer ones are logged and skipped."""
+    for step, path, complete in list_checkpoints(root):
+        if complete:
+            return step, path
+        log(f"[bsm] skipping incomplete checkpoint {path.name} (no {MARKER} marker)")
+    return None
+
+
+def _rng_state() -> dict[str, Any]:
+    import random
+
+    import numpy as np
+
+    state = {
+        "torch": torch.get_rng_state(),
+        "python": random.getstate(),
+        "numpy": np.random.get_state(),
+    }
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        state["cuda"] = torch.cuda.get_rng_state()
+    return state
+
+
+def _set_rng_state(state: dict[str, Any]) -> None:
+    import random
+
+    import numpy as np
+
+    torch.set_rng_state(state["torch"])
+    random.setstate(state["python"])
+    np.random.set_state(state["numpy"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state(state["cuda"])
+
+
+class Checkpointer:
+    """Saves and restores model + optimizer + step + RNG; keeps the last `keep_last`."""
+
+    def __init__(self, root: Path, env: Env, *, keep_last: int, async_save: bool) -> None:
+        self.root, self.env, self.keep_last = root, env, keep_last
+        self.async_save = async_save
+        self._pending: tuple[Any, int, Path] | None = None
+        self._async_group = None
+        if async_save:
+            # Async saves run collectives from a background thread: give them their own gloo group.
+            self._async_group = dist.new_group(backend="gloo")
+        self.root.mkdir(parents=True, exist_ok=True)
+
+    # -- state -------------------------------------------------------------------------------
+    @staticmethod
+    def _state(model: nn.Module, optimizer: torch.optim.Optimizer, step: int) -> dict[str, Any]:
+        from torch.distributed.checkpoint.state_dict import get_state_dict
+
+        model_sd, optim_sd = get_state_dict(model, optimizer)
+        return {"model": model_sd, "optim": optim_sd, "train": {"step": torch.tensor(step)}}
+
+    # -- save --------------------------------------------------------------------------------
+    def save(self, model: nn.Module, optimizer: torch.optim.Optimizer, step: int) -> Path:
+        """Save after `step` optimizer steps (collective: every rank calls it)."""
+        import torch.distributed.checkpoint as dcp
+
+        self.wait()  # finish (and mark) a previous async save first
+        final = self.root / step_dir_name(step)
+        tmp = self.root / f".{final.name}.tmp"
+        if self.env.local_rank == 0:
+            shutil.rmtree(tmp, ignore_errors=True)
+            shutil.rmtree(final, ignore_errors=True)  # a stale incomplete save of the same step
+            (tmp / "rng").mkdir(parents=True, exist_ok=True)
+        dist.barrier()
+        (tmp / "rng").mkdir(parents=True, exist_ok=True)  # hosts without a shared filesystem
+        torch.save(_rng_state(), tmp / "rng" / f"rank-{self.env.rank:05d}.pt")
+        state = self._state(model, optimizer, step)
+        if self.async_save:
+            future = dcp.async_save(state, checkpoint_id=str(tmp), process_group=self._async_group)
+            self._pending = (future, step, tmp)
+        else:
+            dcp.save(state, checkpoint_id=str(tmp))
+            self._finish(step, tmp)
+        return final
+
+    def wait(self) -> None:
+        """Block until a pending async save is on disk, then mark it complete."""
+        if self._pending is not None:
+            future, step, tmp = self._pending
+            self._pending = None
+            future.result()
+            self._finish(step, tmp)
+
+    def _finish(self, step: int, tmp: Path) -> None:
+        final = self.root / step_dir_name(step)
+        dist.barrier()  # every rank's files are written
+        if self.env.local_rank == 0 and tmp.exists():
+            # OSError: another host sharing this directory renamed it first.
+            with contextlib.suppress(OSError):
+                tmp.rename(final)
+        dist.barrier()
+        if self.env.is_main:
+            marker = {"step": step, "world_size": self.env.world_size, "time": time.time()}
+            _write_atomic(final / MARKER, json.dumps(marker))
+            self._prune()
+        dist.barrier()
+
+    def _prune(self) -> None:
+        complete = [p for _, p, ok in list_checkpoints(self.root) if ok]
+        for p in complete[self.keep_last :]:
+            shutil.rmtree(p, ignore_errors=True)
+        for p in self.root.glob(".step-*.tmp"):
+            shutil.rmtree(p, ignore_errors=True)
+
+    # -- load --------------------------------------------------------------------------------
+    def latest_step(self, log=print) -> tuple[int, Path] | None:
+        """Rank 0 picks the newest complete checkpoint and every rank follows its choice."""
+        choice: list[Any] = [None]
+        if self.env.is_main:
+            found = find_latest(self.root, log=log)
+            choice = [None if found is None else (found[0], str(found[1]))]
+        dist.broadcast_object_list(choice, src=0)
+        return None if choice[0] is None else (choice[0][0], Path(choice[0][1]))
+
+    def load(self, model: nn.Module, optimizer: torch.optim.Optimizer, path: Path) -> int:
+        """Restore model, optimizer and RNG from `path`; returns the step to continue from."""
+        import torch.distributed.checkpoint as dcp
+        from torch.distributed.checkpoint.state_dict import set_state_dict
+
+        state = self._state(model, optimizer, 0)
+        dcp.load(state, checkpoint_id=str(path))
+        set_state_dict(
+            model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"]
+        )
+        rng = path / "rng" / f"rank-{self.env.rank:05d}.pt"
+        if rng.exists():  # absent when resuming on a different world size
+            _set_rng_state(torch.load(rng, weights_only=False))
+        return int(state["train"]["step"])
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "w") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
+    tmp.replace(path)

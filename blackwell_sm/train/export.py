@@ -1,0 +1,124 @@
+"""Export the trained model as Hugging Face Llama safetensors + config.json under DIR/model/.
+
+Parameters are gathered one at a time (`DTensor.full_tensor()`, a collective every rank joins),
+moved to host memory on rank 0 and written in files of at most `max_shard_bytes`, so neither a
+GPU nor the host ever holds more than one file's worth of the model.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from blackwell_sm.spec import ModelSpec
+
+DEFAULT_MAX_SHARD_BYTES = 5 * 1024**3
+EXPORT_DTYPE = torch.float32  # the fp32 master weights: the export is exactly the trained model
+
+
+def hf_name(name: str) -> str:
+    """Our parameter name -> Hugging Face LlamaForCausalLM's."""
+    return name if name.startswith("lm_head.") else f"model.{name}"
+
+
+def hf_config(spec: ModelSpec, dtype: torch.dtype = EXPORT_DTYPE) -> dict:
+    """A `LlamaConfig` dict for `spec` (the same shape, RoPE and norm settings)."""
+    return {
+        "architectures": ["LlamaForCausalLM"],
+        "model_type": "llama",
+        "hidden_size": spec.d_model,
+        "intermediate_size": spec.ffn_dim,
+        "num_hidden_layers": spec.n_layers,
+        "num_attention_heads": spec.n_heads,
+        "num_key_value_heads": spec.n_kv_heads,
+        "head_dim": spec.head_dim,
+        "vocab_size": spec.vocab_size,
+        "max_position_embeddings": spec.max_seq_len,
+        "rms_norm_eps": spec.norm_eps,
+        "rope_theta": spec.rope_theta,
+        "rope_parameters": {"rope_type": "default", "rope_theta": spec.rope_theta},
+        "hidden_act": "silu",
+        "attention_bias": False,
+        "mlp_bias": False,
+        "tie_word_embeddings": spec.tie_embeddings,
+        "torch_dtype": str(dtype).removeprefix("torch."),
+        "dtype": str(dtype).removeprefix("torch."),
+    }
+
+
+def export_model(
+    model: nn.Module,
+    spec: ModelSpec,
+    out_dir: Path,
+    *,
+    is_main: bool,
+    max_shard_bytes: int = DEFAULT_MAX_SHARD_BYTES,
+    dtype: torch.dtype = EXPORT_DTYPE,
+) -> list[Path]:
+    """Write `model` (FSDP-sharded or not) to `out_dir`; collective. Returns the files written."""
+    from safetensors.torch import save_file
+    from torch.distributed.tensor import DTensor
+
+    params = list(model.named_parameters())
+    itemsize = torch.tensor([], dtype=dtype).element_size()
+    # Plan the files from shapes alone so every file name is known before any gather.
+    groups: list[list[int]] = [[]]
+    size = 0
+    for i, (_, p) in enumerate(params):
+        nbytes = p.numel() * itemsize
+        if groups[-1] and size + nbytes > max_shard_bytes:
+            groups.append([])
+            size = 0
+        groups[-1].append(i)
+        size += nbytes
+    n = len(groups)
+    names = (
+        ["model.safetensors"]
+        if n == 1
+        else [f"model-{k + 1:05d}-of-{n:05d}.safetensors" for k in range(n)]
+    )
+    if is_main:
+        out_dir.mkdir(parents=True, exist_ok=True)
+    weight_map: dict[str, str] = {}
+    total = 0
+    written = []
+    for fname, idx in zip(names, groups, strict=True):
+        tensors: dict[str, torch.Tensor] = {}
+        for i in idx:
+            name, p = params[i]
+            full = p.full_tensor() if isinstance(p, DTensor) else p
+            if is_main:
+                t = full.detach().to(device="cpu", dtype=dtype).contiguous()
+                tensors[hf_name(name)] = t
+                weight_map[hf_name(name)] = fname
+                total += t.numel() * t.element_size()
+            del full
+        if is_main:
+            save_file(tensors, str(out_dir / fname), metadata={"format": "pt"})
+            written.append(out_dir / fname)
+    if is_main:
+        (out_dir / "config.json").write_text(json.dumps(hf_config(spec, dtype), indent=2) + "\n")
+        written.append(out_dir / "config.json")
+        if n > 1:
+            index = {"metadata": {"total_size": total}, "weight_map": weight_map}
+            (out_dir / "model.safetensors.index.json").write_text(json.dumps(index, indent=2))
+            written.append(out_dir / "model.safetensors.index.json")
+    return written
+
+
+def load_exported(model: nn.Module, out_dir: Path) -> None:
+    """Load an export back into an unsharded `Transformer` (strict: every tensor must match)."""
+    from safetensors.torch import load_file
+
+    state = {}
+    for f in sorted(out_dir.glob("*.safetensors")):
+        state.update(load_file(str(f)))
+    ours = {n: state[hf_name(n)] for n, _ in model.named_parameters() if hf_name(n) in state}
+    missing = [n for n, _ in model.named_parameters() if n not in ours]
+    extra = set(state) - {hf_name(n) for n, _ in model.named_parameters()}
+    if missing or extra:
+        raise ValueError(f"export mismatch: missing {missing}, unexpected {sorted(extra)}")
+    model.load_state_dict(ours, strict=True)

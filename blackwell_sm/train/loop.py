@@ -1,0 +1,238 @@
+"""The training loop: build the planned model, train it, checkpoint, export, summarise.
+
+Everything comes from the plan: `plan.config` (parallelism, batch, precision, checkpointing) and
+`plan.spec` (model shape, optimizer, schedule, data, checkpoint policy).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+
+from blackwell_sm.errors import BsmError
+from blackwell_sm.planner.plan import Plan
+from blackwell_sm.train.checkpoint import Checkpointer
+from blackwell_sm.train.data import (
+    SYNTHETIC_VALIDATION_OFFSET,
+    BatchLayout,
+    ShardDataset,
+    SyntheticDataset,
+)
+from blackwell_sm.train.distributed import Env, all_agree, build_mesh, init_distributed
+from blackwell_sm.train.metrics_log import MetricsLog, log
+from blackwell_sm.train.model import Transformer
+from blackwell_sm.train.optim import build_optimizer, clip_grad_norm, lr_at, set_lr
+from blackwell_sm.train.parallelize import apply_plan, materialize
+from blackwell_sm.train.precision import after_optimizer_step, check_precision
+from blackwell_sm.train.triggers import Triggers
+
+
+@dataclass(frozen=True)
+class Paths:
+    """The /opt/ml-shaped directory the worker reads and writes."""
+
+    root: Path
+
+    def channel(self, name: str) -> Path:
+        return self.root / "input" / "data" / name
+
+    @property
+    def checkpoints(self) -> Path:
+        return self.root / "checkpoints"
+
+    @property
+    def model(self) -> Path:
+        return self.root / "model"
+
+    @property
+    def output_data(self) -> Path:
+        return self.root / "output" / "data"
+
+
+def _datasets(plan: Plan, paths: Paths):
+    """(train, validation or None) datasets the plan's data spec names."""
+    d, spec, seq = plan.spec.training.data, plan.spec.model, plan.config.seq_len
+    seed = plan.spec.training.seed
+    if d.source == "synthetic":
+        train = SyntheticDataset(seq, spec.vocab_size, seed)
+        return train, (train if d.validation_interval_steps else None)
+    train = ShardDataset(paths.channel(d.train_channel), seq, spec.vocab_size)
+    val = None
+    if d.validation_channel:
+        val = ShardDataset(paths.channel(d.validation_channel), seq, spec.vocab_size)
+    elif d.validation_interval_steps:
+        raise BsmError(
+            "training.data.validation_interval_steps is set but no validation_channel is given",
+            hint="set training.data.validation_channel, or unset validation_interval_steps",
+        )
+    return train, val
+
+
+class Trainer:
+    """One worker's share of the run."""
+
+    def __init__(self, plan: Plan, paths: Paths, env: Env) -> None:
+        self.plan, self.paths, self.env = plan, paths, env
+        cfg, tr = plan.config, plan.spec.training
+        self.cfg, self.tr = cfg, tr
+        check_precision(cfg.precision, env.device)  # before anything is built: no fallback
+        self.mesh = build_mesh(cfg, env)
+        self.layout = BatchLayout(
+            cfg.micro_batch_size, cfg.grad_accum_steps, env.world_size, cfg.seq_len
+        )
+        self.train_data, self.val_data = _datasets(plan, paths)
+
+        torch.manual_seed(tr.seed)
+        np.random.seed(tr.seed)
+        with torch.device("meta"):
+            model = Transformer(plan.spec.model, max_seq_len=cfg.seq_len)
+        self.model = apply_plan(model, plan, self.mesh)
+        materialize(self.model, env.device, tr.seed)
+        self.optimizer = build_optimizer(self.model, tr.optimizer, env.device)
+        async_save = tr.checkpoint.async_save and env.device.type == "cuda"
+        self.ckpt = Checkpointer(paths.checkpoints, env, keep_last=tr.checkpoint.keep_last,
+                                 async_save=async_save)  # fmt: skip
+        self.metrics = MetricsLog(paths.output_data, plan, env.device, is_main=env.is_main)
+        self.triggers = Triggers.from_env(tr.checkpoint)
+        self.total_steps = plan.run.steps
+
+    # -- one step ----------------------------------------------------------------------------
+    def _tensor(self, rows: np.ndarray) -> torch.Tensor:
+        return torch.from_numpy(rows).to(self.env.device, non_blocking=True)
+
+    def _micro_batches(self, step: int) -> list[torch.Tensor]:
+        return [
+            self._tensor(self.train_data.batch(self.layout.positions(step, m, self.env.rank), self.tr.seed))
+            for m in range(self.cfg.grad_accum_steps)
+        ]  # fmt: skip
+
+    def _loss_sum(self, batch: torch.Tensor) -> torch.Tensor:
+        logits = self.model(batch[:, :-1])
+        v = logits.shape[-1]
+        return F.cross_entropy(
+            logits.float().reshape(-1, v), batch[:, 1:].reshape(-1), reduction="sum"
+        )
+
+    def train_step(self, step: int) -> tuple[float, float]:
+        """One optimizer step (0-based `step`); returns (mean token loss, grad norm)."""
+        batches = self._micro_batches(step)
+        # Normalise by the tokens of the whole step on all ranks, so every token weighs the same
+        # however the batch is cut into micro-batches and ranks.
+        n_tok = torch.tensor(float(sum(b[:, 1:].numel() for b in batches)), device=self.env.device)
+        dist.all_reduce(n_tok)
+        # FSDP averages gradients over the data-parallel ranks; undo that to get a sum.
+        scale = self.env.world_size / n_tok
+        loss_total = torch.zeros((), device=self.env.device)
+        for batch in batches:
+            loss_sum = self._loss_sum(batch)
+            (loss_sum * scale).backward()
+            loss_total += loss_sum.detach()
+        dist.all_reduce(loss_total)
+        grad_norm = clip_grad_norm(self.model, self.tr.optimizer.grad_clip)
+        set_lr(self.optimizer, self.lr(step))
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        after_optimizer_step(self.model, self.cfg.precision)
+        return float(loss_total / n_tok), grad_norm
+
+    def lr(self, step: int) -> float:
+        return lr_at(step, peak=self.tr.optimizer.lr, total_steps=self.total_steps,
+                     schedule=self.tr.schedule)  # fmt: skip
+
+    @torch.no_grad()
+    def validate(self) -> float:
+        """Token-mean loss over `validation_steps` fixed batches (the same every time)."""
+        assert self.val_data is not None
+        offset = SYNTHETIC_VALIDATION_OFFSET if isinstance(self.val_data, SyntheticDataset) else 0
+        total = torch.zeros((), device=self.env.device)
+        n_tok = torch.zeros((), device=self.env.device)
+        for i in range(self.tr.data.validation_steps):
+            pos = self.layout.positions(i, 0, self.env.rank) + offset
+            batch = self._tensor(self.val_data.batch(pos, self.tr.seed + 1))
+            total += self._loss_sum(batch)
+            n_tok += batch[:, 1:].numel()
+        dist.all_reduce(total)
+        dist.all_reduce(n_tok)
+        return float(total / n_tok)
+
+    # -- the run -----------------------------------------------------------------------------
+    def run(self) -> dict:
+        env, cfg, spec = self.env, self.cfg, self.plan.spec.model
+        log(
+            f"model {spec.name} ({spec.n_params:,} params) on {env.world_size} x {env.device.type}; "
+            f"mesh {dict(zip(self.mesh.mesh_dim_names, self.mesh.shape, strict=True))}, "
+            f"{cfg.precision}, AC {cfg.activation_checkpointing}, compile {cfg.compile}, "
+            f"micro-batch {cfg.micro_batch_size} x accum {cfg.grad_accum_steps}, seq {cfg.seq_len}, "
+            f"{self.total_steps} steps",
+            is_main=env.is_main,
+        )
+        start, resumed_from = 0, None
+        found = self.ckpt.latest_step(
+            log=lambda m: log(m.removeprefix("[bsm] "), is_main=env.is_main)
+        )
+        if found is not None:
+            start = resumed_from = self.ckpt.load(self.model, self.optimizer, found[1])
+            log(f"resumed from {found[1].name} at step {start}", is_main=env.is_main)
+        if self.triggers.deadline is not None:
+            left = self.triggers.deadline[0] - time.time()
+            log(f"{self.triggers.deadline[1]} in {left:.0f} s; saving "
+                f"{self.tr.checkpoint.expiry_margin_s:.0f} s ahead", is_main=env.is_main)  # fmt: skip
+        self.triggers.install_signal_handlers()
+
+        tokens_per_step = self.layout.global_batch * cfg.seq_len
+        step, status, last_saved = start, "completed", start if found else None
+        while step < self.total_steps:
+            t0 = time.perf_counter()
+            loss, grad_norm = self.train_step(step)
+            if env.device.type == "cuda":
+                torch.cuda.synchronize()
+            dt = time.perf_counter() - t0
+            step += 1
+            if step % self.tr.log_interval_steps == 0 or step == self.total_steps:
+                self.metrics.step(step, loss=loss, lr=self.lr(step - 1), grad_norm=grad_norm,
+                                  tokens=tokens_per_step, step_time_s=dt,
+                                  n_gpus=env.world_size)  # fmt: skip
+            vi = self.tr.data.validation_interval_steps
+            if self.val_data is not None and vi and step % vi == 0:
+                self.metrics.validation(step, self.validate())
+            save, stop = self.triggers.check(step)
+            save, stop = all_agree(save, env.device), all_agree(stop, env.device)
+            if save:
+                self.ckpt.save(self.model, self.optimizer, step)
+                self.triggers.saved()
+                last_saved = step
+                log(f"checkpoint step {step} saved", is_main=env.is_main)
+            if stop:
+                status = f"stopped ({self.triggers.stop_reason or 'signal on another rank'})"
+                log(f"{status} after step {step}; exiting cleanly", is_main=env.is_main)
+                break
+        if status == "completed" and last_saved != step:
+            self.ckpt.save(self.model, self.optimizer, step)
+        self.ckpt.wait()
+        if status == "completed" and self.tr.export_model:
+            from blackwell_sm.train.export import export_model
+
+            export_model(self.model, spec, self.paths.model, is_main=env.is_main)
+            log(f"exported the model to {self.paths.model}", is_main=env.is_main)
+        summary = self.metrics.summary(status=status, final_step=step, resumed_from=resumed_from)
+        if env.is_main:
+            self.paths.output_data.mkdir(parents=True, exist_ok=True)
+            (self.paths.output_data / "summary.json").write_text(json.dumps(summary, indent=2))
+        return summary
+
+
+def train(plan: Plan, opt_ml: Path) -> dict:
+    """Run `plan` as this torchrun worker; returns the run summary (same on every rank)."""
+    env = init_distributed()
+    try:
+        return Trainer(plan, Paths(opt_ml), env).run()
+    finally:
+        if dist.is_initialized():
+            dist.destroy_process_group()

@@ -1,0 +1,51 @@
+"""Worker entry point: `python -m blackwell_sm.train.main --plan PLAN.json --opt-ml DIR`.
+
+Started by torchrun (RANK, WORLD_SIZE, LOCAL_RANK in the environment). Exit 0 when training is
+done or was stopped cleanly after a save; a toolkit error exits with its code after printing it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+
+def main(argv: list[str] | None = None) -> int:
+    from torch.distributed.elastic.multiprocessing.errors import record
+
+    from blackwell_sm.errors import BsmError
+    from blackwell_sm.planner.plan import Plan
+    from blackwell_sm.train.loop import train
+
+    p = argparse.ArgumentParser(prog="python -m blackwell_sm.train.main", description=__doc__)
+    p.add_argument("--plan", required=True, type=Path, help="plan.json from the planner")
+    p.add_argument("--opt-ml", type=Path, default=Path(os.environ.get("BSM_OPT_ML", "/opt/ml")),
+                   help="the /opt/ml-shaped root (default $BSM_OPT_ML or /opt/ml)")  # fmt: skip
+    args = p.parse_args(argv)
+
+    @record  # torchrun's error file carries the exception and rank to the launcher
+    def _run() -> int:
+        try:
+            plan = Plan.from_json(args.plan.read_text())
+        except (OSError, ValueError) as e:
+            raise BsmError(f"cannot read the plan {args.plan}: {e}") from e
+        if not plan.feasible:
+            raise BsmError(
+                f"the plan in {args.plan} is not feasible; refusing to run it",
+                hint="; ".join(plan.advice) or "re-plan with a smaller batch or more GPUs",
+            )
+        train(plan, args.opt_ml)
+        return 0
+
+    try:
+        return _run()
+    except BsmError as e:
+        rank = os.environ.get("RANK", "0")
+        print(f"[bsm] error on rank {rank}: {e}", file=sys.stderr, flush=True)
+        raise
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,138 @@
+"""Step metrics: the stdout line SageMaker parses, a JSONL copy, and the end-of-run summary."""
+
+from __future__ import annotations
+
+import json
+import resource
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from blackwell_sm.metrics import format_step_line, format_val_line
+from blackwell_sm.planner.plan import Plan
+
+GIB = 1024**3
+
+
+def gpu_peak_flops(plan: Plan) -> float:
+    """The plan's dense BF16 peak per GPU (the MFU denominator the planner used)."""
+    from blackwell_sm.hardware import CATALOG
+
+    if plan.instance.type in CATALOG:
+        return CATALOG[plan.instance.type].gpu.peak_flops("bf16")
+    t = plan.throughput  # a local "instance": recover the peak the planner divided by
+    if t.mfu > 0:
+        return t.tokens_per_s_per_gpu * t.flops_per_token / t.mfu
+    from blackwell_sm.hardware import local_instance
+
+    return local_instance(nproc=max(1, plan.instance.count)).gpu.peak_flops("bf16")
+
+
+def peak_memory(device: torch.device) -> tuple[float, float, str]:
+    """(allocated GiB, reserved GiB, kind). CUDA: allocator peaks. CPU: the process's max RSS
+    for both (the CPU has no caching allocator to tell them apart)."""
+    if device.type == "cuda":
+        return (
+            torch.cuda.max_memory_allocated(device) / GIB,
+            torch.cuda.max_memory_reserved(device) / GIB,
+            "cuda_max_allocated_reserved",
+        )
+    rss_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux
+    return rss_kib * 1024 / GIB, rss_kib * 1024 / GIB, "cpu_max_rss"
+
+
+class MetricsLog:
+    """Rank 0 prints one `[bsm-step]` line per logged step and appends it to metrics.jsonl."""
+
+    def __init__(self, out_dir: Path, plan: Plan, device: torch.device, *, is_main: bool) -> None:
+        self.plan, self.device, self.is_main = plan, device, is_main
+        self.path = out_dir / "metrics.jsonl"
+        self.flops_per_token = plan.spec.model.flops_per_token(plan.config.seq_len)
+        self.peak_flops = gpu_peak_flops(plan)
+        self.records: list[dict[str, Any]] = []
+        if is_main:
+            out_dir.mkdir(parents=True, exist_ok=True)
+
+    def step(self, step: int, *, loss: float, lr: float, grad_norm: float, tokens: int,
+             step_time_s: float, n_gpus: int) -> dict[str, Any]:  # fmt: skip
+        tok_s_gpu = tokens / step_time_s / n_gpus
+        alloc, reserved, kind = peak_memory(self.device)
+        values = {
+            "loss": loss,
+            "lr": lr,
+            "grad_norm": grad_norm,
+            "tok_s_gpu": tok_s_gpu,
+            "mfu": tok_s_gpu * self.flops_per_token / self.peak_flops,
+            "step_time_s": step_time_s,
+            "mem_alloc_gib": alloc,
+            "mem_reserved_gib": reserved,
+        }
+        rec = {"kind": "train", "step": step, **values, "memory_kind": kind, "time": time.time()}
+        self.records.append(rec)
+        if self.is_main:
+            print(format_step_line(step, **values), flush=True)
+            self._append(rec)
+        return rec
+
+    def validation(self, step: int, loss: float) -> None:
+        rec = {"kind": "val", "step": step, "loss": loss, "time": time.time()}
+        self.records.append(rec)
+        if self.is_main:
+            print(format_val_line(step, loss), flush=True)
+            self._append(rec)
+
+    def _append(self, rec: dict[str, Any]) -> None:
+        with open(self.path, "a") as f:
+            f.write(json.dumps(rec) + "\n")
+
+    def summary(self, *, status: str, final_step: int, resumed_from: int | None) -> dict[str, Any]:
+        """Measured figures beside the plan's predictions. Step-time statistics skip the first
+        two steps of this process (allocator warm-up, compile)."""
+        train = [r for r in self.records if r["kind"] == "train"]
+        steady = train[2:] or train
+        alloc, reserved, kind = peak_memory(self.device)
+        med = statistics.median([r["step_time_s"] for r in steady]) if steady else None
+        tok = statistics.median([r["tok_s_gpu"] for r in steady]) if steady else None
+        vals = [r for r in self.records if r["kind"] == "val"]
+        pred = self.plan.throughput
+        return {
+            "status": status,
+            "final_step": final_step,
+            "planned_steps": self.plan.run.steps,
+            "resumed_from_step": resumed_from,
+            "final_loss": train[-1]["loss"] if train else None,
+            "final_val_loss": vals[-1]["loss"] if vals else None,
+            "measured": {
+                "steps_timed": len(steady),
+                "step_time_s": med,
+                "tokens_per_s_per_gpu": tok,
+                "mfu": None if tok is None else tok * self.flops_per_token / self.peak_flops,
+                "peak_memory_allocated_gib": alloc,
+                "peak_memory_reserved_gib": reserved,
+                "memory_kind": kind,
+            },
+            "predicted": {
+                "step_time_s": pred.step_time_s,
+                "tokens_per_s_per_gpu": pred.tokens_per_s_per_gpu,
+                "mfu": pred.mfu,
+                "memory_gib": self.plan.memory_gib.total,
+            },
+            "ratio_measured_over_predicted": {
+                "tokens_per_s_per_gpu": None
+                if tok is None or not pred.tokens_per_s_per_gpu
+                else tok / pred.tokens_per_s_per_gpu,
+                "peak_memory": reserved / self.plan.memory_gib.total
+                if self.plan.memory_gib.total
+                else None,
+            },
+        }
+
+
+def log(msg: str, *, is_main: bool = True) -> None:
+    """A human-readable line on stdout (rank 0 only unless told otherwise)."""
+    if is_main:
+        print(f"[bsm] {msg}", file=sys.stdout, flush=True)

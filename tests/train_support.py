@@ -1,0 +1,133 @@
+"""Helpers for the training-loop tests: a hand-made local plan and a 2-process gloo runner.
+
+The plan is built directly (not by the planner) so these tests pin the exact config they exercise.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import traceback
+from pathlib import Path
+from typing import Any
+
+from blackwell_sm.planner.plan import (
+    InstanceRef,
+    MemoryBreakdown,
+    ModelRef,
+    Plan,
+    PlanConfig,
+    PlanSpec,
+    RunEstimate,
+    Throughput,
+)
+from blackwell_sm.spec import TrainingSpec, get_preset
+
+LOCAL_PEAK_FLOPS = 0.1e12  # hardware.local_instance's nominal CPU peak per process
+
+
+def local_plan(
+    *,
+    nproc: int = 2,
+    steps: int = 12,
+    seq_len: int = 32,
+    micro_batch_size: int = 2,
+    grad_accum_steps: int = 2,
+    replicate_degree: int = 1,
+    precision: str = "bf16",
+    activation_checkpointing: str = "none",
+    training: dict[str, Any] | None = None,
+) -> Plan:
+    """A feasible plan for the `tiny` preset on `nproc` CPU processes."""
+    model = get_preset("tiny")
+    t = {
+        "seq_len": seq_len,
+        "total_steps": steps,
+        "precision": precision,
+        "activation_checkpointing": activation_checkpointing,
+        "optimizer": {"lr": 3e-3, "weight_decay": 0.0, "grad_clip": 1.0},
+        "schedule": {"warmup_steps": 2, "decay": "cosine", "min_lr_ratio": 0.1},
+        "checkpoint": {"interval_steps": 4, "interval_minutes": None, "keep_last": 2,
+                       "async_save": False},
+        "data": {"source": "synthetic"},
+    }  # fmt: skip
+    t.update(training or {})
+    tr = TrainingSpec.model_validate(t)
+    shard = nproc // replicate_degree
+    cfg = PlanConfig(
+        shard_degree=shard,
+        replicate_degree=replicate_degree,
+        micro_batch_size=micro_batch_size,
+        grad_accum_steps=grad_accum_steps,
+        seq_len=seq_len,
+        precision=precision,
+        activation_checkpointing=activation_checkpointing,
+        compile=False,
+        reshard_after_forward=True,
+    )
+    fpt = model.flops_per_token(seq_len)
+    mfu = 0.01
+    tok_s = mfu * LOCAL_PEAK_FLOPS / fpt
+    mem = dict.fromkeys(MemoryBreakdown.model_fields, 0.0) | {"total": 1.0, "limit": 8.0}
+    return Plan(
+        feasible=True,
+        model=ModelRef(name=model.name, n_params=model.n_params),
+        instance=InstanceRef(
+            type="local-cpu", count=1, gpus_per_instance=nproc, gpu="cpu", gpu_memory_gib=8.0
+        ),
+        config=cfg,
+        memory_gib=MemoryBreakdown(**mem),
+        throughput=Throughput(
+            step_time_s=cfg.global_batch_sequences * seq_len / tok_s / nproc,
+            tokens_per_s_per_gpu=tok_s,
+            mfu=mfu,
+            flops_per_token=fpt,
+        ),
+        run=RunEstimate(
+            steps=steps,
+            tokens=steps * cfg.global_batch_sequences * seq_len,
+            hours=0.01,
+            cost_usd=None,
+        ),
+        spec=PlanSpec(model=model, training=tr),
+    )
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _worker(rank: int, world: int, port: int, fn, args: tuple, errdir: str) -> None:
+    os.environ.update(
+        RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE=str(world),
+        MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), BSM_DEVICE="cpu",
+    )  # fmt: skip
+    import torch
+
+    torch.set_num_threads(1)
+    try:
+        fn(*args)
+    except BaseException:
+        Path(errdir, f"rank{rank}.err").write_text(traceback.format_exc())
+        raise
+
+
+def spawn(fn, *args, nproc: int = 2, tmp: Path) -> None:
+    """Run `fn(*args)` in `nproc` fresh processes joined by gloo; re-raise the first failure."""
+    import torch.multiprocessing as mp
+
+    tmp.mkdir(parents=True, exist_ok=True)
+    try:
+        mp.spawn(_worker, args=(nproc, free_port(), fn, args, str(tmp)), nprocs=nproc, join=True)
+    except Exception as e:
+        errs = sorted(tmp.glob("rank*.err"))
+        raise AssertionError("\n".join(p.read_text() for p in errs) or str(e)) from e
+
+
+def train_worker(plan_json: str, opt_ml: str) -> None:
+    """Spawned-process body: run the worker exactly as `python -m blackwell_sm.train.main` does."""
+    from blackwell_sm.train.loop import train
+
+    train(Plan.from_json(plan_json), Path(opt_ml))
