@@ -31,6 +31,7 @@ import numpy as np
 
 from blackwell_sm.errors import BsmError
 
+FORMAT_NAME = "bsm-tokens-v1"
 MAGIC = b"BSMTOKS\0"
 VERSION = 1
 HEADER = struct.Struct("<8sIIQQ")
