@@ -1,0 +1,208 @@
+"""`bsm run-local`'s engine: plan for this machine, lay out an /opt/ml-shaped directory, and run the
+real launcher (and through it torchrun and the training loop) as a subprocess.
+
+Client side: never imports torch. The directory it leaves is what a SageMaker job leaves:
+
+    DIR/plan.json                          the plan the launcher ran
+    DIR/input/config/resourceconfig.json   one host per launcher (algo-1, algo-2, ...)
+    DIR/input/config/hyperparameters.json
+    DIR/input/config/inputdataconfig.json
+    DIR/input/data/<channel>               linked from --channel NAME=PATH
+    DIR/checkpoints/step-XXXXXXXX/         DCP checkpoints (COMPLETE marker last)
+    DIR/model/                             the exported safetensors + config.json
+    DIR/output/data/metrics.jsonl          one JSON record per logged step
+    DIR/output/data/summary.json           measured vs predicted
+    DIR/output/failure                     the reason, when it failed
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+from pathlib import Path
+from typing import IO, Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from blackwell_sm.errors import BsmError, InfeasiblePlanError, SpecError
+from blackwell_sm.planner.plan import Plan
+from blackwell_sm.spec import RunSpec
+
+LAUNCHER_MODULE = "blackwell_sm.train.launch"
+
+
+def host_names(count: int) -> list[str]:
+    """SageMaker's host names: algo-1 ... algo-N."""
+    return [f"algo-{i + 1}" for i in range(count)]
+
+
+def layout_opt_ml(
+    root: Path,
+    plan: Plan,
+    *,
+    current_host: str = "algo-1",
+    hosts: list[str] | None = None,
+    channels: dict[str, Path] | None = None,
+    network_interface_name: str = "lo",
+) -> Path:
+    """Write an /opt/ml-shaped tree at `root` for one host of `plan`; returns the plan path."""
+    hosts = hosts or host_names(plan.instance.count)
+    if current_host not in hosts:
+        raise BsmError(f"current host {current_host!r} is not among {hosts}")
+    config = root / "input" / "config"
+    config.mkdir(parents=True, exist_ok=True)
+    for sub in ("checkpoints", "model", "output/data"):
+        (root / sub).mkdir(parents=True, exist_ok=True)
+    rc = {
+        "current_host": current_host,
+        "current_instance_type": plan.instance.type,
+        "hosts": hosts,
+        "network_interface_name": network_interface_name,
+    }
+    (config / "resourceconfig.json").write_text(json.dumps(rc, indent=2) + "\n")
+    # SageMaker passes hyperparameters as strings; the plan is the real source of settings.
+    hp = {"plan": "plan.json", "model": plan.model.name}
+    (config / "hyperparameters.json").write_text(json.dumps(hp, indent=2) + "\n")
+    data_cfg: dict[str, Any] = {}
+    for name, src in (channels or {}).items():
+        dst = root / "input" / "data" / name
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        if dst.is_symlink() or dst.exists():
+            if dst.is_symlink() or dst.is_file():
+                dst.unlink()
+            else:
+                shutil.rmtree(dst)
+        dst.symlink_to(Path(src).resolve(), target_is_directory=True)
+        data_cfg[name] = {"TrainingInputMode": "File", "S3DistributionType": "FullyReplicated"}
+    (config / "inputdataconfig.json").write_text(json.dumps(data_cfg, indent=2) + "\n")
+    plan_path = root / "plan.json"
+    plan_path.write_text(plan.to_json() + "\n")
+    return plan_path
+
+
+def free_port() -> int:
+    """A TCP port free on loopback now (for the local master)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def launcher_command(plan_path: Path, opt_ml: Path, *, dry_run: bool = False) -> list[str]:
+    cmd = [sys.executable, "-m", LAUNCHER_MODULE, "--plan", str(plan_path), "--opt-ml", str(opt_ml)]
+    return cmd + (["--dry-run"] if dry_run else [])
+
+
+def launcher_env(*, master_port: int, extra: dict[str, str] | None = None) -> dict[str, str]:
+    """The environment for a local launcher: the package importable, a free master port."""
+    env = dict(os.environ)
+    root = str(Path(__file__).resolve().parents[1])
+    env["PYTHONPATH"] = os.pathsep.join([root, *filter(None, [env.get("PYTHONPATH")])])
+    env["BSM_MASTER_PORT"] = str(master_port)
+    env.update(extra or {})
+    return env
+
+
+class LocalRunResult(BaseModel):
+    """Where a local run left its files, and what it measured."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    out_dir: str
+    exit_code: int
+    plan_path: str
+    checkpoints: list[str] = Field(description="Complete checkpoint directories, oldest first.")
+    model_dir: str
+    model_files: list[str]
+    metrics_path: str
+    summary: dict[str, Any] | None = Field(description="The loop's summary.json, when written.")
+    failure: str | None = None
+
+
+def collect_result(out: Path, plan_path: Path, exit_code: int) -> LocalRunResult:
+    """Read back what the run left in `out`."""
+    ckpt_root = out / "checkpoints"
+    ckpts = sorted(
+        str(p) for p in ckpt_root.glob("step-*") if p.is_dir() and (p / "COMPLETE").is_file()
+    )
+    model_dir = out / "model"
+    summary_path = out / "output" / "data" / "summary.json"
+    failure_path = out / "output" / "failure"
+    return LocalRunResult(
+        out_dir=str(out),
+        exit_code=exit_code,
+        plan_path=str(plan_path),
+        checkpoints=ckpts,
+        model_dir=str(model_dir),
+        model_files=sorted(p.name for p in model_dir.iterdir()) if model_dir.is_dir() else [],
+        metrics_path=str(out / "output" / "data" / "metrics.jsonl"),
+        summary=json.loads(summary_path.read_text()) if summary_path.is_file() else None,
+        failure=failure_path.read_text().strip() if failure_path.is_file() else None,
+    )
+
+
+def plan_local(spec: RunSpec, *, nproc: int) -> Plan:
+    """The plan for `nproc` local CPU processes; an infeasible plan is an error."""
+    from blackwell_sm.hardware import local_instance
+    from blackwell_sm.planner.api import make_plan
+
+    if nproc < 1:
+        raise SpecError(f"--nproc must be at least 1, not {nproc}", field="--nproc")
+    plan = make_plan(spec, instance=local_instance(nproc=nproc))
+    if not plan.feasible:
+        raise InfeasiblePlanError(
+            f"no configuration of {spec.model.name} fits {nproc} local CPU process(es)",
+            plan=plan,
+            hint="; ".join(plan.advice) or "use a smaller model or batch",
+        )
+    return plan
+
+
+def run_local(
+    spec: RunSpec,
+    *,
+    out: Path,
+    nproc: int = 2,
+    channels: dict[str, Path] | None = None,
+    fresh: bool = False,
+    stdout: IO[str] | None = None,
+) -> LocalRunResult:
+    """Plan `spec` for this machine, lay out `out` like /opt/ml and run the real launcher there.
+
+    The launcher's output streams to `stdout` (default: ours). A run that fails raises BsmError
+    with the launcher's failure reason; Ctrl-C stops the workers cleanly (they save) and re-raises.
+    """
+    plan = plan_local(spec, nproc=nproc)
+    out = out.resolve()
+    if fresh:
+        for sub in ("checkpoints", "model", "output"):
+            shutil.rmtree(out / sub, ignore_errors=True)
+    plan_path = layout_opt_ml(out, plan, channels=channels)
+    env = launcher_env(master_port=free_port())
+    proc = subprocess.Popen(
+        launcher_command(plan_path, out),
+        env=env,
+        stdout=stdout if stdout is not None else None,
+        stderr=None,
+    )
+    try:
+        rc = proc.wait()
+    except KeyboardInterrupt:
+        # The terminal sent SIGINT to the launcher too; it is telling the workers to save.
+        try:
+            rc = proc.wait(timeout=120)
+        except (KeyboardInterrupt, subprocess.TimeoutExpired):
+            proc.send_signal(signal.SIGINT)  # a second SIGINT: the launcher kills the workers
+            proc.wait()
+        raise
+    result = collect_result(out, plan_path, rc)
+    if rc != 0:
+        raise BsmError(
+            f"the local run failed (exit {rc}): {result.failure or 'no failure reason written'}",
+            hint=f"files are in {out}",
+        )
+    return result
