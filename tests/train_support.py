@@ -131,3 +131,25 @@ def train_worker(plan_json: str, opt_ml: str) -> None:
     from blackwell_sm.train.loop import train
 
     train(Plan.from_json(plan_json), Path(opt_ml))
+
+
+def sigterm_worker(plan_json: str, opt_ml: str, after_step: int) -> None:
+    """Like `train_worker`, but rank 0 receives SIGTERM while running step `after_step`.
+
+    The signal arrives mid-step on one rank only, as a stop from SageMaker would reach a worker
+    first: the loop must finish the step, agree with the other ranks, save and return.
+    """
+    import signal
+
+    from blackwell_sm.train import loop
+
+    original = loop.Trainer.train_step
+
+    def train_step(self, step: int):
+        if self.env.rank == 0 and step + 1 == after_step:
+            os.kill(os.getpid(), signal.SIGTERM)
+        return original(self, step)
+
+    loop.Trainer.train_step = train_step
+    summary = loop.train(Plan.from_json(plan_json), Path(opt_ml))
+    assert summary["status"].startswith("stopped"), summary

@@ -1,0 +1,183 @@
+"""The training loop end to end: 2 gloo processes on CPU, the tiny preset, synthetic data.
+
+Five short runs (module-scoped, each shared by several assertions):
+  base    - 10 steps, checkpoints every 4 (4, 8, final 10), validation every 5
+  repeat  - the same plan again (reproducibility)
+  skip    - base's checkpoints with step 10's COMPLETE marker removed: resumes from 8
+  stopped - SIGTERM reaches rank 0 during step 5: saves step 5 and stops cleanly
+  resumed - the stopped run started again: continues from 5 to the end
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+from train_support import local_plan, sigterm_worker, spawn, train_worker
+
+from blackwell_sm.metrics import METRIC_REGEXES, parse_line
+from blackwell_sm.spec import get_preset
+from blackwell_sm.train.export import load_exported
+from blackwell_sm.train.model import Transformer
+
+pytestmark = pytest.mark.slow
+
+STEPS = 10
+PLAN = local_plan(steps=STEPS, training={"data": {"source": "synthetic",
+                                                  "validation_interval_steps": 5,
+                                                  "validation_steps": 2}})  # fmt: skip
+
+
+def _run(tmp: Path, fn=train_worker, *extra) -> Path:
+    spawn(fn, PLAN.to_json(), str(tmp), *extra, tmp=tmp / "errors")
+    return tmp
+
+
+def _records(root: Path, kind: str = "train") -> list[dict]:
+    lines = (root / "output/data/metrics.jsonl").read_text().splitlines()
+    return [r for r in map(json.loads, lines) if r["kind"] == kind]
+
+
+def _losses(root: Path) -> dict[int, float]:
+    return {r["step"]: r["loss"] for r in _records(root)}
+
+
+@pytest.fixture(scope="module")
+def base(tmp_path_factory):
+    return _run(tmp_path_factory.mktemp("base"))
+
+
+@pytest.fixture(scope="module")
+def repeat(tmp_path_factory):
+    return _run(tmp_path_factory.mktemp("repeat"))
+
+
+@pytest.fixture(scope="module")
+def skip(base, tmp_path_factory):
+    root = tmp_path_factory.mktemp("skip")
+    shutil.copytree(base / "checkpoints", root / "checkpoints")
+    (root / "checkpoints/step-00000010/COMPLETE").unlink()
+    return _run(root)
+
+
+@pytest.fixture(scope="module")
+def stopped(tmp_path_factory):
+    return _run(tmp_path_factory.mktemp("stopped"), sigterm_worker, 5)
+
+
+@pytest.fixture(scope="module")
+def resumed(stopped, tmp_path_factory):
+    root = tmp_path_factory.mktemp("resumed")
+    shutil.copytree(stopped / "checkpoints", root / "checkpoints")
+    return _run(root)
+
+
+def test_loss_falls_on_the_learnable_task(base):
+    losses = _losses(base)
+    assert sorted(losses) == list(range(1, STEPS + 1))
+    assert losses[1] == pytest.approx(math.log(256), abs=0.2)  # starts at chance
+    assert losses[STEPS] < losses[1] - 0.8
+    val = _records(base, "val")
+    assert [v["step"] for v in val] == [5, 10]
+    assert val[1]["loss"] < val[0]["loss"] < math.log(256) - 0.3
+
+
+def test_run_is_reproducible(base, repeat):
+    assert _losses(base) == _losses(repeat)  # exactly, not approximately
+    assert [r["grad_norm"] for r in _records(base)] == [r["grad_norm"] for r in _records(repeat)]
+
+
+def test_checkpoints_are_complete_and_pruned(base):
+    ck = base / "checkpoints"
+    assert sorted(p.name for p in ck.iterdir()) == ["step-00000008", "step-00000010"]  # keep 2
+    marker = json.loads((ck / "step-00000010/COMPLETE").read_text())
+    assert marker["step"] == 10 and marker["world_size"] == 2
+    files = sorted(p.name for p in (ck / "step-00000010").iterdir())
+    assert {"COMPLETE", ".metadata", "__0_0.distcp", "__1_0.distcp", "rng"} <= set(files)
+    rng = sorted(p.name for p in (ck / "step-00000010/rng").iterdir())
+    assert rng == ["rank-00000.pt", "rank-00001.pt"]
+
+
+def test_a_checkpoint_without_its_marker_is_skipped(base, skip):
+    summary = json.loads((skip / "output/data/summary.json").read_text())
+    assert summary["resumed_from_step"] == 8
+    assert sorted(_losses(skip)) == [9, 10]
+    assert _losses(skip) == {s: v for s, v in _losses(base).items() if s > 8}
+
+
+def test_sigterm_saves_and_stops_cleanly(stopped):
+    summary = json.loads((stopped / "output/data/summary.json").read_text())
+    assert summary["status"] == "stopped (SIGTERM)" and summary["final_step"] == 5
+    assert json.loads((stopped / "checkpoints/step-00000005/COMPLETE").read_text())["step"] == 5
+    assert not (stopped / "model").exists()  # not exported: training is not finished
+
+
+def test_resume_after_a_stop_equals_an_uninterrupted_run(base, stopped, resumed):
+    assert _losses(stopped) == {s: v for s, v in _losses(base).items() if s <= 5}
+    assert _losses(resumed) == {s: v for s, v in _losses(base).items() if s > 5}
+    summary = json.loads((resumed / "output/data/summary.json").read_text())
+    assert summary["status"] == "completed" and summary["resumed_from_step"] == 5
+
+
+def test_metrics_lines_and_summary(base, capfd):
+    rec = _records(base)[-1]
+    assert rec["memory_kind"] == "cpu_max_rss" and rec["mem_alloc_gib"] > 0
+    assert 0 < rec["mfu"] < 1 and rec["tok_s_gpu"] > 0
+    # MFU uses ModelSpec.flops_per_token over the plan's peak, as the planner does
+    fpt = get_preset("tiny").flops_per_token(PLAN.config.seq_len)
+    assert rec["mfu"] == pytest.approx(rec["tok_s_gpu"] * fpt / 0.1e12, rel=1e-9)
+    summary = json.loads((base / "output/data/summary.json").read_text())
+    assert summary["status"] == "completed" and summary["final_step"] == STEPS
+    assert summary["predicted"]["tokens_per_s_per_gpu"] == PLAN.throughput.tokens_per_s_per_gpu
+    assert summary["measured"]["tokens_per_s_per_gpu"] > 0
+    assert summary["measured"]["memory_kind"] == "cpu_max_rss"
+    assert set(parse_line(_step_line(rec))) == set(METRIC_REGEXES) - {"val:loss"}
+
+
+def _step_line(rec: dict) -> str:
+    from blackwell_sm.metrics import METRIC_FIELDS, format_step_line
+
+    return format_step_line(rec["step"], **{k: rec[k] for k in METRIC_FIELDS})
+
+
+def _checkpointed_model(step_dir: Path) -> Transformer:
+    import torch.distributed.checkpoint as dcp
+
+    model = Transformer(get_preset("tiny"), max_seq_len=PLAN.config.seq_len)
+    state = {"model": model.state_dict()}
+    dcp.load(state, checkpoint_id=str(step_dir))  # single process: DCP reshards to one rank
+    model.load_state_dict(state["model"])
+    return model
+
+
+def test_export_holds_exactly_the_trained_weights(base):
+    trained = _checkpointed_model(base / "checkpoints/step-00000010")
+    exported = Transformer(get_preset("tiny"), max_seq_len=PLAN.config.seq_len)
+    load_exported(exported, base / "model")
+    tokens = torch.randint(
+        0, 256, (2, PLAN.config.seq_len), generator=torch.Generator().manual_seed(0)
+    )
+    with torch.no_grad():
+        assert torch.equal(trained(tokens), exported(tokens))
+    for (n, a), (_, b) in zip(trained.named_parameters(), exported.named_parameters(), strict=True):
+        assert torch.equal(a, b), n
+
+
+def test_export_loads_in_transformers_with_the_same_logits(base):
+    from transformers import LlamaForCausalLM
+
+    ours = Transformer(get_preset("tiny"), max_seq_len=PLAN.config.seq_len)
+    load_exported(ours, base / "model")
+    hf = LlamaForCausalLM.from_pretrained(base / "model", torch_dtype=torch.float32)
+    hf.eval()
+    tokens = torch.randint(
+        0, 256, (2, PLAN.config.seq_len), generator=torch.Generator().manual_seed(1)
+    )
+    with torch.no_grad():
+        a, b = ours(tokens), hf(tokens).logits
+    # both fp32 on CPU; differences are float reassociation only
+    torch.testing.assert_close(a, b, atol=1e-4, rtol=1e-4)
