@@ -1,0 +1,159 @@
+"""Training-loop pieces in one process: schedule, triggers, precision checks, model, export."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from train_support import free_port, local_plan
+
+from blackwell_sm.errors import CapabilityError
+from blackwell_sm.spec import PRESETS, ScheduleSpec, get_preset
+from blackwell_sm.spec.training import CheckpointSpec
+from blackwell_sm.train.activation_checkpoint import apply_activation_checkpointing
+from blackwell_sm.train.export import export_model, hf_name, load_exported
+from blackwell_sm.train.model import Transformer
+from blackwell_sm.train.optim import lr_at
+from blackwell_sm.train.precision import check_precision
+from blackwell_sm.train.triggers import EXPIRY_ENV, Triggers, deadline_from_env, parse_unix_time
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def test_lr_warmup_then_cosine_to_the_floor():
+    s = ScheduleSpec(warmup_steps=10, decay="cosine", min_lr_ratio=0.1)
+    lrs = [lr_at(i, peak=1.0, total_steps=110, schedule=s) for i in range(110)]
+    assert lrs[0] == pytest.approx(0.1) and lrs[9] == pytest.approx(1.0)
+    assert lrs[10] == pytest.approx(1.0)
+    assert lrs[60] == pytest.approx(0.55)  # half-way down the cosine
+    assert lr_at(110, peak=1.0, total_steps=110, schedule=s) == pytest.approx(0.1)
+    assert all(a >= b for a, b in itertools.pairwise(lrs[10:]))
+    lin = ScheduleSpec(warmup_steps=0, decay="linear", min_lr_ratio=0.0)
+    assert lr_at(5, peak=2.0, total_steps=10, schedule=lin) == pytest.approx(1.0)
+
+
+def test_capacity_expiry_accepts_seconds_and_milliseconds():
+    assert parse_unix_time("1767225600") == 1767225600.0
+    assert parse_unix_time("1767225600000") == 1767225600.0
+    env = {EXPIRY_ENV: "1767225600000", "BSM_JOB_START_UNIX": "1767200000",
+           "BSM_MAX_RUNTIME_S": "3600"}  # fmt: skip
+    assert deadline_from_env(env) == (1767203600.0, "job max runtime")
+    env["BSM_MAX_RUNTIME_S"] = "86400"
+    assert deadline_from_env(env) == (1767225600.0, "capacity block expiry")
+    assert deadline_from_env({}) is None
+
+
+def test_save_triggers():
+    spec = CheckpointSpec(interval_steps=5, interval_minutes=1.0, expiry_margin_s=600)
+    t = Triggers(spec=spec, last_save_time=0.0)
+    assert t.check(5, now_mono=1.0) == (True, False)
+    assert t.check(6, now_mono=1.0) == (False, False)
+    assert t.check(6, now_mono=61.0) == (True, False)  # M minutes since the last save
+    import time
+
+    t = Triggers(spec=spec, deadline=(time.time() + 300, "capacity block expiry"))
+    assert t.check(1) == (True, False)  # inside the margin: one insurance save...
+    t.saved()
+    assert t.check(2) == (False, False)  # ...not one every step
+    t.stop_requested = True
+    assert t.check(3) == (True, True)
+
+
+def test_fp8_and_mxfp8_are_refused_on_cpu_with_the_reason():
+    with pytest.raises(CapabilityError, match=r"fp8 training but this worker runs on cpu.*8\.9"):
+        check_precision("fp8", torch.device("cpu"))
+    with pytest.raises(CapabilityError, match=r"mxfp8.*10\.0.*Blackwell"):
+        check_precision("mxfp8", torch.device("cpu"))
+    check_precision("bf16", torch.device("cpu"))
+
+
+def test_an_fp8_plan_fails_before_step_0(tmp_path):
+    plan = local_plan(nproc=1, precision="fp8")
+    (tmp_path / "plan.json").write_text(plan.to_json())
+    env = os.environ | {"RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0", "BSM_DEVICE": "cpu",
+                        "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port())}  # fmt: skip
+    r = subprocess.run(
+        [sys.executable, "-m", "blackwell_sm.train.main", "--plan", str(tmp_path / "plan.json"),
+         "--opt-ml", str(tmp_path / "ml")],
+        env=env, capture_output=True, text=True, timeout=120, cwd=REPO,
+    )  # fmt: skip
+    assert r.returncode != 0
+    assert "fp8 training but this worker runs on cpu" in r.stderr
+    assert "refusing to fall back" in r.stderr
+    assert "[bsm-step]" not in r.stdout
+    assert not (tmp_path / "ml/checkpoints").exists()
+
+
+@pytest.mark.parametrize("name", sorted(PRESETS))
+def test_parameter_count_matches_the_spec(name):
+    spec = get_preset(name)
+    with torch.device("meta"):
+        model = Transformer(spec)
+    assert sum(p.numel() for p in model.parameters()) == spec.n_params
+
+
+def test_checkpointing_modes_give_the_same_gradients():
+    spec = get_preset("tiny")
+    tokens = torch.randint(0, 256, (2, 16), generator=torch.Generator().manual_seed(0))
+    grads = {}
+    for mode in ("none", "selective", "full"):
+        model = Transformer(spec, max_seq_len=16)
+        model.init_weights(0)
+        apply_activation_checkpointing(model, mode)
+        model(tokens).float().logsumexp(-1).mean().backward()
+        grads[mode] = [p.grad for p in model.parameters()]
+    for mode in ("selective", "full"):
+        for a, b in zip(grads["none"], grads[mode], strict=True):
+            torch.testing.assert_close(a, b, atol=1e-6, rtol=1e-5)
+
+
+def test_export_tied_embeddings_in_several_files(tmp_path):
+    from transformers import LlamaForCausalLM
+
+    spec = get_preset("tiny").model_copy(update={"tie_embeddings": True})
+    model = Transformer(spec, max_seq_len=32)
+    model.init_weights(3)
+    written = export_model(model, spec, tmp_path, is_main=True, max_shard_bytes=200_000)
+    files = sorted(p.name for p in tmp_path.glob("*.safetensors"))
+    assert len(files) > 1 and files[0].endswith(f"-of-{len(files):05d}.safetensors")
+    index = json.loads((tmp_path / "model.safetensors.index.json").read_text())
+    assert set(index["weight_map"]) == {hf_name(n) for n, _ in model.named_parameters()}
+    assert "lm_head.weight" not in index["weight_map"]
+    assert len(written) == len(files) + 2
+    back = Transformer(spec, max_seq_len=32)
+    load_exported(back, tmp_path)
+    hf = LlamaForCausalLM.from_pretrained(tmp_path, torch_dtype=torch.float32).eval()
+    tokens = torch.randint(0, 256, (1, 32), generator=torch.Generator().manual_seed(2))
+    with torch.no_grad():
+        assert torch.equal(model(tokens), back(tokens))
+        torch.testing.assert_close(model(tokens), hf(tokens).logits, atol=1e-4, rtol=1e-4)
+
+
+def test_container_side_never_imports_aws_libraries():
+    code = (
+        "import sys, pkgutil, importlib, blackwell_sm.train as t\n"
+        "for m in pkgutil.iter_modules(t.__path__):\n"
+        "    importlib.import_module('blackwell_sm.train.' + m.name)\n"
+        "bad = sorted(m for m in sys.modules if m.split('.')[0] in ('boto3', 'botocore', 'sagemaker'))\n"
+        "print(bad)\n"
+    )  # fmt: skip
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO,
+                       timeout=120)  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip().splitlines()[-1] == "[]"
+
+
+def test_initial_loss_is_chance_level():
+    model = Transformer(get_preset("tiny"), max_seq_len=32)
+    model.init_weights(0)
+    tokens = torch.randint(0, 256, (4, 33), generator=torch.Generator().manual_seed(0))
+    logits = model(tokens[:, :-1])
+    loss = torch.nn.functional.cross_entropy(logits.reshape(-1, 256), tokens[:, 1:].reshape(-1))
+    assert loss.item() == pytest.approx(math.log(256), abs=0.1)
