@@ -462,7 +462,7 @@ class Supervisor:
             spec.torchrun, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE
         )
         self.out = OutputPump(self.proc.stdout, sys.stdout, tail_lines=50, topo=spec.topology)
-        self.err = OutputPump(self.proc.stderr, sys.stderr, tail_lines=200, topo=spec.topology)
+        self.err = OutputPump(self.proc.stderr, sys.stderr, tail_lines=400, topo=spec.topology)
 
     def on_signal(self, signum: int, _frame: Any) -> None:
         name = signal.Signals(signum).name
@@ -544,8 +544,8 @@ def _read_error_files(log_dir: Path) -> list[tuple[int, float, str, str]]:
 
 
 _ROOT_CAUSE = re.compile(
-    r"rank\s*:\s*(\d+)\s*\(local_rank\s*:\s*(\d+)\).*?exitcode\s*:\s*(-?\d+).*?"
-    r"(?:traceback\s*:\s*([^\n]+))?",
+    r"Root Cause.*?rank\s*:\s*(?P<rank>\d+)\s*\(local_rank\s*:\s*(?P<local>\d+)\)"
+    r".*?exitcode\s*:\s*(?P<code>-?\d+).*?error_file\s*:\s*(?P<file>\S+)",
     re.S,
 )
 
@@ -555,37 +555,57 @@ def _stderr_tail(log_dir: Path, local_rank: int, lines: int = 12) -> str:
     if not files:
         return ""
     text = files[-1].read_text(errors="replace").splitlines()
-    return "\n".join(text[-lines:])
+    return "\n".join(ln for ln in text[-lines:] if ln.strip())
+
+
+def _error_file_message(path: Path) -> tuple[str, str] | None:
+    """(exception message, innermost `File ...` line) from a torchelastic error file."""
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    msg = data.get("message", data)
+    if not isinstance(msg, dict):
+        return str(msg), ""
+    tb = str((msg.get("extraInfo") or {}).get("py_callstack", ""))
+    frames = [ln.strip() for ln in tb.splitlines() if ln.strip().startswith("File ")]
+    return str(msg.get("message", "")), (frames[-1] if frames else "")
 
 
 def failure_reason(rc: int, *, topo: Topology, log_dir: Path | None, stderr_tail: list[str]) -> str:
-    """The failing rank and its exception (or signal), then supporting detail."""
+    """The failing rank and its exception (or signal), then supporting detail.
+
+    torchrun's "Root Cause (first observed failure)" names the rank that failed first (a SIGKILLed
+    rank, not the peers that then lost their connection); its error file, written by `@record`
+    in the worker, holds the exception. Without that block: the oldest error file; last, the
+    tail of torchrun's stderr.
+    """
     host = topo.current_host
-    base = topo.node_rank * topo.nproc_per_node
+    text = "\n".join(stderr_tail)
+    m = _ROOT_CAUSE.search(text, max(0, text.rfind("Root Cause")))
+    if m:
+        rank, local_rank, code = int(m["rank"]), int(m["local"]), int(m["code"])
+        who = f"rank {rank} (host {host}, local rank {local_rank})"
+        err = _error_file_message(Path(m["file"])) if m["file"] != "<N/A>" else None
+        if err and err[0]:
+            return f"{who}: {err[0]}" + (f"\nat {err[1]}" if err[1] else "")
+        if code < 0:
+            try:
+                what = f"was killed by signal {signal.Signals(-code).name}"
+            except ValueError:
+                what = f"was killed by signal {-code}"
+        else:
+            what = f"exited with code {code}"
+        tail = _stderr_tail(log_dir, local_rank) if log_dir is not None else ""
+        return f"{who} {what}" + (f"; its last stderr lines:\n{tail}" if tail else "")
     if log_dir is not None:
         errors = _read_error_files(log_dir)
         if errors:
             local_rank, _, msg, tb = errors[0]
-            head = f"rank {base + local_rank} (host {host}, local rank {local_rank}): {msg}"
-            last = [ln for ln in tb.strip().splitlines() if ln.strip().startswith("File ")]
-            where = f"\nat {last[-1].strip()}" if last else ""
-            return head + where
-    # No error file: the root-cause block torchrun printed (signal or bare exit code).
-    text = "\n".join(stderr_tail)
-    idx = text.rfind("Root Cause")
-    m = _ROOT_CAUSE.search(text, idx if idx >= 0 else 0)
-    if m:
-        rank, local_rank, code = int(m.group(1)), int(m.group(2)), int(m.group(3))
-        if code < 0:
-            try:
-                what = f"killed by signal {signal.Signals(-code).name}"
-            except ValueError:
-                what = f"killed by signal {-code}"
-        else:
-            what = f"exited with code {code}"
-        head = f"rank {rank} (host {host}, local rank {local_rank}) {what}"
-        tail = _stderr_tail(log_dir, local_rank) if log_dir is not None else ""
-        return head + (f"; its last stderr lines:\n{tail}" if tail else "")
+            rank = topo.node_rank * topo.nproc_per_node + local_rank
+            frames = [ln.strip() for ln in tb.splitlines() if ln.strip().startswith("File ")]
+            where = f"\nat {frames[-1]}" if frames else ""
+            return f"rank {rank} (host {host}, local rank {local_rank}): {msg}{where}"
     lines = [ln for ln in stderr_tail if ln.strip()][-12:]
     return f"torchrun on host {host} exited with code {rc}; last stderr lines:\n" + "\n".join(lines)
 

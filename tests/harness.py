@@ -1,0 +1,265 @@
+"""A harness that runs the real launcher (→ torchrun → workers) on CPU and injects faults.
+
+Reusable by the end-to-end tests and the reliability suite:
+
+    host = OptMlHost.create(tmp / "run", plan)                 # /opt/ml-shaped dir for algo-1
+    run = host.start(port=free_port())                          # the launcher, as SageMaker would
+    run.wait_for_step(7)                                        # an event: the rank-0 step line
+    run.kill_rank(1)                                            # SIGKILL one worker
+    assert run.wait() != 0
+    run2 = host.start(port=free_port()); assert run2.wait() == 0
+    segments(host.root)                                         # metrics.jsonl split per launch
+
+Waiting is event driven: the launcher's stdout is read by a thread and each wait blocks on a
+condition until a matching line arrives (or the process ends, or the timeout passes).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import signal
+import subprocess
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from blackwell_sm.local import free_port, host_names, launcher_command, launcher_env, layout_opt_ml
+from blackwell_sm.planner.plan import Plan
+from blackwell_sm.train.launch import WORKER_MODULE, child_pids
+
+__all__ = [
+    "Launch",
+    "OptMlHost",
+    "complete_checkpoints",
+    "free_port",
+    "losses",
+    "metric_records",
+    "segments",
+    "start_hosts",
+]
+
+STEP_LINE = re.compile(r"\[bsm-step\] step=(\d+) ")
+
+
+class Launch:
+    """One running launcher process, with its output captured line by line."""
+
+    def __init__(self, cmd: list[str], env: dict[str, str], log_path: Path) -> None:
+        self.lines: list[str] = []
+        self._cond = threading.Condition()
+        self.log_path = log_path
+        # Own session: a signal meant for the launcher never reaches the test process.
+        self.proc = subprocess.Popen(
+            cmd,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        with open(self.log_path, "a") as log:
+            for raw in iter(self.proc.stdout.readline, b""):
+                line = raw.decode(errors="replace").rstrip("\n")
+                log.write(line + "\n")
+                log.flush()
+                with self._cond:
+                    self.lines.append(line)
+                    self._cond.notify_all()
+        with self._cond:
+            self._cond.notify_all()
+
+    @property
+    def output(self) -> str:
+        with self._cond:
+            return "\n".join(self.lines)
+
+    def wait_for(
+        self,
+        pattern: str | re.Pattern[str],
+        timeout: float = 90.0,
+        accept: Callable[[re.Match[str]], bool] | None = None,
+    ) -> re.Match[str]:
+        """Block until a line matches `pattern` (and `accept(match)`); AssertionError if the run
+        ends or the time passes first."""
+        rx = re.compile(pattern) if isinstance(pattern, str) else pattern
+        deadline = time.monotonic() + timeout
+        seen = 0
+        with self._cond:
+            while True:
+                for line in self.lines[seen:]:
+                    m = rx.search(line)
+                    if m and (accept is None or accept(m)):
+                        return m
+                seen = len(self.lines)
+                if not self._reader.is_alive():
+                    raise AssertionError(
+                        f"launcher ended (rc={self.proc.poll()}) before {rx.pattern!r}:\n"
+                        + self.tail()
+                    )
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise AssertionError(f"no {rx.pattern!r} within {timeout} s:\n" + self.tail())
+                self._cond.wait(timeout=left)
+
+    def wait_for_step(self, step: int, timeout: float = 90.0) -> None:
+        """Block until rank 0 has logged `step` (or a later one)."""
+        self.wait_for(STEP_LINE, timeout, accept=lambda m: int(m.group(1)) >= step)
+
+    def worker_pids(self) -> dict[int, int]:
+        """Global rank -> pid of each live worker (launcher → torchrun → workers)."""
+        out = {}
+        for torchrun in child_pids(self.proc.pid):
+            for pid in child_pids(torchrun):
+                try:
+                    cmd = Path(f"/proc/{pid}/cmdline").read_bytes()
+                    env = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+                except OSError:
+                    continue
+                if WORKER_MODULE.encode() not in cmd:
+                    continue
+                for kv in env:
+                    if kv.startswith(b"RANK="):
+                        out[int(kv[5:])] = pid
+        return out
+
+    def kill_rank(self, rank: int, sig: int = signal.SIGKILL) -> int:
+        """Send `sig` to the worker with global `rank`; returns its pid."""
+        pids = self.worker_pids()
+        if rank not in pids:
+            raise AssertionError(f"no live worker with rank {rank}; have {sorted(pids)}")
+        os.kill(pids[rank], sig)
+        return pids[rank]
+
+    def signal(self, sig: int = signal.SIGTERM) -> None:
+        """Signal the launcher itself (what SageMaker does to PID 1 on a stop)."""
+        os.kill(self.proc.pid, sig)
+
+    def wait(self, timeout: float = 120.0) -> int:
+        """The launcher's exit code; kills it (and fails) if it runs past `timeout`."""
+        try:
+            rc = self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            raise AssertionError(
+                f"launcher still running after {timeout} s:\n{self.tail()}"
+            ) from None
+        self._reader.join(timeout=10)
+        return rc
+
+    def kill(self) -> None:
+        """SIGKILL the launcher and its workers (clean-up after a failed test)."""
+        for pid in self.worker_pids().values():
+            _kill(pid)
+        for pid in child_pids(self.proc.pid):
+            _kill(pid)
+        _kill(self.proc.pid)
+        self.proc.wait()
+
+    def tail(self, n: int = 40) -> str:
+        with self._cond:
+            return "\n".join(self.lines[-n:])
+
+
+def _kill(pid: int) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGKILL)
+
+
+@dataclass
+class OptMlHost:
+    """One host's /opt/ml-shaped directory (resourceconfig.json naming it among `hosts`)."""
+
+    root: Path
+    plan_path: Path
+    host: str
+    hosts: list[str]
+    launches: list[Launch] = field(default_factory=list)
+
+    @classmethod
+    def create(
+        cls, root: Path, plan: Plan, *, host: str = "algo-1", hosts: list[str] | None = None
+    ) -> OptMlHost:
+        hosts = hosts or host_names(plan.instance.count)
+        plan_path = layout_opt_ml(root, plan, current_host=host, hosts=hosts)
+        return cls(root=root, plan_path=plan_path, host=host, hosts=hosts)
+
+    def start(self, *, port: int, env: dict[str, str] | None = None) -> Launch:
+        """Start this host's launcher with master port `port` (and loopback for multi-host)."""
+        extra = {"BSM_MASTER_ADDR": "127.0.0.1"} if len(self.hosts) > 1 else {}
+        extra.update(env or {})
+        launch = Launch(
+            launcher_command(self.plan_path, self.root),
+            launcher_env(master_port=port, extra=extra),
+            self.root / "launcher.log",
+        )
+        self.launches.append(launch)
+        return launch
+
+    def dry_run(self, env: dict[str, str] | None = None) -> dict[str, Any]:
+        """The launcher's --dry-run JSON for this host."""
+        out = subprocess.run(
+            launcher_command(self.plan_path, self.root, dry_run=True),
+            env=launcher_env(master_port=29500, extra=env),
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        return json.loads(out.stdout)
+
+    def failure(self) -> str | None:
+        p = self.root / "output" / "failure"
+        return p.read_text() if p.is_file() else None
+
+
+def start_hosts(hosts: list[OptMlHost], *, port: int) -> list[Launch]:
+    """Start one launcher per host, all with the same master port (a multi-host job)."""
+    return [h.start(port=port) for h in hosts]
+
+
+def metric_records(root: Path) -> list[dict[str, Any]]:
+    """All training records of `root/output/data/metrics.jsonl`, in file order."""
+    path = root / "output" / "data" / "metrics.jsonl"
+    if not path.is_file():
+        return []
+    recs = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    return [r for r in recs if r.get("kind", "train") == "train"]
+
+
+def segments(root: Path) -> list[dict[int, float]]:
+    """metrics.jsonl split into launches (a new segment wherever the step does not increase):
+    step -> loss for each."""
+    out: list[dict[int, float]] = []
+    last = None
+    for r in metric_records(root):
+        if last is None or r["step"] <= last:
+            out.append({})
+        out[-1][r["step"]] = r["loss"]
+        last = r["step"]
+    return out
+
+
+def losses(root: Path) -> dict[int, float]:
+    """step -> loss over the whole history of `root` (a resumed step's later value wins)."""
+    merged: dict[int, float] = {}
+    for seg in segments(root):
+        merged.update(seg)
+    return merged
+
+
+def complete_checkpoints(root: Path) -> list[int]:
+    """Steps of the complete checkpoints (COMPLETE marker present), oldest first."""
+    steps = []
+    for p in (root / "checkpoints").glob("step-*"):
+        if (p / "COMPLETE").is_file():
+            steps.append(int(p.name.split("-")[1]))
+    return sorted(steps)
