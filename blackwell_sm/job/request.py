@@ -1,0 +1,329 @@
+"""The job request builder: RunSpec + Plan -> the exact CreateTrainingJob kwargs (pure).
+
+One source of truth for the job: the CLI's dry run prints it, the AWS layer sends it, and
+`to_model_trainer` is checked against it. Deterministic: the same spec and plan give the same
+job name, spec hash, request and bundle bytes (unless `new=True`).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from blackwell_sm import __version__
+from blackwell_sm.errors import InfeasiblePlanError, SpecError
+from blackwell_sm.hardware import get_instance
+from blackwell_sm.job.bundle import BUNDLE_FILE, PLAN_FILE, CodeBundle, build_bundle
+from blackwell_sm.job.images import default_image_uri
+from blackwell_sm.job.limits import MAX_RUNTIME_S
+from blackwell_sm.job.names import base_job_name, sha256_hex, spec_hash, unique_suffix
+from blackwell_sm.job.validate import validate_request
+from blackwell_sm.metrics import METRIC_REGEXES
+from blackwell_sm.planner.plan import Plan
+from blackwell_sm.spec.compute import TRAINING_PLAN_ARN_RE
+from blackwell_sm.spec.job import JobSpec
+from blackwell_sm.spec.run import RunSpec
+
+CODE_CHANNEL = "code"
+CHECKPOINT_LOCAL_PATH = "/opt/ml/checkpoints"
+# `exec` makes the launcher PID 1, so SageMaker's SIGTERM (stop, max runtime) reaches it.
+# BSM_OPT_ML lets a test run the very same command against a temporary /opt/ml tree.
+CONTAINER_COMMAND = (
+    "set -e; R=${BSM_OPT_ML:-/opt/ml}; mkdir -p $R/code; "
+    f"tar -xzf $R/input/data/{CODE_CHANNEL}/{BUNDLE_FILE} -C $R/code; cd $R/code; "
+    f"exec python entrypoints/launch.py --plan {PLAN_FILE} --opt-ml $R"
+)
+CONTAINER_ENTRYPOINT = ["bash", "-c", CONTAINER_COMMAND]
+STARTUP_HOURS = 0.5  # image pull, channel download, checkpoint load and final save
+
+
+class JobRequest(BaseModel):
+    """A built, validated job: the request to send and what it needs."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    job_name: str
+    base_job_name: str = Field(description="<model>-<spec hash>: the name a rerun reattaches to.")
+    spec_hash: str
+    region: str
+    request: dict[str, Any] = Field(description="The exact CreateTrainingJob kwargs.")
+    bundle: CodeBundle
+    bundle_s3_uri: str = Field(description="<code prefix>/<sha256>/bundle.tar.gz")
+    checkpoint_s3_uri: str
+    max_runtime_s: int
+    training_plan_arn: str | None = None
+    unresolved_training_plan: str | None = Field(
+        None, description="compute.training_plan name or 'auto' not yet resolved to an ARN."
+    )
+    placeholders: list[str] = Field(
+        default_factory=list, description="Spec fields still holding REPLACE-ME values."
+    )
+    warnings: list[str] = Field(default_factory=list)
+
+
+def max_runtime_seconds(job: JobSpec, plan: Plan, warnings: list[str]) -> int:
+    """The job's MaxRuntimeInSeconds: the user's, or the plan's estimate with a margin.
+
+    SDKs default to one hour, which would stop almost any real run; this default follows the
+    prediction instead, capped at SageMaker's 28 days.
+    """
+    if job.max_runtime_hours is not None:
+        seconds = math.ceil(job.max_runtime_hours * 3600)
+        if job.max_runtime_hours < plan.run.hours:
+            warnings.append(
+                f"job.max_runtime_hours {job.max_runtime_hours:g} is shorter than the predicted "
+                f"{plan.run.hours:.2f} h: the job will be stopped early (a --new rerun resumes "
+                "from its checkpoints)"
+            )
+        return seconds
+    hours = plan.run.hours * job.runtime_margin + STARTUP_HOURS
+    seconds = math.ceil(hours * 3600)
+    if seconds > MAX_RUNTIME_S:
+        warnings.append(
+            f"predicted {plan.run.hours:.1f} h x margin {job.runtime_margin:g} exceeds SageMaker's "
+            f"28-day limit: MaxRuntimeInSeconds capped at {MAX_RUNTIME_S}; the run needs "
+            f"{math.ceil(hours * 3600 / MAX_RUNTIME_S)} jobs (each --new rerun resumes)"
+        )
+        seconds = MAX_RUNTIME_S
+    return seconds
+
+
+def _check_plan_matches(spec: RunSpec, plan: Plan) -> None:
+    if not plan.feasible:
+        raise InfeasiblePlanError(
+            "refusing to build a job for an infeasible plan",
+            plan=plan,
+            hint="; ".join(plan.advice) or "see `bsm plan` for what would make it fit",
+        )
+    if plan.instance.type != spec.compute.instance_type:
+        raise SpecError(
+            f"the plan is for {plan.instance.type} but compute.instance_type is "
+            f"{spec.compute.instance_type}",
+            field="compute.instance_type",
+            hint="make the plan from this spec (bsm.plan(spec))",
+        )
+    count = spec.compute.instance_count
+    if isinstance(count, int) and count != plan.instance.count:
+        raise SpecError(
+            f"the plan is for {plan.instance.count} instances but compute.instance_count is "
+            f"{count}",
+            field="compute.instance_count",
+            hint="make the plan from this spec (bsm.plan(spec))",
+        )
+
+
+def _check_channels(spec: RunSpec, job: JobSpec) -> None:
+    data = spec.training.data
+    if data.source != "channel":
+        return
+    for role, name in (
+        ("train_channel", data.train_channel),
+        ("validation_channel", data.validation_channel),
+    ):
+        if name is not None and name not in job.channels:
+            raise SpecError(
+                f"training.data.{role} is {name!r} but job.channels has no such channel; "
+                f"defined: {', '.join(job.channels) or 'none'}",
+                field="job.channels",
+                hint=f"add job.channels.{name}.s3_uri: s3://bucket/prefix/of/token/shards",
+            )
+
+
+def _resolve_training_plan(
+    spec: RunSpec, region: str, training_plan_arn: str | None, warnings: list[str]
+) -> tuple[str | None, str | None]:
+    """(ARN to send, unresolved name/'auto')."""
+    wanted = spec.compute.training_plan
+    arn = training_plan_arn or (wanted if wanted and wanted.startswith("arn:") else None)
+    unresolved = None
+    if arn is None and wanted is not None:
+        unresolved = wanted
+        warnings.append(
+            f"compute.training_plan {wanted!r} is not resolved to an ARN yet: this request has "
+            "no TrainingPlanArn (submit resolves it before sending)"
+        )
+    if arn is not None:
+        if not TRAINING_PLAN_ARN_RE.match(arn):
+            raise SpecError(
+                f"training plan ARN {arn!r} does not look like "
+                "arn:aws:sagemaker:REGION:ACCOUNT:training-plan/NAME",
+                field="compute.training_plan",
+            )
+        arn_region = arn.split(":")[3]
+        if arn_region != region:
+            raise SpecError(
+                f"training plan {arn} is in {arn_region} but the job runs in {region}",
+                field="compute.training_plan",
+                hint="a job can only use a training plan of its own region",
+            )
+        if not get_instance(spec.compute.instance_type).supports_training_plans:
+            raise SpecError(
+                f"{spec.compute.instance_type} cannot run on a training plan",
+                field="compute.training_plan",
+            )
+    return arn, unresolved
+
+
+def _tags(job: JobSpec, model: str, digest: str, plan_sha: str, plan_ref: str | None) -> list:
+    auto = {"bsm:model": model, "bsm:spec-hash": digest, "bsm:plan-hash": plan_sha[:12]}
+    if plan_ref:
+        auto["bsm:training-plan"] = plan_ref.rsplit("/", 1)[-1]
+    merged = {**dict(sorted(job.tags.items())), **auto}
+    return [{"Key": k, "Value": v} for k, v in merged.items()]
+
+
+def build_job_request(
+    spec: RunSpec,
+    plan: Plan,
+    *,
+    new: bool = False,
+    training_plan_arn: str | None = None,
+    region: str | None = None,
+) -> JobRequest:
+    """Build and validate the CreateTrainingJob request for `spec` run as `plan`.
+
+    `training_plan_arn` is the ARN the AWS layer resolved `compute.training_plan` (a name or
+    'auto') into; `region` fills in `job.region` when the spec leaves it to the session.
+    Raises SpecError (naming the field and the limit) before anything is sent.
+    """
+    job = spec.job
+    if job is None:
+        raise SpecError(
+            "the spec has no job: section; it is needed to build a SageMaker job",
+            field="job",
+            hint="add job: {role_arn: ..., s3_prefix: s3://bucket/prefix} (see templates/)",
+        )
+    region = job.region or region
+    if region is None:
+        raise SpecError(
+            "no region: set job.region, AWS_REGION or a profile region",
+            field="job.region",
+        )
+    _check_plan_matches(spec, plan)
+    _check_channels(spec, job)
+    warnings: list[str] = []
+    placeholders = job.placeholders()
+    for path in placeholders:
+        warnings.append(f"{path} is a REPLACE-ME placeholder: set it before submitting")
+
+    plan_json = plan.to_json()
+    plan_sha = sha256_hex(plan_json.encode())
+    bundle = build_bundle(plan_json)
+    digest = spec_hash(spec, plan)
+    base = base_job_name(spec.model.name, digest)
+    name = base + unique_suffix() if new else base
+    bundle_uri = f"{job.code_prefix}/{bundle.sha256}/{BUNDLE_FILE}"
+    checkpoint_uri = f"{job.checkpoint_prefix}/{base}"
+    runtime_s = max_runtime_seconds(job, plan, warnings)
+    arn, unresolved = _resolve_training_plan(spec, region, training_plan_arn, warnings)
+    instance = get_instance(plan.instance.type)
+    nvme_only = instance.local_nvme_tb > 0
+    if nvme_only and job.volume_kms_key_id:
+        raise SpecError(
+            f"job.volume_kms_key_id cannot be used on {instance.name}: its storage is local "
+            "NVMe only, which SageMaker encrypts with a hardware key and which takes no KMS key",
+            field="job.volume_kms_key_id",
+            hint="remove job.volume_kms_key_id; job.output_kms_key_id still encrypts the output",
+        )
+
+    channels = [
+        {
+            "ChannelName": CODE_CHANNEL,
+            "DataSource": {
+                "S3DataSource": {
+                    "S3DataType": "S3Prefix",
+                    "S3Uri": bundle_uri,
+                    "S3DataDistributionType": "FullyReplicated",
+                }
+            },
+            "InputMode": "File",
+        }
+    ]
+    for cname, ch in sorted(job.channels.items()):
+        channels.append(
+            {
+                "ChannelName": cname,
+                "DataSource": {
+                    "S3DataSource": {
+                        "S3DataType": "S3Prefix",
+                        "S3Uri": ch.s3_uri,
+                        "S3DataDistributionType": ch.distribution,
+                    }
+                },
+                "InputMode": ch.input_mode,
+            }
+        )
+
+    resource: dict[str, Any] = {
+        "InstanceType": plan.instance.type,
+        "InstanceCount": plan.instance.count,
+        "VolumeSizeInGB": job.volume_size_gb,
+    }
+    if job.volume_kms_key_id:
+        resource["VolumeKmsKeyId"] = job.volume_kms_key_id
+    if job.keep_alive_minutes is not None:
+        resource["KeepAlivePeriodInSeconds"] = job.keep_alive_minutes * 60
+    if arn:
+        resource["TrainingPlanArn"] = arn
+
+    output: dict[str, Any] = {
+        "S3OutputPath": job.output_prefix,
+        "CompressionType": job.output_compression,
+    }
+    if job.output_kms_key_id:
+        output["KmsKeyId"] = job.output_kms_key_id
+
+    environment = {**dict(sorted(job.environment.items())), "BSM_MAX_RUNTIME_S": str(runtime_s)}
+    request: dict[str, Any] = {
+        "TrainingJobName": name,
+        "RoleArn": job.role_arn,
+        "AlgorithmSpecification": {
+            "TrainingImage": job.image_uri or default_image_uri(region),
+            "TrainingInputMode": "File",
+            "ContainerEntrypoint": list(CONTAINER_ENTRYPOINT),
+            "MetricDefinitions": [{"Name": k, "Regex": v} for k, v in METRIC_REGEXES.items()],
+            "EnableSageMakerMetricsTimeSeries": True,
+        },
+        # Few and informative: the container reads plan.json, not these.
+        "HyperParameters": {
+            "bsm_spec_hash": digest,
+            "bsm_plan_sha256": plan_sha,
+            "bsm_bundle_sha256": bundle.sha256,
+            "bsm_version": __version__,
+        },
+        "InputDataConfig": channels,
+        "OutputDataConfig": output,
+        "ResourceConfig": resource,
+        "StoppingCondition": {"MaxRuntimeInSeconds": runtime_s},
+        "CheckpointConfig": {"S3Uri": checkpoint_uri, "LocalPath": CHECKPOINT_LOCAL_PATH},
+        "Environment": environment,
+        "EnableNetworkIsolation": job.enable_network_isolation,
+        "EnableInterContainerTrafficEncryption": job.encrypt_inter_container_traffic,
+        "Tags": _tags(job, spec.model.name, digest, plan_sha, arn or unresolved),
+    }
+    if job.subnets:
+        request["VpcConfig"] = {
+            "Subnets": list(job.subnets),
+            "SecurityGroupIds": list(job.security_group_ids),
+        }
+    if job.max_retry_attempts is not None:
+        request["RetryStrategy"] = {"MaximumRetryAttempts": job.max_retry_attempts}
+
+    validate_request(request, nvme_only=nvme_only)
+    return JobRequest(
+        job_name=name,
+        base_job_name=base,
+        spec_hash=digest,
+        region=region,
+        request=request,
+        bundle=bundle,
+        bundle_s3_uri=bundle_uri,
+        checkpoint_s3_uri=checkpoint_uri,
+        max_runtime_s=runtime_s,
+        training_plan_arn=arn,
+        unresolved_training_plan=unresolved,
+        placeholders=placeholders,
+        warnings=warnings,
+    )
