@@ -1,0 +1,248 @@
+"""Least-privilege IAM policies: for whoever runs `bsm` (the caller) and for the job's role.
+
+Derived from a spec when one is given (its region, account, role, S3 prefixes, channels, image,
+KMS keys, VPC); without one, REPLACE-ME placeholders and wildcards mark what to fill in.
+Pure: builds policy documents, calls nothing.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from blackwell_sm.job.images import default_image_uri
+from blackwell_sm.job.names import name_stem
+from blackwell_sm.spec.job import S3_URI_RE
+from blackwell_sm.spec.run import RunSpec
+
+# What the toolkit calls, by purpose (the AWS layer must not need more than this).
+TRAINING_JOB_ACTIONS = [
+    "sagemaker:CreateTrainingJob",
+    "sagemaker:DescribeTrainingJob",
+    "sagemaker:StopTrainingJob",
+    "sagemaker:AddTags",  # CreateTrainingJob with Tags needs it
+    "sagemaker:ListTags",
+]
+# These take no resource-level permissions (Resource "*").
+LIST_ACTIONS = [
+    "sagemaker:ListTrainingJobs",
+    "sagemaker:ListTrainingPlans",
+    "sagemaker:SearchTrainingPlanOfferings",
+]
+TRAINING_PLAN_READ_ACTIONS = ["sagemaker:DescribeTrainingPlan"]
+TRAINING_PLAN_BUY_ACTIONS = ["sagemaker:CreateTrainingPlan"]
+LOG_READ_ACTIONS = ["logs:DescribeLogStreams", "logs:GetLogEvents", "logs:FilterLogEvents"]
+METRIC_READ_ACTIONS = ["cloudwatch:GetMetricData"]
+LOG_WRITE_ACTIONS = [
+    "logs:CreateLogGroup",
+    "logs:CreateLogStream",
+    "logs:PutLogEvents",
+    "logs:DescribeLogStreams",
+]
+ECR_PULL_ACTIONS = [
+    "ecr:BatchCheckLayerAvailability",
+    "ecr:BatchGetImage",
+    "ecr:GetDownloadUrlForLayer",
+]
+VPC_ACTIONS = [
+    "ec2:CreateNetworkInterface",
+    "ec2:CreateNetworkInterfacePermission",
+    "ec2:DeleteNetworkInterface",
+    "ec2:DeleteNetworkInterfacePermission",
+    "ec2:DescribeDhcpOptions",
+    "ec2:DescribeNetworkInterfaces",
+    "ec2:DescribeSecurityGroups",
+    "ec2:DescribeSubnets",
+    "ec2:DescribeVpcs",
+]
+LOG_GROUP = "/aws/sagemaker/TrainingJobs"
+ECR_IMAGE_RE = re.compile(r"^(\d{12})\.dkr\.ecr\.([a-z0-9-]+)\.amazonaws\.com(?:\.cn)?/([^:@]+)")
+
+
+def _doc(*statements: dict[str, Any]) -> dict[str, Any]:
+    return {"Version": "2012-10-17", "Statement": [s for s in statements if s]}
+
+
+def _stmt(sid: str, actions: list[str], resources: list[str] | str, **extra: Any) -> dict:
+    res = resources if isinstance(resources, str) else sorted(set(resources))
+    return {"Sid": sid, "Effect": "Allow", "Action": sorted(set(actions)), "Resource": res, **extra}
+
+
+def _s3_parts(uri: str) -> tuple[str, str]:
+    m = S3_URI_RE.match(uri)
+    assert m, uri  # validated by JobSpec
+    return m["bucket"], (m["key"] or "").strip("/")
+
+
+class _Ctx:
+    """Where things are: from the spec, or placeholders when there is none."""
+
+    def __init__(self, spec: RunSpec | None) -> None:
+        job = spec.job if spec else None
+        self.spec = spec
+        if job:
+            parts = job.role_arn.split(":")
+            self.partition, self.account = parts[1], parts[4]
+            self.role_arn = job.role_arn
+            self.region = job.region or "*"
+        else:
+            self.partition, self.account, self.region = "aws", "*", "*"
+            self.role_arn = "arn:aws:iam::*:role/REPLACE-ME-SageMakerExecutionRole"
+        self.s3_prefix = job.s3_prefix if job else "s3://REPLACE-ME-bucket/blackwell-sm"
+        self.code = job.code_prefix if job else f"{self.s3_prefix}/code"
+        self.output = job.output_prefix if job else f"{self.s3_prefix}/output"
+        self.checkpoints = job.checkpoint_prefix if job else f"{self.s3_prefix}/checkpoints"
+        self.channels = [c.s3_uri for _, c in sorted(job.channels.items())] if job else []
+        self.job = job
+
+    def arn(self, service: str, resource: str) -> str:
+        return f"arn:{self.partition}:{service}:{self.region}:{self.account}:{resource}"
+
+    def s3_objects(self, uri: str) -> str:
+        bucket, key = _s3_parts(uri)
+        return f"arn:{self.partition}:s3:::{bucket}/{key + '/' if key else ''}*"
+
+    def s3_list(self, uris: list[str], sid: str) -> list[dict[str, Any]]:
+        """ListBucket per bucket, limited to the prefixes."""
+        by_bucket: dict[str, set[str]] = {}
+        for uri in uris:
+            bucket, key = _s3_parts(uri)
+            by_bucket.setdefault(bucket, set()).update({key, f"{key}/*"} if key else {"*"})
+        return [
+            _stmt(
+                f"{sid}{i}",
+                ["s3:ListBucket"],
+                f"arn:{self.partition}:s3:::{bucket}",
+                Condition={"StringLike": {"s3:prefix": sorted(prefixes)}},
+            )
+            for i, (bucket, prefixes) in enumerate(sorted(by_bucket.items()))
+        ]
+
+    def training_jobs(self) -> str:
+        # SageMaker lowercases names in ARNs; the toolkit names jobs <model>-<spec hash>[-suffix].
+        if self.spec is None:
+            return self.arn("sagemaker", "training-job/*")
+        return self.arn("sagemaker", f"training-job/{name_stem(self.spec.model.name).lower()}-*")
+
+
+def caller_policy(spec: RunSpec | None = None) -> dict[str, Any]:
+    """What `bsm submit/status/logs/stop/list/plans` need: jobs, plans, the S3 prefix, logs."""
+    c = _Ctx(spec)
+    create_condition: dict[str, Any] = {}
+    if spec is not None:
+        create_condition = {
+            "Condition": {
+                "ForAllValues:StringEquals": {
+                    "sagemaker:InstanceTypes": [spec.compute.instance_type]
+                }
+            }
+        }
+    return _doc(
+        _stmt("CreateTrainingJobsOnTheSpecsInstanceType", ["sagemaker:CreateTrainingJob"],
+              [c.training_jobs()], **create_condition),
+        _stmt("ManageTheToolkitsTrainingJobs",
+              [a for a in TRAINING_JOB_ACTIONS if a != "sagemaker:CreateTrainingJob"],
+              [c.training_jobs()]),
+        _stmt("ListJobsAndPlansSearchOfferings", LIST_ACTIONS, "*"),
+        _stmt("ReadTrainingPlans", TRAINING_PLAN_READ_ACTIONS,
+              [c.arn("sagemaker", "training-plan/*")]),
+        # Reserving spends money (the CLI asks first); drop this statement to forbid it.
+        _stmt("ReserveTrainingPlans", TRAINING_PLAN_BUY_ACTIONS,
+              [c.arn("sagemaker", "training-plan/*")]),
+        _stmt("PassTheJobRoleToSageMaker", ["iam:PassRole"], [c.role_arn],
+              Condition={"StringEquals": {"iam:PassedToService": "sagemaker.amazonaws.com"}}),
+        _stmt("UploadCodeReadOutputs", ["s3:GetObject", "s3:PutObject"],
+              [c.s3_objects(c.code), c.s3_objects(c.output)]),
+        *c.s3_list([c.code, c.output], "ListThePrefix"),
+        _stmt("ReadJobLogs", LOG_READ_ACTIONS,
+              [c.arn("logs", f"log-group:{LOG_GROUP}:*")]),
+        _stmt("ReadJobMetrics", METRIC_READ_ACTIONS, "*"),
+    )  # fmt: skip
+
+
+def _ecr_repository(c: _Ctx) -> tuple[str | None, str]:
+    """(repository ARN or None for a non-ECR image, the image URI)."""
+    job = c.job
+    if job is None:
+        image = "763104351884.dkr.ecr.REGION.amazonaws.com/pytorch-training:TAG"
+        return "arn:aws:ecr:*:763104351884:repository/pytorch-training", image
+    image = job.image_uri or (default_image_uri(job.region) if job.region else "")
+    m = ECR_IMAGE_RE.match(image)
+    if not m:
+        return None, image
+    account, region, repo = m.groups()
+    return f"arn:{c.partition}:ecr:{region}:{account}:repository/{repo}", image
+
+
+def job_role_policy(spec: RunSpec | None = None) -> dict[str, Any]:
+    """What the job's role needs: read code and data, write output/checkpoints, pull, log."""
+    c = _Ctx(spec)
+    repo, _ = _ecr_repository(c)
+    job = c.job
+    read = [c.code, *c.channels, c.checkpoints]
+    kms_keys = [k for k in (job.output_kms_key_id, job.volume_kms_key_id) if k] if job else []
+    statements = [
+        _stmt("ReadCodeDataAndCheckpoints", ["s3:GetObject"], [c.s3_objects(u) for u in read]),
+        _stmt("WriteOutputAndCheckpoints", ["s3:PutObject"],
+              [c.s3_objects(c.output), c.s3_objects(c.checkpoints)]),
+        *c.s3_list([c.code, *c.channels, c.checkpoints, c.output], "ListInputsAndCheckpoints"),
+        _stmt("PullTheTrainingImage", ECR_PULL_ACTIONS, [repo]) if repo else {},
+        _stmt("EcrLogin", ["ecr:GetAuthorizationToken"], "*") if repo else {},
+        _stmt("WriteJobLogs", LOG_WRITE_ACTIONS,
+              [c.arn("logs", f"log-group:{LOG_GROUP}"), c.arn("logs", f"log-group:{LOG_GROUP}:*")]),
+        _stmt("PublishJobMetrics", ["cloudwatch:PutMetricData"], "*",
+              Condition={"StringLike": {"cloudwatch:namespace": "/aws/sagemaker/*"}}),
+    ]  # fmt: skip
+    if kms_keys:
+        statements.append(
+            _stmt("UseTheSpecsKmsKeys", ["kms:Decrypt", "kms:GenerateDataKey"], kms_keys)
+        )
+    if job and job.volume_kms_key_id:
+        statements.append(
+            _stmt("GrantVolumeEncryption", ["kms:CreateGrant"], [job.volume_kms_key_id],
+                  Condition={"Bool": {"kms:GrantIsForAWSResource": "true"}})
+        )  # fmt: skip
+    if job and job.subnets:
+        statements.append(_stmt("RunInTheVpc", VPC_ACTIONS, "*"))
+    return _doc(*statements)
+
+
+def trust_policy() -> dict[str, Any]:
+    """The job role's trust policy: SageMaker may assume it."""
+    return {
+        "Version": "2012-10-17",
+        "Statement": [
+            {
+                "Effect": "Allow",
+                "Principal": {"Service": "sagemaker.amazonaws.com"},
+                "Action": "sts:AssumeRole",
+            }
+        ],
+    }
+
+
+def iam_policies(spec: RunSpec | None = None) -> dict[str, Any]:
+    """Caller policy, job-role policy and trust policy, with notes on what to fill in."""
+    notes = []
+    if spec is None or spec.job is None:
+        notes.append(
+            "no spec with a job: section given: replace REPLACE-ME and narrow the '*' account "
+            "and region (bsm iam-policy SPEC.yaml derives them)"
+        )
+    else:
+        notes += [f"{p} is still a placeholder" for p in spec.job.placeholders()]
+        if spec.job.region is None:
+            notes.append("job.region is unset: ARNs use region '*'")
+        repo, image = _ecr_repository(_Ctx(spec))
+        if repo is None:
+            notes.append(f"image {image!r} is not in ECR: add its registry's pull permissions")
+    notes.append(
+        "ReserveTrainingPlans allows sagemaker:CreateTrainingPlan, which spends money; remove it "
+        "for users who must not reserve capacity"
+    )
+    return {
+        "caller": caller_policy(spec if spec and spec.job else None),
+        "job_role": job_role_policy(spec if spec and spec.job else None),
+        "job_role_trust": trust_policy(),
+        "notes": notes,
+    }

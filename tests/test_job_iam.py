@@ -1,0 +1,107 @@
+"""`bsm iam-policy`: least-privilege policies derived from the spec, with real action names."""
+
+from __future__ import annotations
+
+import json
+
+import botocore.session
+import pytest
+from job_plans import run_spec
+
+from blackwell_sm.cli import main
+from blackwell_sm.job.iam import iam_policies
+
+ROLE = "arn:aws:iam::123456789012:role/bsm-test-role"
+
+
+def _statements(doc):
+    return {s["Sid"]: s for s in doc["Statement"]}
+
+
+def _resources(stmt):
+    r = stmt["Resource"]
+    return [r] if isinstance(r, str) else r
+
+
+def test_caller_policy_is_narrowed_to_the_spec():
+    caller = _statements(iam_policies(run_spec())["caller"])
+    create = caller["CreateTrainingJobsOnTheSpecsInstanceType"]
+    assert create["Resource"] == [
+        "arn:aws:sagemaker:us-east-1:123456789012:training-job/llama-3-1-8b-*"
+    ]
+    assert create["Condition"]["ForAllValues:StringEquals"]["sagemaker:InstanceTypes"] == [
+        "ml.p6-b200.48xlarge"
+    ]
+    passrole = caller["PassTheJobRoleToSageMaker"]
+    assert passrole["Action"] == ["iam:PassRole"] and passrole["Resource"] == [ROLE]
+    assert passrole["Condition"]["StringEquals"]["iam:PassedToService"] == "sagemaker.amazonaws.com"
+    assert set(caller["UploadCodeReadOutputs"]["Resource"]) == {
+        "arn:aws:s3:::bsm-test-bucket/runs/code/*",
+        "arn:aws:s3:::bsm-test-bucket/runs/output/*",
+    }
+    # only calls without resource-level permissions get "*"
+    wide = {s["Sid"] for s in caller.values() if "*" in _resources(s)}
+    assert wide == {"ListJobsAndPlansSearchOfferings", "ReadJobMetrics"}
+
+
+def test_job_role_reads_code_and_channels_writes_output_and_pulls_the_image():
+    role = _statements(iam_policies(run_spec())["job_role"])
+    assert set(role["ReadCodeDataAndCheckpoints"]["Resource"]) == {
+        "arn:aws:s3:::bsm-test-bucket/runs/code/*",
+        "arn:aws:s3:::bsm-test-bucket/data/train/*",
+        "arn:aws:s3:::bsm-test-bucket/runs/checkpoints/*",
+    }
+    assert set(role["WriteOutputAndCheckpoints"]["Resource"]) == {
+        "arn:aws:s3:::bsm-test-bucket/runs/output/*",
+        "arn:aws:s3:::bsm-test-bucket/runs/checkpoints/*",
+    }
+    assert role["PullTheTrainingImage"]["Resource"] == [
+        "arn:aws:ecr:us-east-1:763104351884:repository/pytorch-training"
+    ]
+    assert "UseTheSpecsKmsKeys" not in role and "RunInTheVpc" not in role
+    listing = role["ListInputsAndCheckpoints0"]
+    assert listing["Resource"] == "arn:aws:s3:::bsm-test-bucket"
+    assert "runs/code/*" in listing["Condition"]["StringLike"]["s3:prefix"]
+
+
+def test_kms_and_vpc_only_when_the_spec_uses_them():
+    key = "arn:aws:kms:us-east-1:123456789012:key/abc"
+    spec = run_spec(output_kms_key_id=key, subnets=["subnet-1"], security_group_ids=["sg-1"])
+    role = _statements(iam_policies(spec)["job_role"])
+    assert role["UseTheSpecsKmsKeys"]["Resource"] == [key]
+    assert "ec2:CreateNetworkInterface" in role["RunInTheVpc"]["Action"]
+
+
+@pytest.mark.parametrize("spec", [None, "spec"])
+def test_every_action_is_a_real_api_operation(spec):
+    policies = iam_policies(run_spec() if spec else None)
+    session = botocore.session.get_session()
+    service_of = {
+        "sagemaker": "sagemaker",
+        "logs": "logs",
+        "ecr": "ecr",
+        "cloudwatch": "cloudwatch",
+    }
+    s3_actions = {"s3:GetObject", "s3:PutObject", "s3:ListBucket"}  # IAM names, not API names
+    for doc in (policies["caller"], policies["job_role"]):
+        for stmt in doc["Statement"]:
+            for action in stmt["Action"]:
+                prefix, op = action.split(":")
+                if prefix in service_of:
+                    model = session.get_service_model(service_of[prefix])
+                    assert op in model.operation_names, action
+                else:
+                    assert action in s3_actions | {"iam:PassRole", "kms:Decrypt",
+                        "kms:GenerateDataKey", "kms:CreateGrant"} or prefix == "ec2", action  # fmt: skip
+
+
+def test_cli_json_is_only_json(capsys, tmp_path):
+    with pytest.raises(SystemExit) as e:
+        main(["iam-policy", "--output", "json"])
+    out, _err = capsys.readouterr()
+    assert e.value.code == 0
+    data = json.loads(out)
+    assert set(data) == {"caller", "job_role", "job_role_trust", "notes"}
+    assert "REPLACE-ME" in data["notes"][0]
+    trust = data["job_role_trust"]["Statement"][0]
+    assert trust["Principal"] == {"Service": "sagemaker.amazonaws.com"}
