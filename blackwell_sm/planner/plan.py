@@ -66,6 +66,7 @@ class MemoryBreakdown(_Out):
     activations: float = Field(description="Saved activations for backward, all blocks.")
     logits_and_loss: float = Field(description="Output logits and loss intermediates.")
     overhead: float = Field(description="CUDA context, NCCL buffers, allocator fragmentation.")
+    fp8_extras: float = Field(0.0, description="fp8/mxfp8 weight copies of the live blocks.")
     total: float
     limit: float = Field(description="Usable memory per GPU.")
 

@@ -1,0 +1,142 @@
+"""Every calibration constant of the planner, in one place, each with where it comes from.
+
+Sources are either a row of `shared/reference/measurements.csv` (by its `id`), a derivation from
+the code the plan runs (`blackwell_sm/train/...`), or a published figure. `benchmarks/
+planner_accuracy.py` re-predicts every measured row with these values and prints the error.
+Constants marked *fitted* were chosen so that the rows they name are predicted within the
+accuracy targets; the others are derived or taken as published and were not tuned.
+"""
+
+from __future__ import annotations
+
+# ---------------------------------------------------------------------------------------------
+# Memory
+# ---------------------------------------------------------------------------------------------
+
+#: Bytes per parameter of the sharded training state: fp32 master weight (4), fp32 gradient (4),
+#: AdamW exp_avg + exp_avg_sq (4 + 4). Derived: train/parallelize.py keeps fp32 sharded params
+#: (MixedPrecisionPolicy param_dtype=bf16 only for compute), train/optim.py is torch AdamW.
+MASTER_PARAM_BYTES = 4
+GRAD_BYTES = 4
+ADAM_STATE_BYTES = 8
+
+#: Bytes per gathered parameter for compute: bf16 (2), or 1 for fp8 linears when torchao's float8
+#: all-gather is on (train/precision.py sets enable_fsdp_float8_all_gather=True). mxfp8 gathers bf16.
+GATHER_BYTES = {"bf16": 2, "fp8": 1, "mxfp8": 2}
+
+#: Blocks whose gathered parameters are live at once: the running block plus the one FSDP2
+#: prefetches (implicit forward prefetch and backward prefetch of one block). Derived from FSDP2.
+LIVE_GATHERED_BLOCKS = 2
+
+#: Unsharded-gradient bytes per block parameter during backward: the bf16 gradient (2), its fp32
+#: copy for the fp32 reduce-scatter (4; MixedPrecisionPolicy reduce_dtype=float32), and the fp32
+#: input of the previous block's reduce-scatter still in flight (4). Derived.
+BLOCK_GRAD_BYTES = 2 + 4 + 4
+
+#: Bytes per logit of the loss: the loop computes cross_entropy(logits.float()) — at the peak
+#: (start of backward) the fp32 log-softmax output saved for backward (4), the fp32 gradient
+#: flowing into it (4) and the fp32 gradient it produces (4). Derived from train/loop.py; the
+#: bf16 logits themselves (2) are freed before backward.
+LOSS_BYTES_PER_LOGIT = 12
+#: ... and with the loss under torch.compile (torchtitan 2025 compiles it with the model): the fp32
+#: upcast and log-softmax fuse, leaving the bf16 logits and their bf16 gradient (2 + 2). Derived;
+#: it reconciles tt-h200x32-fp8-compile / tt-h200x64-fp8-compile (48 GiB) with the 2024-12 rows
+#: (62 GiB) of the same model, batch and policy. Used only for rows of that stack.
+LOSS_BYTES_PER_LOGIT_COMPILED = 4
+
+#: CUDA context, cuBLAS/cuDNN workspaces: memory nvidia-smi shows that the torch caching allocator
+#: does not. Published rule of thumb (~0.5-1 GiB on Hopper/Blackwell); not fitted.
+CUDA_CONTEXT_GIB = 0.8
+#: NCCL communicator buffers outside the caching allocator, per process group in use (FSDP
+#: shard group, HSDP replica group). NCCL default NCCL_BUFFSIZE 4 MiB x channels x peers; ~0.5 GiB
+#: per communicator on 8-GPU NVLink nodes. Not fitted.
+NCCL_GIB_PER_GROUP = 0.5
+#: Python + torch runtime per CPU worker process (local runs): measured RSS of an idle worker.
+CPU_RUNTIME_GIB = 0.4
+
+#: Caching-allocator fragmentation as a fraction of the dynamic (activation, logits, transient)
+#: memory (max_reserved / max_allocated is typically 1.05-1.15). *Fitted* to the max_reserved
+#: of the five torchtitan FSDP rows (all within 6% with this value).
+FRAGMENTATION = 0.06
+
+#: torch.compile fuses the elementwise ops between matmuls, so some tensors autograd would keep
+#: (norm outputs, SiLU and RoPE intermediates) are not materialised. Fraction of activation memory
+#: kept with compile. *Fitted*: tt-h100x128-bf16-compile (62.0 GiB) vs -eager (67.0 GiB).
+COMPILE_ACTIVATION_FACTOR = 0.88
+
+#: A plan "fits" when its predicted total is within this fraction of the usable memory; the rest
+#: covers allocator spikes the model does not see. Engineering margin, not fitted.
+MEMORY_HEADROOM = 0.03
+
+# ---------------------------------------------------------------------------------------------
+# Step time
+# ---------------------------------------------------------------------------------------------
+
+#: Achieved fraction of dense peak for the block linears (GEMMs plus the memory-bound elementwise
+#: work around them, folded in), by (precision, compile). *Fitted*: bf16 eager to
+#: tt-h100x128-bf16-eager, bf16 compile to tt-h100x128-bf16-compile, fp8 compile to
+#: tt-h100x128-fp8-compile and tt-h200x32-fp8-compile; fp8 eager and mxfp8 are not measured here
+#: and are set by the compile speed-up seen in bf16 (eager) and as equal to fp8 (mxfp8, same
+#: tensor-core rate on Blackwell; blockwise scales cost a little, so slightly lower).
+MATMUL_EFFICIENCY: dict[tuple[str, bool], float] = {
+    ("bf16", False): 0.50,
+    ("bf16", True): 0.62,
+    ("fp8", False): 0.36,  # = fp8 compile x (bf16 eager / bf16 compile); not measured
+    ("fp8", True): 0.44,
+    ("mxfp8", False): 0.34,  # not measured: fp8's, less ~5% for the blockwise scaling
+    ("mxfp8", True): 0.42,
+}
+
+#: Flash/SDPA attention: achieved fraction of the bf16 peak on the causal work (half the full
+#: score matrix that the MFU formula counts). The FlashAttention-3 paper's FA2 baseline (the
+#: kernel behind torch SDPA's flash backend) does ~300-350 TFLOP/s fwd+bwd on H100 SXM, causal,
+#: head_dim 128, i.e. ~0.32 of 989. Published; checked by tt-h100x8-fp8-32k (attention-heavy).
+ATTENTION_EFFICIENCY = 0.32
+ATTENTION_CAUSAL_FRACTION = 0.5
+
+#: Selective checkpointing (matmuls and attention saved) recomputes only elementwise ops: this
+#: fraction of the block compute time. torchtitan reports ~3-5% for op-level SAC. Not fitted.
+SELECTIVE_RECOMPUTE_TIME = 0.04
+
+#: Fraction of the achieved link bandwidth: NCCL bus bandwidth / link peak for large all-gather
+#: and reduce-scatter messages (nccl-tests on H100 NVLink4 ~370 of 450 GB/s; EFA ~ 0.7-0.8).
+NVLINK_EFFICIENCY = 0.8
+EFA_EFFICIENCY = 0.7
+
+#: Fraction of the compute time FSDP2's communication can hide under (separate NCCL stream,
+#: prefetch of one block). The first all-gather and the last reduce-scatter of each micro-batch are
+#: always exposed. *Fitted* with MATMUL_EFFICIENCY on the five torchtitan rows (the best fit is
+#: 1.0, i.e. full overlap on the 128- and 32-GPU rows; we keep a little margin).
+COMM_OVERLAP = 0.95
+
+#: Fused AdamW + grad-norm: bytes of HBM traffic per sharded parameter (read p, g, m, v fp32 and
+#: write p, m, v = 28; grad-norm read 4), at this fraction of HBM bandwidth. Derived.
+OPTIMIZER_BYTES_PER_PARAM = 32
+HBM_EFFICIENCY = 0.7
+
+# ---------------------------------------------------------------------------------------------
+# Hardware of the measured rows that the catalog does not have
+# ---------------------------------------------------------------------------------------------
+
+#: The torchtitan H100 rows ran on H100 96 GB HBM2e parts capped at 500 W (Meta's Grand Teton),
+#: not the 80 GB 700 W SXM part of ml.p5. Dense GEMMs on H100 are power-limited well below 700 W,
+#: so sustained throughput scales about with the cap: 500/700 = 0.71. *Fitted* jointly with
+#: MATMUL_EFFICIENCY (the H100 and H200 rows of the same model and batch agree at 0.72).
+#: Used only by benchmarks/planner_accuracy.py, to build that GPU.
+H100_500W_CLOCK_DERATE = 0.72
+#: Usable memory of an H100 96 GB as nvidia-smi reports it (95,830 MiB).
+H100_96GB_USABLE_GIB = 93.58
+
+# ---------------------------------------------------------------------------------------------
+# Choices (not physics): thresholds the search uses to prefer the simpler configuration
+# ---------------------------------------------------------------------------------------------
+
+#: Candidates within this fraction of the fastest time to train are ties; the simplest wins.
+TIE_FRACTION = 0.01
+#: `precision: auto` picks fp8/mxfp8 only when predicted faster than bf16 by at least this much:
+#: low precision carries numerical risk (loss spikes, divergence on small models) that a few
+#: percent of speed does not pay for.
+LOWP_MIN_GAIN = 0.10
+#: ... and only for models at least this large: small models gain little (their time goes to the
+#: bf16 head, attention and memory-bound ops) and are the most sensitive to fp8 numerics.
+LOWP_MIN_PARAMS = 3e9

@@ -1,0 +1,271 @@
+"""Per-GPU memory model of FSDP2 training, term by term (bytes unless a name says GiB).
+
+Each function is pure and small so tests can hold it against a real run. The terms are those of
+`MemoryBreakdown` in plan.py. Conventions: `b` sequences per micro-batch, `s` sequence length,
+`h` d_model, `kv` the K (or V) width, `f` the SwiGLU inner size, `nh` query heads, `L` blocks.
+
+Activation modes: "none", "selective" (this toolkit's policy: every matmul and the attention
+kernel's outputs saved, see train/activation_checkpoint.py), "full" (block input only) and
+"selective-every-other-mm" (torchtitan's op-level policy, used to re-predict its published rows).
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+from blackwell_sm.planner import calibration as C
+from blackwell_sm.spec import ModelSpec
+
+GIB = 1024**3
+
+ActivationMode = str  # "none" | "selective" | "full" | "selective-every-other-mm"
+
+
+def block_linear_params(model: ModelSpec) -> int:
+    """Parameters of one block's linears (everything but its two RMSNorm weights)."""
+    return model.params_per_layer - 2 * model.d_model
+
+
+def root_params(model: ModelSpec) -> int:
+    """Parameters outside the blocks (embedding, final norm, untied head): the FSDP root unit."""
+    return model.n_params - model.n_layers * model.params_per_layer
+
+
+def state_bytes(model: ModelSpec, shard_degree: int) -> tuple[float, float, float]:
+    """(fp32 master params, fp32 grads, AdamW exp_avg + exp_avg_sq) per GPU, sharded N ways."""
+    p = model.n_params / shard_degree
+    return p * C.MASTER_PARAM_BYTES, p * C.GRAD_BYTES, p * C.ADAM_STATE_BYTES
+
+
+def gathered_param_bytes(model: ModelSpec, precision: str, reshard_after_forward: bool) -> float:
+    """bf16 (or fp8) unsharded parameters live at the peak (start of backward).
+
+    The root unit (embedding, norm, head) stays gathered for the whole step (train/parallelize.py
+    uses reshard_after_forward=False on the root); it is never low precision. Blocks: the running
+    one plus FSDP2's one-block prefetch, or every block when parameters are kept gathered between
+    forward and backward (reshard_after_forward=False).
+    """
+    lin = block_linear_params(model)
+    block = lin * C.GATHER_BYTES[precision] + 2 * model.d_model * 2
+    n_blocks = (
+        model.n_layers if not reshard_after_forward else min(C.LIVE_GATHERED_BLOCKS, model.n_layers)
+    )
+    return n_blocks * block + root_params(model) * 2
+
+
+def grad_transient_bytes(model: ModelSpec) -> float:
+    """Unsharded gradients and reduce-scatter buffers at the memory peak (start of backward).
+
+    The root unit's gradients (output head first, embedding last) are reduce-scattered only after
+    the whole backward, so the head's bf16 gradient lives throughout it, beside one block's bf16
+    gradient, its fp32 reduce-scatter input and the previous block's reduce-scatter in flight. The
+    root's own fp32 reduce-scatter comes at the end, when activations are gone: not the peak.
+    """
+    head = model.vocab_size * model.d_model
+    return float(head * 2 + model.params_per_layer * C.BLOCK_GRAD_BYTES)
+
+
+def norm_saved_bytes_per_elem(fused_norm: bool) -> int:
+    """Bytes an RMSNorm keeps per input element for backward.
+
+    Fused (CUDA `_fused_rms_norm`): its bf16 input. Composite (CPU): the fp32 upcast input and the
+    fp32 normalised tensor (measured in tests/test_activation_memory.py).
+    """
+    return 2 if fused_norm else 8
+
+
+def activation_bytes_per_block(
+    model: ModelSpec,
+    micro_batch: int,
+    seq_len: int,
+    mode: ActivationMode,
+    dtype_bytes: int = 2,
+    *,
+    fused_norm: bool = True,
+) -> float:
+    """Bytes one block keeps for backward between its forward and its backward.
+
+    In: the block input, matmul inputs/outputs autograd (or the checkpoint policy) keeps, RoPE'd
+    q/k and v, the attention output and its fp32 logsumexp (flash/SDPA: no s x s term), SwiGLU's
+    gate/up/SiLU/product, RMSNorm saves. Out: parameters, the shared RoPE table, the recompute
+    working set (see `activation_bytes`), logits (see `logits_and_loss_bytes`).
+    """
+    h, kv, f, nh = model.d_model, model.kv_dim, model.ffn_dim, model.n_heads
+    d = dtype_bytes
+    lse = 4 * nh  # fp32 logsumexp per token
+    if mode == "none":
+        norm = norm_saved_bytes_per_elem(fused_norm) * h + 4  # + fp32 rstd per token
+        # 2 norms; q/k/v input and mlp input (norm outputs); q, k (after RoPE), v; attention out;
+        # gate, up, SiLU(gate), SiLU*up (down's input).
+        per_tok = 2 * norm + 2 * d * h + d * h + 2 * d * kv + d * h + lse + 4 * d * f
+    elif mode == "selective":
+        # checkpoint input + outputs of all 7 matmuls (q, k, v, o, gate, up, down) + attention.
+        per_tok = d * h + (d * h + 2 * d * kv + d * h + 2 * d * f + d * h) + d * h + lse
+    elif mode == "selective-every-other-mm":
+        # torchtitan: saves matmuls 1, 3, 5, 7 of the block (q, v, gate, down) + attention.
+        per_tok = d * h + (d * h + d * kv + d * f + d * h) + d * h + lse
+    elif mode == "full":
+        per_tok = d * h
+    else:
+        raise ValueError(f"unknown activation mode {mode!r}")
+    return float(micro_batch * seq_len * per_tok)
+
+
+def outside_block_activation_bytes(
+    model: ModelSpec,
+    micro_batch: int,
+    seq_len: int,
+    dtype_bytes: int = 2,
+    *,
+    fused_norm: bool = True,
+) -> float:
+    """Saved outside the blocks: token ids (int64), the final norm's save and the head's input."""
+    h = model.d_model
+    per_tok = 8 + norm_saved_bytes_per_elem(fused_norm) * h + 4 + dtype_bytes * h
+    return float(micro_batch * seq_len * per_tok)
+
+
+def saved_activation_bytes(
+    model: ModelSpec,
+    micro_batch: int,
+    seq_len: int,
+    mode: ActivationMode,
+    dtype_bytes: int = 2,
+    *,
+    fused_norm: bool = True,
+) -> float:
+    """Everything kept for backward by the model's forward (all blocks + outside), no logits."""
+    per_block = activation_bytes_per_block(
+        model, micro_batch, seq_len, mode, dtype_bytes, fused_norm=fused_norm
+    )
+    outside = outside_block_activation_bytes(
+        model, micro_batch, seq_len, dtype_bytes, fused_norm=fused_norm
+    )
+    return model.n_layers * per_block + outside
+
+
+def activation_bytes(
+    model: ModelSpec,
+    micro_batch: int,
+    seq_len: int,
+    mode: ActivationMode,
+    *,
+    compile: bool = False,
+    dtype_bytes: int = 2,
+    fused_norm: bool = True,
+) -> float:
+    """The `activations` term: saved activations at the peak plus backward's working set.
+
+    Working set: the block being recomputed re-creates what mode "none" would have kept (only with
+    checkpointing), and the gradients of its largest intermediates (two of width f, two of h).
+    """
+    saved = saved_activation_bytes(
+        model, micro_batch, seq_len, mode, dtype_bytes, fused_norm=fused_norm
+    )
+    tokens = micro_batch * seq_len
+    work = tokens * dtype_bytes * (2 * model.ffn_dim + 2 * model.d_model)
+    if mode != "none":
+        none = activation_bytes_per_block(
+            model, micro_batch, seq_len, "none", dtype_bytes, fused_norm=fused_norm
+        )
+        own = activation_bytes_per_block(
+            model, micro_batch, seq_len, mode, dtype_bytes, fused_norm=fused_norm
+        )
+        work += none - own
+    total = saved + work
+    return total * C.COMPILE_ACTIVATION_FACTOR if compile else total
+
+
+def logits_and_loss_bytes(
+    model: ModelSpec, micro_batch: int, seq_len: int, *, compiled_loss: bool = False
+) -> float:
+    """Logits and the fp32 cross-entropy at its peak: b x s x V x bytes per logit (fewer when the
+    loss is compiled, which fuses the fp32 upcast and log-softmax)."""
+    per = C.LOSS_BYTES_PER_LOGIT_COMPILED if compiled_loss else C.LOSS_BYTES_PER_LOGIT
+    return float(micro_batch * seq_len * model.vocab_size * per)
+
+
+def fp8_extra_bytes(model: ModelSpec, precision: str) -> float:
+    """Low-precision extras: the fp8 copies of the live blocks' weights (and their transposes for
+    backward) made by the fp8 / mxfp8 linears; scales and amax buffers are negligible."""
+    if precision == "bf16":
+        return 0.0
+    # fp8 all-gather already delivers fp8 weights: only the transposed copy for backward is new.
+    copies = 1 if precision == "fp8" else 2
+    return float(C.LIVE_GATHERED_BLOCKS * block_linear_params(model) * copies)
+
+
+def overhead_bytes(kind: str, dynamic_bytes: float, n_groups: int) -> tuple[float, float]:
+    """(runtime outside the caching allocator, allocator fragmentation) per GPU.
+
+    Runtime: CUDA context + one NCCL communicator per process group (0 groups on one GPU), or the
+    Python/torch runtime of a CPU worker. Fragmentation: a fraction of the dynamic memory.
+    """
+    if kind == "cpu":
+        runtime = C.CPU_RUNTIME_GIB * GIB
+    else:
+        runtime = (C.CUDA_CONTEXT_GIB + C.NCCL_GIB_PER_GROUP * n_groups) * GIB
+    return runtime, C.FRAGMENTATION * dynamic_bytes
+
+
+class MemoryTerms(NamedTuple):
+    """Per-GPU bytes by term (names as in MemoryBreakdown), plus the allocator-visible part."""
+
+    params_fp32: float
+    grads_fp32: float
+    optimizer_states: float
+    params_unsharded: float
+    grads_unsharded: float
+    activations: float
+    logits_and_loss: float
+    fp8_extras: float
+    overhead: float
+    runtime: float  # the part of `overhead` outside torch's caching allocator
+
+    @property
+    def total(self) -> float:
+        return (
+            self.params_fp32 + self.grads_fp32 + self.optimizer_states + self.params_unsharded
+            + self.grads_unsharded + self.activations + self.logits_and_loss + self.fp8_extras
+            + self.overhead
+        )  # fmt: skip
+
+    @property
+    def reserved(self) -> float:
+        """What torch.cuda.max_memory_reserved would report: total minus runtime outside it."""
+        return self.total - self.runtime
+
+
+def memory_terms(
+    model: ModelSpec,
+    *,
+    shard_degree: int,
+    replicate_degree: int,
+    micro_batch: int,
+    seq_len: int,
+    precision: str,
+    mode: ActivationMode,
+    compile: bool,
+    reshard_after_forward: bool,
+    kind: str = "cuda",
+    compiled_loss: bool = False,
+) -> MemoryTerms:
+    """All terms for one configuration on one GPU."""
+    params, grads, optim = state_bytes(model, shard_degree)
+    single = shard_degree * replicate_degree == 1
+    gathered = (
+        0.0 if shard_degree == 1 else gathered_param_bytes(model, precision, reshard_after_forward)
+    )
+    # Without sharding the bf16 compute copy is the whole model (FSDP2 with one rank still casts).
+    if shard_degree == 1:
+        gathered = model.n_params * 2.0
+    grad_t = grad_transient_bytes(model)
+    fused = kind != "cpu"
+    acts = activation_bytes(model, micro_batch, seq_len, mode, compile=compile, fused_norm=fused)
+    logits = logits_and_loss_bytes(model, micro_batch, seq_len, compiled_loss=compiled_loss)
+    lowp = fp8_extra_bytes(model, precision)
+    n_groups = 0 if single else (1 if replicate_degree == 1 or shard_degree == 1 else 2)
+    runtime, frag = overhead_bytes(kind, acts + logits + grad_t, n_groups)
+    return MemoryTerms(
+        params, grads, optim, gathered, grad_t, acts, logits, lowp, runtime + frag, runtime
+    )

@@ -1,0 +1,116 @@
+"""Step-time model of FSDP2 training: compute at a calibrated fraction of peak, FSDP collectives
+over NVLink (inside a node) or EFA (across nodes) overlapped with compute, HSDP all-reduce, and
+the optimizer step. Pure functions; seconds.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+from blackwell_sm.hardware import InstanceType
+from blackwell_sm.planner import calibration as C
+from blackwell_sm.planner.memory import block_linear_params, root_params
+from blackwell_sm.spec import ModelSpec
+
+
+def recompute_flops_per_token(model: ModelSpec, seq_len: int, mode: str) -> tuple[float, float]:
+    """(linear, attention) FLOPs per token redone in backward by activation checkpointing.
+
+    full: the whole forward of every block (2 x block linears + the attention forward, a third
+    of its 12·L·h·s); every-other-mm: the forward of the unsaved matmuls (k, o, up); selective and
+    none: no matmul or attention FLOPs (selective's elementwise recompute is a time fraction).
+    """
+    L, h, kv, f = model.n_layers, model.d_model, model.kv_dim, model.ffn_dim
+    if mode == "full":
+        return 2.0 * L * block_linear_params(model), 4.0 * L * h * seq_len
+    if mode == "selective-every-other-mm":
+        return 2.0 * L * (h * kv + h * h + h * f), 0.0
+    return 0.0, 0.0
+
+
+def compute_time_per_token(
+    model: ModelSpec, instance: InstanceType, seq_len: int, precision: str, mode: str, compile: bool
+) -> float:
+    """Seconds of compute per token on one GPU (forward + backward + recompute)."""
+    gpu = instance.gpu
+    bf16_peak = gpu.peak_flops("bf16")
+    lowp_peak = gpu.peak_flops(precision)
+    eff_lin = C.MATMUL_EFFICIENCY[(precision, compile)]
+    eff_bf16 = C.MATMUL_EFFICIENCY[("bf16", compile)]
+    lin_params = model.n_layers * block_linear_params(model)
+    head_params = model.n_matmul_params - model.n_layers * model.params_per_layer
+    rec_lin, rec_attn = recompute_flops_per_token(model, seq_len, mode)
+    t_lin = (6.0 * lin_params + rec_lin) / (lowp_peak * eff_lin)
+    t_head = 6.0 * head_params / (bf16_peak * eff_bf16)  # the output head stays bf16
+    attn = 12.0 * model.n_layers * model.d_model * seq_len * C.ATTENTION_CAUSAL_FRACTION
+    t_attn = (attn + rec_attn * C.ATTENTION_CAUSAL_FRACTION) / (bf16_peak * C.ATTENTION_EFFICIENCY)
+    t = t_lin + t_head + t_attn
+    if mode == "selective":
+        t += C.SELECTIVE_RECOMPUTE_TIME * (t_lin + t_attn)
+    return t
+
+
+def link_bandwidth(instance: InstanceType, group_spans_nodes: bool) -> float:
+    """Achieved per-GPU bus bandwidth (bytes/s) of a collective inside one node or across nodes."""
+    if group_spans_nodes:
+        per_gpu = instance.inter_node_gbps / 8.0 / instance.gpus_per_instance * 1e9
+        return per_gpu * C.EFA_EFFICIENCY
+    return instance.intra_node_gb_s * 1e9 * C.NVLINK_EFFICIENCY
+
+
+class StepTime(NamedTuple):
+    compute_s: float  # per step, all micro-batches
+    comm_s: float  # FSDP + HSDP collectives per step, before overlap
+    exposed_comm_s: float  # the part not hidden under compute
+    optimizer_s: float
+    step_s: float
+
+
+def step_time(
+    model: ModelSpec,
+    instance: InstanceType,
+    *,
+    shard_degree: int,
+    replicate_degree: int,
+    micro_batch: int,
+    grad_accum: int,
+    seq_len: int,
+    precision: str,
+    mode: str,
+    compile: bool,
+    reshard_after_forward: bool,
+) -> StepTime:
+    """Predicted time of one optimizer step on every GPU (they run in lock-step)."""
+    tokens = micro_batch * seq_len
+    t_comp = tokens * compute_time_per_token(model, instance, seq_len, precision, mode, compile)
+    gpn = instance.gpus_per_instance
+    n = shard_degree
+    # Per micro-batch FSDP traffic: all-gather forward (+ again in backward when resharding),
+    # reduce-scatter of fp32 grads. Ring: each GPU moves (n-1)/n of the full buffer.
+    t_ag = t_rs = t_first = 0.0
+    if n > 1:
+        bw = link_bandwidth(instance, n > gpn)
+        lin = model.n_layers * block_linear_params(model)
+        other = model.n_params - lin
+        gather = lin * C.GATHER_BYTES[precision] + other * 2
+        frac = (n - 1) / n
+        n_ag = 2 if reshard_after_forward else 1
+        t_ag = n_ag * frac * gather / bw
+        t_rs = frac * model.n_params * 4 / bw
+        # Exposed regardless of overlap: the first block's all-gather (root + block 0) and the
+        # last reduce-scatter (root).
+        t_first = frac * (root_params(model) * 2 + model.params_per_layer * 2) / bw
+        t_first += frac * root_params(model) * 4 / bw
+    t_ar = 0.0
+    r = replicate_degree
+    if r > 1:
+        # HSDP: all-reduce of each shard's fp32 grads across replicas, every micro-batch (FSDP2's
+        # default), over EFA when the replica group spans nodes.
+        bw = link_bandwidth(instance, n * r > gpn)
+        t_ar = 2 * (r - 1) / r * model.n_params * 4 / n / bw
+    comm_mb = t_ag + t_rs + t_ar
+    exposed_mb = max(0.0, comm_mb - C.COMM_OVERLAP * t_comp) + t_first
+    bytes_opt = model.n_params / n * C.OPTIMIZER_BYTES_PER_PARAM
+    t_opt = bytes_opt / (instance.gpu.hbm_tb_s * 1e12 * C.HBM_EFFICIENCY)
+    step = grad_accum * (t_comp + exposed_mb) + t_opt
+    return StepTime(grad_accum * t_comp, grad_accum * comm_mb, grad_accum * exposed_mb, t_opt, step)
