@@ -317,3 +317,15 @@ def test_templates_build_with_placeholder_warnings(path):
     r = build_job_request(spec, plan_for(spec))
     assert set(r.placeholders) == {"job.role_arn", "job.s3_prefix", "job.channels.train"}
     assert sum("REPLACE-ME" in w for w in r.warnings) == 3
+
+
+def test_builder_imports_neither_torch_nor_the_sdk():
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, blackwell_sm.job.request, blackwell_sm.job.iam, blackwell_sm.job.sdk\n"
+        "bad = [m for m in ('torch', 'sagemaker', 'boto3') if m in sys.modules]\n"
+        "assert not bad, bad"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT, timeout=60)
