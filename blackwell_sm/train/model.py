@@ -124,16 +124,37 @@ class Transformer(nn.Module):
     def init_weights(self, seed: int = 0) -> None:
         """Standard init (normal 0.02; residual outputs scaled by 1/sqrt(2 x layers)); RoPE cache.
 
-        Works on real and on sharded (DTensor) parameters after `to_empty`.
+        Works on real and on sharded (DTensor) parameters after `to_empty`. Each parameter is drawn
+        whole from its own seeded generator on its device and each rank keeps its shard, so the
+        weights do not depend on how the model is sharded (FSDP, HSDP or one process); only one
+        parameter is ever materialised in full.
         """
-        torch.manual_seed(seed)
         std = 0.02
         out_std = std / math.sqrt(2 * self.spec.n_layers)
-        for name, p in self.named_parameters():
+        for i, (name, p) in enumerate(self.named_parameters()):
             if name.endswith("norm.weight") or "layernorm" in name:
                 p.fill_(1.0)
-            elif name.endswith(("o_proj.weight", "down_proj.weight")):
-                nn.init.trunc_normal_(p, std=out_std, a=-3 * out_std, b=3 * out_std)
-            else:
-                nn.init.trunc_normal_(p, std=std, a=-3 * std, b=3 * std)
+                continue
+            s = out_std if name.endswith(("o_proj.weight", "down_proj.weight")) else std
+            full = torch.empty(p.shape, dtype=p.dtype, device=_local(p).device)
+            gen = torch.Generator(device=full.device).manual_seed(seed * 100_003 + i)
+            nn.init.trunc_normal_(full, std=s, a=-3 * s, b=3 * s, generator=gen)
+            _local(p).copy_(_my_shard(p, full))
         self.rope = rope_cache(self.spec, self.rope_len, device=self.rope.device)
+
+
+def _local(p: torch.Tensor) -> torch.Tensor:
+    return p.to_local() if hasattr(p, "to_local") else p
+
+
+def _my_shard(p: torch.Tensor, full: torch.Tensor) -> torch.Tensor:
+    """This rank's piece of `full` under `p`'s placements (DTensor chunking), or `full`."""
+    if not hasattr(p, "placements"):
+        return full
+    coord = p.device_mesh.get_coordinate()
+    for mesh_dim, placement in enumerate(p.placements):
+        if placement.is_shard():
+            chunks = full.chunk(p.device_mesh.size(mesh_dim), dim=placement.dim)
+            k = coord[mesh_dim]
+            full = chunks[k] if k < len(chunks) else full.narrow(placement.dim, 0, 0)
+    return full
