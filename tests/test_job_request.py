@@ -313,8 +313,13 @@ TEMPLATES = sorted(p for p in (ROOT / "templates").glob("*.yaml") if "job:" in p
 
 @pytest.mark.parametrize("path", TEMPLATES, ids=[p.stem for p in TEMPLATES])
 def test_templates_build_with_placeholder_warnings(path):
+    from blackwell_sm.planner.api import make_plan
+
     spec = load_spec(path)
-    r = build_job_request(spec, plan_for(spec))
+    plan = make_plan(spec)  # the real planner: what `bsm submit --dry-run` builds from
+    r = build_job_request(spec, plan)
+    assert r.request["ResourceConfig"]["InstanceCount"] == plan.instance.count
+    assert r.max_runtime_s >= plan.run.hours * 3600
     assert set(r.placeholders) == {"job.role_arn", "job.s3_prefix", "job.channels.train"}
     assert sum("REPLACE-ME" in w for w in r.warnings) == 3
 
