@@ -82,7 +82,12 @@ def test_every_action_is_a_real_api_operation(spec):
         "ecr": "ecr",
         "cloudwatch": "cloudwatch",
     }
-    s3_actions = {"s3:GetObject", "s3:PutObject", "s3:ListBucket"}  # IAM names, not API names
+    s3_actions = {
+        "s3:GetObject",
+        "s3:PutObject",
+        "s3:ListBucket",
+        "s3:DeleteObject",
+    }  # IAM names, not API names
     for doc in (policies["caller"], policies["job_role"]):
         for stmt in doc["Statement"]:
             for action in stmt["Action"]:

@@ -153,6 +153,8 @@ def caller_policy(spec: RunSpec | None = None) -> dict[str, Any]:
               Condition={"StringEquals": {"iam:PassedToService": "sagemaker.amazonaws.com"}}),
         _stmt("UploadCodeReadOutputs", ["s3:GetObject", "s3:PutObject"],
               [c.s3_objects(c.code), c.s3_objects(c.output)]),
+        # a code upload that fails its size/hash check is deleted so no job can use it
+        _stmt("RemoveBadCodeUploads", ["s3:DeleteObject"], [c.s3_objects(c.code)]),
         *c.s3_list([c.code, c.output], "ListThePrefix"),
         _stmt("ReadJobLogs", LOG_READ_ACTIONS,
               [c.arn("logs", f"log-group:{LOG_GROUP}:*")]),

@@ -48,18 +48,13 @@ def _load(spec: RunSpec | str | Path | dict[str, Any]) -> RunSpec:
 
 
 def _upload_bundle(boto_session: Any, req: JobRequest) -> None:
-    """Put the bundle at its content address unless it is already there."""
-    from botocore.exceptions import ClientError
+    """Put the bundle at its content address unless it is already there (the AWS layer's
+    verified upload, so `bsm submit` and the SDK view recognise each other's uploads)."""
+    from blackwell_sm.aws.s3 import upload_bundle
 
-    bucket, key = req.bundle_s3_uri.removeprefix("s3://").split("/", 1)
-    s3 = boto_session.client("s3")
-    try:
-        s3.head_object(Bucket=bucket, Key=key)
-        return
-    except ClientError as e:
-        if e.response.get("Error", {}).get("Code") not in ("404", "NoSuchKey", "NotFound"):
-            raise
-    s3.put_object(Bucket=bucket, Key=key, Body=req.bundle.data)
+    upload_bundle(
+        boto_session.client("s3"), req.bundle.data, req.bundle_s3_uri, sha256=req.bundle.sha256
+    )
 
 
 def _entrypoint_hook(req: JobRequest) -> Any:
