@@ -11,7 +11,7 @@ from pathlib import Path
 
 from job_plans import plan_for, run_spec
 
-from blackwell_sm.job.request import build_job_request
+from blackwell_sm.job.request import CONTAINER_COMMAND, build_job_request
 from blackwell_sm.planner.plan import Plan
 
 
@@ -53,3 +53,31 @@ def test_container_command_starts_the_launcher_with_the_shipped_plan(tmp_path):
     assert launch["env"]["PYTHONPATH"].split(os.pathsep)[0] == str(code.resolve())
     assert (launch["nnodes"], launch["node_rank"], launch["nproc_per_node"]) == (2, 1, 8)
     assert launch["master_addr"] == "algo-1"
+
+
+def test_container_command_execs_the_launcher_so_it_receives_sigterm(tmp_path):
+    """The process that runs `python entrypoints/launch.py` is the entrypoint process itself
+    (PID 1 in the container), so SageMaker's SIGTERM goes straight to the launcher. Recent bash
+    often execs a -c string's last command by itself; the explicit `exec` makes it certain on
+    every bash, which is why the command must keep it."""
+    assert "; exec python entrypoints/launch.py " in CONTAINER_COMMAND
+    spec = run_spec()
+    req = build_job_request(spec, plan_for(spec))
+    opt_ml = tmp_path / "ml"
+    (opt_ml / "input" / "data" / "code").mkdir(parents=True)
+    (opt_ml / "input" / "data" / "code" / "bundle.tar.gz").write_bytes(req.bundle.data)
+    shim_dir = tmp_path / "bin"
+    shim_dir.mkdir()
+    shim = shim_dir / "python"  # stands in for the image's python: reports who runs it
+    shim.write_text('#!/bin/sh\necho "$$ $*"\n')
+    shim.chmod(0o755)
+    env = {"PATH": f"{shim_dir}{os.pathsep}/usr/bin{os.pathsep}/bin", "BSM_OPT_ML": str(opt_ml)}
+    proc = subprocess.Popen(
+        req.request["AlgorithmSpecification"]["ContainerEntrypoint"],
+        cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err
+    pid, args = out.strip().split(" ", 1)
+    assert int(pid) == proc.pid
+    assert args == f"entrypoints/launch.py --plan plan.json --opt-ml {opt_ml}"
