@@ -8,7 +8,7 @@ Reusable by the end-to-end tests and the reliability suite:
     run.kill_rank(1)                                            # SIGKILL one worker
     assert run.wait() != 0
     run2 = host.start(port=free_port()); assert run2.wait() == 0
-    segments(host.root)                                         # metrics.jsonl split per launch
+    run2.losses()                                               # step -> loss of that launch
 
 Waiting is event driven: the launcher's stdout is read by a thread and each wait blocks on a
 condition until a matching line arrives (or the process ends, or the timeout passes).
@@ -42,6 +42,7 @@ __all__ = [
     "metric_records",
     "segments",
     "start_hosts",
+    "sync_checkpoints",
 ]
 
 STEP_LINE = re.compile(r"\[bsm-step\] step=(\d+) ")
@@ -50,8 +51,13 @@ STEP_LINE = re.compile(r"\[bsm-step\] step=(\d+) ")
 class Launch:
     """One running launcher process, with its output captured line by line."""
 
-    def __init__(self, cmd: list[str], env: dict[str, str], log_path: Path) -> None:
+    def __init__(
+        self, cmd: list[str], env: dict[str, str], log_path: Path, metrics_path: Path
+    ) -> None:
         self.lines: list[str] = []
+        self.metrics_path = metrics_path
+        self._metrics_start = _count_lines(metrics_path)
+        self._metrics_end: int | None = None
         self._cond = threading.Condition()
         self.log_path = log_path
         # Own session: a signal meant for the launcher never reaches the test process.
@@ -154,7 +160,17 @@ class Launch:
                 f"launcher still running after {timeout} s:\n{self.tail()}"
             ) from None
         self._reader.join(timeout=10)
+        if self._metrics_end is None:
+            self._metrics_end = _count_lines(self.metrics_path)
         return rc
+
+    def losses(self) -> dict[int, float]:
+        """step -> loss of the steps this launch logged to metrics.jsonl (rank 0's host)."""
+        if not self.metrics_path.is_file():
+            return {}
+        lines = self.metrics_path.read_text().splitlines()[self._metrics_start : self._metrics_end]
+        recs = [json.loads(ln) for ln in lines if ln.strip()]
+        return {r["step"]: r["loss"] for r in recs if r.get("kind", "train") == "train"}
 
     def kill(self) -> None:
         """SIGKILL the launcher and its workers (clean-up after a failed test)."""
@@ -168,6 +184,10 @@ class Launch:
     def tail(self, n: int = 40) -> str:
         with self._cond:
             return "\n".join(self.lines[-n:])
+
+
+def _count_lines(path: Path) -> int:
+    return len(path.read_text().splitlines()) if path.is_file() else 0
 
 
 def _kill(pid: int) -> None:
@@ -201,6 +221,7 @@ class OptMlHost:
             launcher_command(self.plan_path, self.root),
             launcher_env(master_port=port, extra=extra),
             self.root / "launcher.log",
+            self.root / "output" / "data" / "metrics.jsonl",
         )
         self.launches.append(launch)
         return launch
@@ -236,8 +257,8 @@ def metric_records(root: Path) -> list[dict[str, Any]]:
 
 
 def segments(root: Path) -> list[dict[int, float]]:
-    """metrics.jsonl split into launches (a new segment wherever the step does not increase):
-    step -> loss for each."""
+    """metrics.jsonl split wherever the step does not increase (a resume that repeats steps):
+    step -> loss for each. For exact per-launch records use `Launch.losses()`."""
     out: list[dict[int, float]] = []
     last = None
     for r in metric_records(root):
@@ -254,6 +275,35 @@ def losses(root: Path) -> dict[int, float]:
     for seg in segments(root):
         merged.update(seg)
     return merged
+
+
+def sync_checkpoints(hosts: list[OptMlHost]) -> int:
+    """Do what SageMaker's checkpoint sync does between attempts: every host uploads its
+    `/opt/ml/checkpoints` to one S3 prefix and every host starts with all of it. Two hosts writing
+    the same file name with different bytes would lose data there, so that fails here. Returns
+    the number of files copied."""
+    import hashlib
+    import shutil
+
+    seen: dict[str, tuple[str, Path]] = {}
+    for h in hosts:
+        base = h.root / "checkpoints"
+        for f in sorted(p for p in base.rglob("*") if p.is_file()):
+            rel = str(f.relative_to(base))
+            digest = hashlib.sha256(f.read_bytes()).hexdigest()
+            if rel in seen and seen[rel][0] != digest:
+                raise AssertionError(f"checkpoint file {rel} differs between hosts")
+            seen.setdefault(rel, (digest, f))
+    copied = 0
+    for h in hosts:
+        base = h.root / "checkpoints"
+        for rel, (_, src) in seen.items():
+            dst = base / rel
+            if not dst.exists():
+                dst.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copy2(src, dst)
+                copied += 1
+    return copied
 
 
 def complete_checkpoints(root: Path) -> list[int]:
