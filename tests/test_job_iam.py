@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import botocore.session
 import pytest
@@ -12,6 +13,7 @@ from blackwell_sm.cli import main
 from blackwell_sm.job.iam import iam_policies
 
 ROLE = "arn:aws:iam::123456789012:role/bsm-test-role"
+TEMPLATE = Path(__file__).resolve().parents[1] / "templates" / "llama-3.1-8b.yaml"
 
 
 def _statements(doc):
@@ -110,3 +112,16 @@ def test_cli_json_is_only_json(capsys, tmp_path):
     assert "REPLACE-ME" in data["notes"][0]
     trust = data["job_role_trust"]["Statement"][0]
     assert trust["Principal"] == {"Service": "sagemaker.amazonaws.com"}
+
+
+def test_cli_derives_from_a_spec_file(capsys):
+    with pytest.raises(SystemExit) as e:
+        main(["iam-policy", str(TEMPLATE), "--output", "json"])
+    out, _err = capsys.readouterr()
+    assert e.value.code == 0
+    data = json.loads(out)
+    caller = _statements(data["caller"])
+    assert caller["PassTheJobRoleToSageMaker"]["Resource"] == [
+        "arn:aws:iam::123456789012:role/REPLACE-ME-SageMakerExecutionRole"
+    ]
+    assert "job.role_arn is still a placeholder" in data["notes"]

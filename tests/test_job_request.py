@@ -70,6 +70,8 @@ def test_long_or_odd_model_names_fit_sagemakers_alphabet():
     req = build_job_request(spec, plan_for(spec), new=True)
     assert len(req.job_name) <= 63
     assert req.job_name.startswith("My-Model-v2-x")
+    tags = {t["Key"]: t["Value"] for t in req.request["Tags"]}
+    assert tags["bsm:model"].startswith("My_Model.v2 xxx")
     assert all(c.isalnum() or c == "-" for c in req.job_name) and "--" not in req.job_name
 
 
@@ -251,6 +253,7 @@ def test_training_plan_arn_from_spec_or_resolver():
     assert {"Key": "bsm:training-plan", "Value": "bsm-test-plan"} in r.request["Tags"]
     spec.compute.training_plan = "my-plan"
     r = build_job_request(spec, plan_for(spec))
+    assert {"Key": "bsm:training-plan", "Value": "my-plan"} in r.request["Tags"]
     assert "TrainingPlanArn" not in r.request["ResourceConfig"]
     assert r.unresolved_training_plan == "my-plan" and "not resolved" in r.warnings[0]
     resolved = build_job_request(spec, plan_for(spec), training_plan_arn=ARN)

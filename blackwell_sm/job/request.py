@@ -8,6 +8,7 @@ job name, spec hash, request and bundle bytes (unless `new=True`).
 from __future__ import annotations
 
 import math
+import re
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -166,12 +167,23 @@ def _resolve_training_plan(
     return arn, unresolved
 
 
+_TAG_UNSAFE = re.compile(r"[^\w\s.:/=+\-@]")  # outside the TagValue pattern of the API model
+
+
 def _tags(job: JobSpec, model: str, digest: str, plan_sha: str, plan_ref: str | None) -> list:
-    auto = {"bsm:model": model, "bsm:spec-hash": digest, "bsm:plan-hash": plan_sha[:12]}
+    auto = {
+        "bsm:model": _TAG_UNSAFE.sub("-", model)[:256],
+        "bsm:spec-hash": digest,
+        "bsm:plan-hash": plan_sha[:12],
+    }
     if plan_ref:
         auto["bsm:training-plan"] = plan_ref.rsplit("/", 1)[-1]
     merged = {**dict(sorted(job.tags.items())), **auto}
     return [{"Key": k, "Value": v} for k, v in merged.items()]
+
+
+def _named(plan: str | None) -> str | None:
+    return None if plan == "auto" else plan
 
 
 def build_job_request(
@@ -301,7 +313,7 @@ def build_job_request(
         "Environment": environment,
         "EnableNetworkIsolation": job.enable_network_isolation,
         "EnableInterContainerTrafficEncryption": job.encrypt_inter_container_traffic,
-        "Tags": _tags(job, spec.model.name, digest, plan_sha, arn or unresolved),
+        "Tags": _tags(job, spec.model.name, digest, plan_sha, arn or _named(unresolved)),
     }
     if job.subnets:
         request["VpcConfig"] = {
