@@ -86,7 +86,12 @@ def _precisions(ctx: Context, pins: Pins) -> tuple[str, ...]:
 
 
 def _fits_somewhere(ctx: Context, count: int, pins: Pins) -> bool:
-    return min_memory(ctx, count, _lean(pins), _precisions(ctx, pins)).fits
+    e = min_memory(ctx, count, _lean(pins), _precisions(ctx, pins))
+    return e is not None and e.fits
+
+
+def _fits(e: Evaluation | None) -> bool:
+    return e is not None and e.fits
 
 
 def _choose_count(
@@ -143,8 +148,10 @@ def _advice(
     out = []
     limit = ctx.instance.gpu.memory_gib
     precs = _precisions(ctx, pins)
+    # More instances: a pinned shard degree stays, the replica count grows with the GPUs.
+    scaled = pins._replace(replicate_degree=None) if pins.shard_degree else pins
     for n in allowed:
-        if n > count and _fits_somewhere(ctx, n, pins):
+        if n > count and _fits_somewhere(ctx, n, scaled):
             out.append(f"use {n} instances (compute.instance_count: {n}) — it fits there")
             break
     else:
@@ -152,14 +159,14 @@ def _advice(
             out.append(f"no instance count up to {allowed[-1]} fits with these pins")
     if best.cand.mode != "full":
         e = min_memory(ctx, count, pins._replace(mode="full"), precs)
-        if e.fits:
+        if _fits(e):
             out.append(
                 f"activation_checkpointing: full fits ({e.memory_gib:.1f} GiB of {limit:.1f})"
             )
     s = ctx.seq_len // 2
     while s >= 256:
         e = min_memory(ctx._replace(seq_len=s), count, pins, precs)
-        if e.fits:
+        if _fits(e):
             out.append(f"seq_len: {s} fits ({e.memory_gib:.1f} GiB of {limit:.1f})")
             break
         s //= 2
@@ -168,12 +175,12 @@ def _advice(
             continue  # already considered
         if ctx.instance.gpu.supports(p) and p != best.cand.precision:
             e = min_memory(ctx, count, pins._replace(precision=p), (p,))
-            if e.fits:
+            if _fits(e):
                 out.append(f"precision: {p} fits ({e.memory_gib:.1f} GiB of {limit:.1f})")
                 break
     if pins.micro_batch not in (None, 1):
         e = min_memory(ctx, count, pins._replace(micro_batch=1, grad_accum=None), precs)
-        if e.fits:
+        if _fits(e):
             out.append(f"micro_batch_size: 1 fits ({e.memory_gib:.1f} GiB of {limit:.1f})")
     if not out:
         out.append("no single change fits; combine more instances with full checkpointing")

@@ -11,6 +11,7 @@ kernel's outputs saved, see train/activation_checkpoint.py), "full" (block input
 
 from __future__ import annotations
 
+from functools import lru_cache
 from typing import NamedTuple
 
 from blackwell_sm.planner import calibration as C
@@ -21,23 +22,48 @@ GIB = 1024**3
 ActivationMode = str  # "none" | "selective" | "full" | "selective-every-other-mm"
 
 
-def block_linear_params(model: ModelSpec) -> int:
+class Shape(NamedTuple):
+    """The numbers of a ModelSpec the models use, computed once (the search calls them often)."""
+
+    n_layers: int
+    d_model: int
+    kv_dim: int
+    ffn_dim: int
+    n_heads: int
+    vocab_size: int
+    n_params: int
+    params_per_layer: int
+    n_matmul_params: int
+
+
+@lru_cache(maxsize=256)
+def shape(model: ModelSpec | Shape) -> Shape:
+    return Shape(
+        model.n_layers, model.d_model, model.kv_dim, model.ffn_dim, model.n_heads,
+        model.vocab_size, model.n_params, model.params_per_layer, model.n_matmul_params,
+    )  # fmt: skip
+
+
+def block_linear_params(model: ModelSpec | Shape) -> int:
     """Parameters of one block's linears (everything but its two RMSNorm weights)."""
     return model.params_per_layer - 2 * model.d_model
 
 
-def root_params(model: ModelSpec) -> int:
+def root_params(model: ModelSpec | Shape) -> int:
     """Parameters outside the blocks (embedding, final norm, untied head): the FSDP root unit."""
     return model.n_params - model.n_layers * model.params_per_layer
 
 
-def state_bytes(model: ModelSpec, shard_degree: int) -> tuple[float, float, float]:
+def state_bytes(model: ModelSpec | Shape, shard_degree: int) -> tuple[float, float, float]:
     """(fp32 master params, fp32 grads, AdamW exp_avg + exp_avg_sq) per GPU, sharded N ways."""
+    model = shape(model) if isinstance(model, ModelSpec) else model
     p = model.n_params / shard_degree
     return p * C.MASTER_PARAM_BYTES, p * C.GRAD_BYTES, p * C.ADAM_STATE_BYTES
 
 
-def gathered_param_bytes(model: ModelSpec, precision: str, reshard_after_forward: bool) -> float:
+def gathered_param_bytes(
+    model: ModelSpec | Shape, precision: str, reshard_after_forward: bool
+) -> float:
     """bf16 (or fp8) unsharded parameters live at the peak (start of backward).
 
     The root unit (embedding, norm, head) stays gathered for the whole step (train/parallelize.py
@@ -45,6 +71,7 @@ def gathered_param_bytes(model: ModelSpec, precision: str, reshard_after_forward
     one plus FSDP2's one-block prefetch, or every block when parameters are kept gathered between
     forward and backward (reshard_after_forward=False).
     """
+    model = shape(model) if isinstance(model, ModelSpec) else model
     lin = block_linear_params(model)
     block = lin * C.GATHER_BYTES[precision] + 2 * model.d_model * 2
     n_blocks = (
@@ -53,7 +80,7 @@ def gathered_param_bytes(model: ModelSpec, precision: str, reshard_after_forward
     return n_blocks * block + root_params(model) * 2
 
 
-def grad_transient_bytes(model: ModelSpec) -> float:
+def grad_transient_bytes(model: ModelSpec | Shape) -> float:
     """Unsharded gradients and reduce-scatter buffers at the memory peak (start of backward).
 
     The root unit's gradients (output head first, embedding last) are reduce-scattered only after
@@ -61,6 +88,7 @@ def grad_transient_bytes(model: ModelSpec) -> float:
     gradient, its fp32 reduce-scatter input and the previous block's reduce-scatter in flight. The
     root's own fp32 reduce-scatter comes at the end, when activations are gone: not the peak.
     """
+    model = shape(model) if isinstance(model, ModelSpec) else model
     head = model.vocab_size * model.d_model
     return float(head * 2 + model.params_per_layer * C.BLOCK_GRAD_BYTES)
 
@@ -75,7 +103,7 @@ def norm_saved_bytes_per_elem(fused_norm: bool) -> int:
 
 
 def activation_bytes_per_block(
-    model: ModelSpec,
+    model: ModelSpec | Shape,
     micro_batch: int,
     seq_len: int,
     mode: ActivationMode,
@@ -90,6 +118,7 @@ def activation_bytes_per_block(
     gate/up/SiLU/product, RMSNorm saves. Out: parameters, the shared RoPE table, the recompute
     working set (see `activation_bytes`), logits (see `logits_and_loss_bytes`).
     """
+    model = shape(model) if isinstance(model, ModelSpec) else model
     h, kv, f, nh = model.d_model, model.kv_dim, model.ffn_dim, model.n_heads
     d = dtype_bytes
     lse = 4 * nh  # fp32 logsumexp per token
@@ -112,7 +141,7 @@ def activation_bytes_per_block(
 
 
 def outside_block_activation_bytes(
-    model: ModelSpec,
+    model: ModelSpec | Shape,
     micro_batch: int,
     seq_len: int,
     dtype_bytes: int = 2,
@@ -120,13 +149,14 @@ def outside_block_activation_bytes(
     fused_norm: bool = True,
 ) -> float:
     """Saved outside the blocks: token ids (int64), the final norm's save and the head's input."""
+    model = shape(model) if isinstance(model, ModelSpec) else model
     h = model.d_model
     per_tok = 8 + norm_saved_bytes_per_elem(fused_norm) * h + 4 + dtype_bytes * h
     return float(micro_batch * seq_len * per_tok)
 
 
 def saved_activation_bytes(
-    model: ModelSpec,
+    model: ModelSpec | Shape,
     micro_batch: int,
     seq_len: int,
     mode: ActivationMode,
@@ -135,6 +165,7 @@ def saved_activation_bytes(
     fused_norm: bool = True,
 ) -> float:
     """Everything kept for backward by the model's forward (all blocks + outside), no logits."""
+    model = shape(model) if isinstance(model, ModelSpec) else model
     per_block = activation_bytes_per_block(
         model, micro_batch, seq_len, mode, dtype_bytes, fused_norm=fused_norm
     )
@@ -145,7 +176,7 @@ def saved_activation_bytes(
 
 
 def activation_bytes(
-    model: ModelSpec,
+    model: ModelSpec | Shape,
     micro_batch: int,
     seq_len: int,
     mode: ActivationMode,
@@ -159,6 +190,7 @@ def activation_bytes(
     Working set: the block being recomputed re-creates what mode "none" would have kept (only with
     checkpointing), and the gradients of its largest intermediates (two of width f, two of h).
     """
+    model = shape(model) if isinstance(model, ModelSpec) else model
     saved = saved_activation_bytes(
         model, micro_batch, seq_len, mode, dtype_bytes, fused_norm=fused_norm
     )
@@ -177,17 +209,19 @@ def activation_bytes(
 
 
 def logits_and_loss_bytes(
-    model: ModelSpec, micro_batch: int, seq_len: int, *, compiled_loss: bool = False
+    model: ModelSpec | Shape, micro_batch: int, seq_len: int, *, compiled_loss: bool = False
 ) -> float:
     """Logits and the fp32 cross-entropy at its peak: b x s x V x bytes per logit (fewer when the
     loss is compiled, which fuses the fp32 upcast and log-softmax)."""
+    model = shape(model) if isinstance(model, ModelSpec) else model
     per = C.LOSS_BYTES_PER_LOGIT_COMPILED if compiled_loss else C.LOSS_BYTES_PER_LOGIT
     return float(micro_batch * seq_len * model.vocab_size * per)
 
 
-def fp8_extra_bytes(model: ModelSpec, precision: str) -> float:
+def fp8_extra_bytes(model: ModelSpec | Shape, precision: str) -> float:
     """Low-precision extras: the fp8 copies of the live blocks' weights (and their transposes for
     backward) made by the fp8 / mxfp8 linears; scales and amax buffers are negligible."""
+    model = shape(model) if isinstance(model, ModelSpec) else model
     if precision == "bf16":
         return 0.0
     # fp8 all-gather already delivers fp8 weights: only the transposed copy for backward is new.
@@ -237,7 +271,7 @@ class MemoryTerms(NamedTuple):
 
 
 def memory_terms(
-    model: ModelSpec,
+    model: ModelSpec | Shape,
     *,
     shard_degree: int,
     replicate_degree: int,
@@ -251,6 +285,7 @@ def memory_terms(
     compiled_loss: bool = False,
 ) -> MemoryTerms:
     """All terms for one configuration on one GPU."""
+    model = shape(model) if isinstance(model, ModelSpec) else model
     params, grads, optim = state_bytes(model, shard_degree)
     single = shard_degree * replicate_degree == 1
     gathered = (

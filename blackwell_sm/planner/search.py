@@ -6,12 +6,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterator
+from functools import lru_cache
 from typing import NamedTuple
 
 from blackwell_sm.errors import SpecError
 from blackwell_sm.hardware import InstanceType
 from blackwell_sm.planner import calibration as C
-from blackwell_sm.planner.memory import GIB, MemoryTerms, memory_terms
+from blackwell_sm.planner.memory import GIB, MemoryTerms, memory_terms, shape
 from blackwell_sm.planner.step_time import StepTime, step_time
 from blackwell_sm.spec import ModelSpec
 
@@ -106,14 +107,20 @@ def fits(instance: InstanceType, mem: MemoryTerms) -> bool:
     return mem.total <= limit_bytes(instance) * (1.0 - C.MEMORY_HEADROOM)
 
 
+@lru_cache(maxsize=256)
+def _flops_per_token(model: ModelSpec, seq_len: int) -> float:
+    return model.flops_per_token(seq_len)
+
+
 def evaluate(ctx: Context, c: Candidate) -> Evaluation:
     """Predict memory, step time, time and cost to train for one candidate."""
     m, inst = ctx.model, ctx.instance
     kw = dict(shard_degree=c.shard_degree, replicate_degree=c.replicate_degree,
               micro_batch=c.micro_batch, seq_len=ctx.seq_len, precision=c.precision, mode=c.mode,
               compile=c.compile, reshard_after_forward=c.reshard_after_forward)  # fmt: skip
-    mem = memory_terms(m, kind=inst.gpu.kind, compiled_loss=ctx.compiled_loss, **kw)
-    t = step_time(m, inst, grad_accum=c.grad_accum, **kw)
+    sh = shape(m)
+    mem = memory_terms(sh, kind=inst.gpu.kind, compiled_loss=ctx.compiled_loss, **kw)
+    t = step_time(sh, inst, grad_accum=c.grad_accum, **kw)
     tokens_per_step = c.global_batch_seqs * ctx.seq_len
     if ctx.total_steps is not None:
         steps = ctx.total_steps
@@ -121,7 +128,7 @@ def evaluate(ctx: Context, c: Candidate) -> Evaluation:
         steps = max(1, math.ceil((ctx.total_tokens or 0) / tokens_per_step))
     hours = steps * t.step_s / 3600.0
     tps = tokens_per_step / t.step_s / c.world
-    mfu = tps * m.flops_per_token(ctx.seq_len) / inst.gpu.peak_flops("bf16")
+    mfu = tps * _flops_per_token(m, ctx.seq_len) / inst.gpu.peak_flops("bf16")
     price = None if ctx.price_per_hour is None else ctx.price_per_hour * c.instance_count
     return Evaluation(c, mem, t, fits(inst, mem), steps, hours, tps, mfu, price)
 
@@ -236,9 +243,12 @@ def search_count(ctx: Context, count: int, pins: Pins, precisions: tuple[str, ..
     return SearchResult(best, False, evals)
 
 
-def min_memory(ctx: Context, count: int, pins: Pins, precisions: tuple[str, ...]) -> Evaluation:
-    """The candidate needing the least memory (cheap pre-check for instance-count scans)."""
+def min_memory(
+    ctx: Context, count: int, pins: Pins, precisions: tuple[str, ...]
+) -> Evaluation | None:
+    """The candidate needing the least memory (None if the pins allow no candidate)."""
     return min(
         (evaluate(ctx, c) for c in candidates(ctx, count, pins, precisions)),
         key=lambda e: e.mem.total,
+        default=None,
     )

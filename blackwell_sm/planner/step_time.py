@@ -9,17 +9,20 @@ from typing import NamedTuple
 
 from blackwell_sm.hardware import InstanceType
 from blackwell_sm.planner import calibration as C
-from blackwell_sm.planner.memory import block_linear_params, root_params
+from blackwell_sm.planner.memory import Shape, block_linear_params, root_params, shape
 from blackwell_sm.spec import ModelSpec
 
 
-def recompute_flops_per_token(model: ModelSpec, seq_len: int, mode: str) -> tuple[float, float]:
+def recompute_flops_per_token(
+    model: ModelSpec | Shape, seq_len: int, mode: str
+) -> tuple[float, float]:
     """(linear, attention) FLOPs per token redone in backward by activation checkpointing.
 
     full: the whole forward of every block (2 x block linears + the attention forward, a third
     of its 12·L·h·s); every-other-mm: the forward of the unsaved matmuls (k, o, up); selective and
     none: no matmul or attention FLOPs (selective's elementwise recompute is a time fraction).
     """
+    model = shape(model) if isinstance(model, ModelSpec) else model
     L, h, kv, f = model.n_layers, model.d_model, model.kv_dim, model.ffn_dim
     if mode == "full":
         return 2.0 * L * block_linear_params(model), 4.0 * L * h * seq_len
@@ -29,9 +32,15 @@ def recompute_flops_per_token(model: ModelSpec, seq_len: int, mode: str) -> tupl
 
 
 def compute_time_per_token(
-    model: ModelSpec, instance: InstanceType, seq_len: int, precision: str, mode: str, compile: bool
+    model: ModelSpec | Shape,
+    instance: InstanceType,
+    seq_len: int,
+    precision: str,
+    mode: str,
+    compile: bool,
 ) -> float:
     """Seconds of compute per token on one GPU (forward + backward + recompute)."""
+    model = shape(model) if isinstance(model, ModelSpec) else model
     gpu = instance.gpu
     bf16_peak = gpu.peak_flops("bf16")
     lowp_peak = gpu.peak_flops(precision)
@@ -67,7 +76,7 @@ class StepTime(NamedTuple):
 
 
 def step_time(
-    model: ModelSpec,
+    model: ModelSpec | Shape,
     instance: InstanceType,
     *,
     shard_degree: int,
@@ -81,6 +90,7 @@ def step_time(
     reshard_after_forward: bool,
 ) -> StepTime:
     """Predicted time of one optimizer step on every GPU (they run in lock-step)."""
+    model = shape(model) if isinstance(model, ModelSpec) else model
     tokens = micro_batch * seq_len
     t_comp = tokens * compute_time_per_token(model, instance, seq_len, precision, mode, compile)
     gpn = instance.gpus_per_instance

@@ -1,0 +1,175 @@
+"""`bsm plan`: choose and explain a training configuration (no AWS calls, no torch)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import click
+
+from blackwell_sm.cli.output import OUTPUT_OPTION, emit_json
+from blackwell_sm.errors import InfeasiblePlanError, SpecError
+
+
+def _count(value: str | None) -> int | str | None:
+    if value is None or value == "auto":
+        return value
+    try:
+        n = int(value)
+    except ValueError:
+        n = 0
+    if n < 1:
+        raise click.BadParameter(
+            f"{value!r} is not a positive integer or 'auto'", param_hint="'--instance-count'"
+        )
+    return n
+
+
+def _parse_sets(items: tuple[str, ...]) -> dict[str, Any]:
+    import yaml
+
+    out: dict[str, Any] = {}
+    for item in items:
+        key, sep, raw = item.partition("=")
+        if not sep or not key.strip():
+            raise SpecError(f"--set takes KEY=VALUE, got {item!r}", field="--set")
+        try:
+            value = yaml.safe_load(raw) if raw.strip() else raw
+        except yaml.YAMLError:
+            value = raw
+        if isinstance(value, (dict, list)):
+            raise SpecError(f"--set {key}: value must be a scalar, got {raw!r}", field=key.strip())
+        out[key.strip()] = value
+    return out
+
+
+@click.command("plan")
+@click.argument("spec_path", metavar="[SPEC]", required=False)
+@click.option("--model", "model", metavar="PRESET", help="Plan a preset instead of a SPEC file.")
+@click.option("--instance-type", metavar="TYPE", help="e.g. ml.p6-b200.48xlarge.")
+@click.option("--instance-count", metavar="N|auto", help="Instances, or auto: the fewest that fit.")
+@click.option("--seq-len", type=click.IntRange(min=1), help="Tokens per sequence.")
+@click.option("--global-batch-tokens", type=click.IntRange(min=1), help="Tokens per step.")
+@click.option("--total-tokens", type=click.IntRange(min=1), help="Tokens to train on.")
+@click.option(
+    "--set",
+    "sets",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="Pin a config knob (shard_degree, micro_batch_size, precision, ...) or set a dotted "
+    "spec path; VALUE is a YAML scalar.",
+)
+@OUTPUT_OPTION
+def plan(
+    spec_path: str | None,
+    model: str | None,
+    instance_type: str | None,
+    instance_count: str | None,
+    seq_len: int | None,
+    global_batch_tokens: int | None,
+    total_tokens: int | None,
+    sets: tuple[str, ...],
+    output: str,
+) -> None:
+    """Choose shard degree, micro-batch, accumulation, checkpointing and precision for SPEC (or
+    --model PRESET) and predict memory, speed, time and cost.
+
+    Exit 2 on bad input, 3 when nothing fits (after printing the best candidate's prediction).
+    """
+    from blackwell_sm.planner.api import make_plan
+    from blackwell_sm.spec import load_spec, parse_spec, with_overrides
+
+    count = _count(instance_count)
+    if spec_path and model:
+        raise SpecError("give a SPEC file or --model PRESET, not both", field="model")
+    if not spec_path and not model:
+        raise SpecError("give a SPEC file or --model PRESET", field="SPEC")
+    spec = load_spec(spec_path) if spec_path else parse_spec({"model": model}, source="--model")
+    overrides: dict[str, Any] = {}
+    if instance_type:
+        overrides["compute.instance_type"] = instance_type
+    if count is not None:
+        overrides["compute.instance_count"] = count
+    if seq_len is not None:
+        overrides["seq_len"] = seq_len
+    if global_batch_tokens is not None:
+        overrides["training.global_batch_tokens"] = global_batch_tokens
+        overrides["training.global_batch_seqs"] = None
+    if total_tokens is not None:
+        overrides["training.total_tokens"] = total_tokens
+        overrides["training.total_steps"] = None
+    overrides.update(_parse_sets(sets))
+    if overrides:
+        spec = with_overrides(spec, overrides)
+    p = make_plan(spec)
+    if output == "json":
+        emit_json(p)
+    else:
+        render(p)
+    if not p.feasible:
+        raise InfeasiblePlanError(
+            f"{p.model.name} does not fit on {p.instance.count} x {p.instance.type}: the best "
+            f"candidate needs {p.memory_gib.total:.1f} GiB per GPU of {p.memory_gib.limit:.1f} GiB",
+            plan=p,
+            hint="; ".join(p.advice) or None,
+        )
+
+
+def _gib(x: float) -> str:
+    return f"{x:,.1f}"
+
+
+def render(p: Any) -> None:
+    """The plan as rich tables on stdout (people); JSON has the same facts for scripts."""
+    from rich.console import Console
+    from rich.table import Table
+
+    con = Console(highlight=False)
+    c, m, t, r = p.config, p.memory_gib, p.throughput, p.run
+    status = "[green]fits[/]" if p.feasible else "[bold red]does NOT fit[/]"
+    con.print(
+        f"[bold]{p.model.name}[/] ({p.model.n_params / 1e9:.2f}B params) on {p.instance.count} x "
+        f"{p.instance.type} ({p.instance.gpus_per_instance} x {p.instance.gpu}): {status}"
+    )
+    cfg = Table(title="configuration", show_header=False, title_justify="left")
+    for k, v in c.model_dump().items():
+        cfg.add_row(k, str(v).lower() if isinstance(v, bool) else str(v))
+    mem = Table(title="memory per GPU (GiB)", title_justify="left")
+    mem.add_column("term")
+    mem.add_column("GiB", justify="right")
+    for k, v in m.model_dump().items():
+        if k in ("total", "limit"):
+            continue
+        mem.add_row(k, _gib(v))
+    pct = m.total / m.limit
+    mem.add_row("[bold]total[/]", f"[bold]{_gib(m.total)}[/]")
+    mem.add_row("limit", f"{_gib(m.limit)} ({pct:.0%} used)")
+    con.print(cfg, mem)
+    cost = "n/a (no price)" if r.cost_usd is None else f"${r.cost_usd:,.0f}"
+    con.print(
+        f"[bold]speed[/]: {t.tokens_per_s_per_gpu:,.0f} tokens/s/GPU, step {t.step_time_s:.3f} s, "
+        f"MFU {t.mfu:.1%}  [dim](MFU basis: {t.mfu_basis})[/]"
+    )
+    con.print(
+        f"[bold]run[/]: {r.steps:,} steps, {r.tokens / 1e9:,.2f}B tokens, {r.hours:,.1f} h, "
+        f"cost {cost}" + (f" [dim]({r.price_source})[/]" if r.price_source else "")
+    )
+    if p.alternatives:
+        alt = Table(title="runner-ups", title_justify="left")
+        for col in ("changed", "GiB", "tok/s/GPU", "hours", "why not"):
+            alt.add_column(col)
+        for a in p.alternatives:
+            changed, _, why = a.why_not.partition(": ")
+            alt.add_row(
+                changed, _gib(a.memory_total_gib), f"{a.tokens_per_s_per_gpu:,.0f}",
+                f"{a.hours:,.1f}", why,
+            )  # fmt: skip
+        con.print(alt)
+    for title, items, style in (
+        ("why", p.reasons, "dim"),
+        ("warnings", p.warnings, "yellow"),
+        ("to make it fit", p.advice, "bold"),
+    ):
+        if items:
+            con.print(f"[bold]{title}[/]:")
+            for item in items:
+                con.print(f"  - {item}", style=style, markup=False)

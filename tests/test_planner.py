@@ -1,0 +1,226 @@
+"""The planner: memory-model properties, the 64B-on-one-node claim, pins, instance counts,
+templates, local plans and precision reasoning. No torch here (the planner never imports it)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from blackwell_sm.errors import SpecError
+from blackwell_sm.hardware import CATALOG, local_instance
+from blackwell_sm.planner import memory
+from blackwell_sm.planner.api import make_plan, plan
+from blackwell_sm.spec import PRESETS, ModelSpec, load_spec, parse_spec
+
+ROOT = Path(__file__).resolve().parents[1]
+TEMPLATES = sorted((ROOT / "templates").glob("*.yaml"))
+B200 = "ml.p6-b200.48xlarge"
+
+
+@st.composite
+def model_shapes(draw) -> ModelSpec:
+    head_dim = draw(st.sampled_from([16, 32, 64, 128]))
+    kv = draw(st.integers(1, 8))
+    group = draw(st.integers(1, 8))
+    return ModelSpec(
+        n_layers=draw(st.integers(1, 96)),
+        d_model=head_dim * kv * group,
+        n_heads=kv * group,
+        n_kv_heads=kv,
+        ffn_dim=draw(st.integers(1, 64)) * 128,
+        vocab_size=draw(st.integers(256, 256_000)),
+        tie_embeddings=draw(st.booleans()),
+    )
+
+
+@settings(max_examples=150, deadline=None)
+@given(model_shapes(), st.sampled_from([1, 2, 4, 8, 16, 32, 64, 128, 512]), st.integers(1, 8))
+def test_more_sharding_never_raises_per_gpu_states(m, shard, factor):
+    fewer = memory.state_bytes(m, shard)
+    more = memory.state_bytes(m, shard * factor)
+    assert all(b <= a for a, b in zip(fewer, more, strict=True))
+    kw = dict(replicate_degree=1, micro_batch=1, seq_len=1024, precision="bf16", mode="full",
+              compile=False, reshard_after_forward=True)  # fmt: skip
+    t1 = memory.memory_terms(m, shard_degree=shard, **kw)
+    t2 = memory.memory_terms(m, shard_degree=shard * factor, **kw)
+    sharded = lambda t: t.params_fp32 + t.grads_fp32 + t.optimizer_states  # noqa: E731
+    assert sharded(t2) <= sharded(t1)
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    model_shapes(),
+    st.integers(1, 16),
+    st.sampled_from([128, 512, 2048, 8192, 32768]),
+    st.booleans(),
+    st.booleans(),
+)
+def test_full_le_selective_le_none(m, mb, seq, fused, compile):
+    per_block = {
+        mode: memory.activation_bytes_per_block(m, mb, seq, mode, fused_norm=fused)
+        for mode in ("none", "selective", "full")
+    }
+    assert per_block["full"] <= per_block["selective"] <= per_block["none"]
+    total = {
+        mode: memory.activation_bytes(m, mb, seq, mode, compile=compile, fused_norm=fused)
+        for mode in ("none", "selective", "full")
+    }
+    assert total["full"] <= total["selective"] <= total["none"]
+
+
+def test_no_quadratic_attention_term():
+    m = PRESETS["llama-3.1-8b"]
+    one = memory.activation_bytes_per_block(m, 1, 8192, "none")
+    assert memory.activation_bytes_per_block(m, 1, 16384, "none") == pytest.approx(2 * one)
+
+
+def test_logits_term_is_the_fp32_loss():
+    m = PRESETS["llama-3.1-8b"]
+    assert memory.logits_and_loss_bytes(m, 2, 8192) == 2 * 8192 * m.vocab_size * 12
+
+
+def test_llama_64b_fits_on_one_p6_b200_and_says_how():
+    p = make_plan(parse_spec({"model": "llama-64b", "compute": {"instance_type": B200}}))
+    assert p.feasible and p.instance.count == 1 and p.instance.type == B200
+    assert p.memory_gib.total <= p.memory_gib.limit
+    c = p.config
+    assert c.shard_degree == 8 and c.replicate_degree == 1
+    assert c.micro_batch_size * c.grad_accum_steps * 8 == p.spec.training.global_batch_sequences
+    text = " ".join(p.reasons)
+    assert f"activation_checkpointing {c.activation_checkpointing}" in text
+    assert "precision" in text and "shard_degree 8" in text
+    assert p.alternatives and all(a.why_not for a in p.alternatives)
+    assert p.run.cost_usd and p.run.cost_usd > 0
+
+
+def test_seventy_b_bf16_long_sequences_is_infeasible_with_advice():
+    spec = parse_spec(
+        {"model": "llama-3.1-70b", "training": {"seq_len": 32768, "precision": "bf16"}}
+    )
+    p = make_plan(spec)
+    assert not p.feasible
+    assert p.memory_gib.total > p.memory_gib.limit
+    assert p.throughput.step_time_s > 0 and p.run.steps > 0  # the whole prediction is there
+    advice = " ".join(p.advice)
+    assert "instances" in advice and "seq_len" in advice
+
+
+def test_pins_are_respected():
+    spec = parse_spec({
+        "model": "llama-3.1-8b",
+        "training": {"seq_len": 4096, "precision": "bf16", "activation_checkpointing": "selective",
+                     "pins": {"micro_batch_size": 1, "compile": False,
+                              "reshard_after_forward": False}},
+    })  # fmt: skip
+    c = make_plan(spec).config
+    assert (c.micro_batch_size, c.precision, c.activation_checkpointing) == (1, "bf16", "selective")
+    assert c.compile is False and c.reshard_after_forward is False
+    assert c.grad_accum_steps == spec.training.global_batch_sequences // 8
+
+
+def test_fully_pinned_infeasible_plan_is_evaluated_not_searched():
+    spec = parse_spec({
+        "model": "llama-3.1-70b",
+        "training": {"seq_len": 8192, "precision": "bf16", "activation_checkpointing": "none",
+                     "pins": {"shard_degree": 8, "replicate_degree": 1, "micro_batch_size": 4,
+                              "grad_accum_steps": 32, "compile": True,
+                              "reshard_after_forward": True}},
+    })  # fmt: skip
+    p = make_plan(spec)
+    assert not p.feasible and p.advice
+    c = p.config
+    assert (c.micro_batch_size, c.grad_accum_steps, c.activation_checkpointing) == (4, 32, "none")
+    assert p.alternatives == []  # nothing else was a candidate
+
+
+def test_bad_pins_are_spec_errors():
+    with pytest.raises(SpecError) as e:
+        make_plan(parse_spec({"model": "tiny", "training": {"pins": {"shard_degree": 3}}}))
+    assert e.value.field == "training.pins.shard_degree" and "allowed" in str(e.value)
+    with pytest.raises(SpecError) as e:
+        make_plan(parse_spec({"model": "tiny", "compute": {"instance_type": "ml.p5.48xlarge"},
+                              "training": {"precision": "mxfp8"}}))  # fmt: skip
+    assert e.value.field == "training.precision"
+
+
+def test_training_plan_restricts_instance_counts():
+    base = {"model": "llama-3.1-70b", "training": {"seq_len": 32768, "precision": "bf16"}}
+    free = make_plan(parse_spec({**base, "compute": {"instance_count": "auto"}}))
+    booked = make_plan(
+        parse_spec({**base, "compute": {"instance_count": "auto", "training_plan": "my-plan"}})
+    )
+    assert free.feasible and booked.feasible
+    assert free.instance.count == 3  # the fewest that fit
+    assert booked.instance.count == 4  # ... but a training plan only comes in powers of two
+    with pytest.raises(SpecError) as e:
+        make_plan(parse_spec({**base, "compute": {"instance_count": 3, "training_plan": "p"}}))
+    assert e.value.field == "compute.instance_count" and "1, 2, 4, 8, 16, 32, 64" in str(e.value)
+
+
+def test_deadline_buys_instances():
+    base = {"model": "llama-3.1-8b", "training": {"total_tokens": 200_000_000_000}}
+    one = make_plan(parse_spec({**base, "compute": {"instance_count": "auto"}}))
+    fast = make_plan(
+        parse_spec(
+            {**base, "compute": {"instance_count": "auto", "deadline_hours": one.run.hours / 3}}
+        )
+    )
+    assert one.instance.count == 1
+    assert fast.instance.count > 1 and fast.run.hours <= one.run.hours / 3
+    assert any("deadline" in r for r in fast.reasons)
+
+
+def test_default_length_is_twenty_tokens_per_param():
+    p = make_plan(parse_spec({"model": "llama-3.2-1b"}))
+    assert any("20 tokens per parameter" in w for w in p.warnings)
+    assert p.run.tokens >= 20 * PRESETS["llama-3.2-1b"].n_params
+
+
+def test_auto_precision_says_why():
+    big = make_plan(parse_spec({"model": "llama-64b"}))
+    small = make_plan(parse_spec({"model": "llama-3.2-1b"}))
+    assert any(r.startswith("precision:") for r in big.reasons)
+    assert small.config.precision == "bf16"
+    assert any("below 3B" in r for r in small.reasons)
+    h100 = make_plan(parse_spec({"model": "llama-64b", "compute": {"instance_type": "ml.p5.48xlarge",
+                                                                   "instance_count": 4}}))  # fmt: skip
+    assert h100.config.precision != "mxfp8"
+    assert any("mxfp8: not supported" in r for r in h100.reasons)
+
+
+@pytest.mark.parametrize("path", TEMPLATES, ids=[p.stem for p in TEMPLATES])
+def test_every_template_plans(path):
+    spec = load_spec(path)
+    instance = local_instance(nproc=2) if spec.model.name == "tiny" else None
+    p = make_plan(spec, instance=instance)
+    assert p.feasible, p.warnings
+    assert p.memory_gib.total <= p.memory_gib.limit
+
+
+def test_local_demo_plan():
+    spec = load_spec(ROOT / "templates" / "demo-tiny.yaml")
+    p = make_plan(spec, instance=local_instance(nproc=2))
+    c = p.config
+    assert p.feasible and p.instance.count == 1 and p.instance.gpus_per_instance == 2
+    assert (c.shard_degree, c.replicate_degree) == (2, 1)
+    assert c.precision == "bf16" and c.activation_checkpointing == "none" and c.compile is False
+    assert c.global_batch_sequences == spec.training.global_batch_sequences
+    assert p.run.cost_usd is None and p.run.steps == spec.training.total_steps
+
+
+def test_notebook_plan_takes_presets_and_overrides():
+    p = plan("llama-3.2-1b", seq_len=2048, precision="bf16", micro_batch_size=2)
+    assert p.config.seq_len == 2048 and p.config.micro_batch_size == 2
+    assert plan({"model": "tiny"}, instance=local_instance(nproc=1)).feasible
+
+
+def test_every_preset_on_every_instance_type_plans_without_error():
+    for name in PRESETS:
+        for itype in CATALOG:
+            spec = parse_spec({"model": name, "compute": {"instance_type": itype,
+                                                          "instance_count": "auto"}})  # fmt: skip
+            p = make_plan(spec)
+            assert p.feasible, (name, itype)
