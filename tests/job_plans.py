@@ -20,7 +20,7 @@ JOB = {
     "role_arn": "arn:aws:iam::123456789012:role/bsm-test-role",
     "region": "us-east-1",
     "s3_prefix": "s3://bsm-test-bucket/runs",
-    "channels": {"train": {"s3_uri": "s3://bsm-test-bucket/data/train"}},
+    "channels": {"train": {"s3_uri": "s3://bsm-test-bucket/data/train/"}},
 }
 
 

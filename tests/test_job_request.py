@@ -108,7 +108,7 @@ def test_request_fields(built):
     assert code["ChannelName"] == "code" and code["InputMode"] == "File"
     assert code["DataSource"]["S3DataSource"]["S3Uri"] == r.bundle_s3_uri
     assert train["ChannelName"] == "train"
-    assert train["DataSource"]["S3DataSource"]["S3Uri"] == "s3://bsm-test-bucket/data/train"
+    assert train["DataSource"]["S3DataSource"]["S3Uri"] == "s3://bsm-test-bucket/data/train/"
     assert all(isinstance(v, str) for v in q["HyperParameters"].values())
     assert len(q["HyperParameters"]) <= 5
     tags = {t["Key"]: t["Value"] for t in q["Tags"]}
@@ -337,3 +337,12 @@ def test_builder_imports_neither_torch_nor_the_sdk():
         "assert not bad, bad"
     )
     subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT, timeout=60)
+
+
+def test_a_channel_prefix_without_a_trailing_slash_is_pointed_out():
+    spec = run_spec(channels={"train": {"s3_uri": "s3://bsm-test-bucket/data/train"}})
+    r = build_job_request(spec, plan_for(spec))
+    assert "no trailing '/'" in r.warnings[0]
+    assert r.request["InputDataConfig"][1]["DataSource"]["S3DataSource"]["S3Uri"] == (
+        "s3://bsm-test-bucket/data/train"
+    )

@@ -24,7 +24,7 @@ from blackwell_sm.job.validate import validate_request
 from blackwell_sm.metrics import METRIC_REGEXES
 from blackwell_sm.planner.plan import Plan
 from blackwell_sm.spec.compute import TRAINING_PLAN_ARN_RE
-from blackwell_sm.spec.job import JobSpec
+from blackwell_sm.spec.job import JobSpec, is_placeholder
 from blackwell_sm.spec.run import RunSpec
 
 CODE_CHANNEL = "code"
@@ -254,6 +254,12 @@ def build_job_request(
         }
     ]
     for cname, ch in sorted(job.channels.items()):
+        last = ch.s3_uri.rsplit("/", 1)[-1]
+        if not ch.s3_uri.endswith("/") and "." not in last and not is_placeholder(ch.s3_uri):
+            warnings.append(
+                f"job.channels.{cname}.s3_uri {ch.s3_uri} has no trailing '/': as an S3 prefix "
+                f"it also matches {ch.s3_uri}-old/..., {ch.s3_uri}2/..."
+            )
         channels.append(
             {
                 "ChannelName": cname,

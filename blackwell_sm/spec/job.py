@@ -34,8 +34,10 @@ def is_placeholder(value: str | None) -> bool:
     return value is not None and PLACEHOLDER.lower() in value.lower()
 
 
-def check_s3_uri(v: str) -> str:
-    """`s3://bucket[/key]` with a valid bucket name (a REPLACE-ME placeholder bucket passes)."""
+def check_s3_uri(v: str, *, strip: bool = True) -> str:
+    """`s3://bucket[/key]` with a valid bucket name (a REPLACE-ME placeholder bucket passes).
+
+    `strip` drops a trailing '/' (for prefixes the toolkit appends to)."""
     m = S3_URI_RE.match(v)
     if not m:
         raise ValueError(f"expected an S3 URI like s3://bucket/prefix, got {v!r}")
@@ -45,7 +47,7 @@ def check_s3_uri(v: str) -> str:
             f"invalid S3 bucket name {bucket!r}: 3-63 lowercase letters, digits, dots and "
             "hyphens, starting and ending with a letter or digit"
         )
-    return v.rstrip("/")
+    return v.rstrip("/") if strip else v
 
 
 class ChannelSpec(BaseModel):
@@ -53,7 +55,10 @@ class ChannelSpec(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    s3_uri: str = Field(description="S3 prefix (or object) holding the channel's files.")
+    s3_uri: str = Field(
+        description="S3 prefix (end it with '/' for a folder: S3 prefixes match by string, so "
+        "s3://b/train also matches s3://b/train2/...) or a single object."
+    )
     input_mode: Literal["File", "FastFile"] = Field(
         "FastFile", description="File: copied before start; FastFile: streamed from S3 on read."
     )
@@ -65,7 +70,7 @@ class ChannelSpec(BaseModel):
     @field_validator("s3_uri")
     @classmethod
     def _s3(cls, v: str) -> str:
-        return check_s3_uri(v)
+        return check_s3_uri(v, strip=False)
 
 
 class JobSpec(BaseModel):
