@@ -346,3 +346,13 @@ def test_a_channel_prefix_without_a_trailing_slash_is_pointed_out():
     assert r.request["InputDataConfig"][1]["DataSource"]["S3DataSource"]["S3Uri"] == (
         "s3://bsm-test-bucket/data/train"
     )
+
+
+def test_sdk_view_refuses_an_unresolved_training_plan_before_importing_the_sdk():
+    from blackwell_sm.job.sdk import to_model_trainer
+
+    spec = run_spec()
+    spec.compute.training_plan = "my-plan"
+    with pytest.raises(SpecError) as e:
+        to_model_trainer(spec, plan_for(spec))
+    assert e.value.field == "compute.training_plan" and "on-demand" in str(e.value)

@@ -80,6 +80,15 @@ def model_trainer_and_request(
     upload_bundle: bool = True,
 ) -> tuple[Any, JobRequest]:
     """`to_model_trainer`, also returning the builder's JobRequest it was configured from."""
+    run = _load(spec)
+    wanted = run.compute.training_plan
+    if wanted and not wanted.startswith("arn:") and training_plan_arn is None:
+        raise SpecError(
+            f"compute.training_plan {wanted!r} is not an ARN, and the trainer would run on "
+            "on-demand capacity without one",
+            field="compute.training_plan",
+            hint="pass training_plan_arn=... (`bsm plans describe NAME` or `bsm plans search`)",
+        )
     try:
         import boto3
         from sagemaker.core.helper.session_helper import Session
@@ -103,7 +112,6 @@ def model_trainer_and_request(
             hint="pip install 'blackwell-sm[sdk]' (sagemaker>=3)",
         ) from None
 
-    run = _load(spec)
     if plan is None:
         from blackwell_sm.planner.api import make_plan
 
@@ -116,13 +124,6 @@ def model_trainer_and_request(
     req = build_job_request(
         run, plan, training_plan_arn=training_plan_arn, region=boto_session.region_name
     )
-    if req.unresolved_training_plan:
-        raise SpecError(
-            f"compute.training_plan {req.unresolved_training_plan!r} is not an ARN; the trainer "
-            "would run on on-demand capacity",
-            field="compute.training_plan",
-            hint="pass training_plan_arn=... (bsm plans describe NAME shows it)",
-        )
     hook = _entrypoint_hook(req)
     # Registered before the SDK creates its clients from this session, so they all carry it.
     boto_session.events.register("before-parameter-build.sagemaker.CreateTrainingJob", hook)
