@@ -130,7 +130,7 @@ def get_instance(name: str) -> InstanceType:
     """The catalogued instance type `name` with its current price, or a SpecError."""
     if name not in CATALOG:
         raise SpecError(
-            f"unknown instance type {name!r}; allowed: {', '.join(CATALOG)}",
+            f"unknown compute.instance_type; allowed: {', '.join(CATALOG)} (got {name!r})",
             field="compute.instance_type",
         )
     price, source = _price(name)

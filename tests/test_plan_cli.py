@@ -1,0 +1,137 @@
+"""`bsm plan` through the real entry point (`blackwell_sm.cli.main`): JSON shape, table, --set,
+exit 3 with the full prediction and advice, and that the plan path never imports torch/boto3."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from blackwell_sm.cli import main
+
+ROOT = Path(__file__).resolve().parents[1]
+
+# The stable JSON shape (schema_version 1): keys may be added, none removed or renamed.
+REQUIRED_KEYS = {
+    "schema_version", "feasible", "model", "instance", "config", "memory_gib", "throughput",
+    "run", "alternatives", "warnings",
+}  # fmt: skip
+NESTED = {
+    "model": {"name", "n_params"},
+    "instance": {"type", "count", "gpus_per_instance"},
+    "config": {"shard_degree", "replicate_degree", "micro_batch_size", "grad_accum_steps",
+               "seq_len", "precision", "activation_checkpointing", "compile",
+               "reshard_after_forward"},
+    "memory_gib": {"params_fp32", "grads_fp32", "optimizer_states", "params_unsharded",
+                   "grads_unsharded", "activations", "logits_and_loss", "overhead", "total",
+                   "limit"},
+    "throughput": {"step_time_s", "tokens_per_s_per_gpu", "mfu", "flops_per_token"},
+    "run": {"steps", "hours", "cost_usd"},
+}  # fmt: skip
+# Exactly today's keys: a change here is a schema change and must be deliberate.
+SNAPSHOT = {
+    "": ["advice", "alternatives", "config", "feasible", "instance", "memory_gib", "model",
+         "reasons", "run", "schema_version", "spec", "throughput", "warnings"],
+    "memory_gib": ["activations", "fp8_extras", "grads_fp32", "grads_unsharded", "limit",
+                   "logits_and_loss", "optimizer_states", "overhead", "params_fp32",
+                   "params_unsharded", "total"],
+    "throughput": ["flops_per_token", "mfu", "mfu_basis", "step_time_s", "tokens_per_s_per_gpu"],
+    "run": ["cost_usd", "hours", "price_per_hour", "price_source", "steps", "tokens"],
+    "instance": ["count", "gpu", "gpu_memory_gib", "gpus_per_instance", "type"],
+}  # fmt: skip
+
+
+def run(args: list[str], capsys) -> tuple[int, str, str]:
+    with pytest.raises(SystemExit) as e:
+        main(args)
+    out, err = capsys.readouterr()
+    return int(e.value.code or 0), out, err
+
+
+def test_json_shape_is_stable(capsys):
+    code, out, err = run(["plan", "--model", "llama-3.1-8b", "--output", "json"], capsys)
+    assert code == 0, err
+    data = json.loads(out)  # only JSON on stdout
+    assert set(data) >= REQUIRED_KEYS
+    for key, sub in NESTED.items():
+        assert sub <= set(data[key]), key
+    for key, keys in SNAPSHOT.items():
+        node = data[key] if key else data
+        assert sorted(node) == keys, key
+    assert data["schema_version"] == 1 and data["feasible"] is True
+    assert "6 x (all params except input embedding)" in data["throughput"]["mfu_basis"]
+    alt = data["alternatives"][0]
+    assert {"config", "instance_count", "feasible", "hours", "why_not"} <= set(alt)
+
+
+def test_table_shows_config_memory_speed_cost_and_runner_ups(capsys):
+    code, out, _ = run(["plan", str(ROOT / "templates" / "llama-64b.yaml")], capsys)
+    out = " ".join(out.split())
+    assert code == 0
+    for words in ("shard_degree", "memory per GPU", "limit", "tokens/s/GPU", "MFU", "MFU basis",
+                  "cost", "runner-ups", "why not", "fits"):  # fmt: skip
+        assert words in out, words
+
+
+def test_flags_and_set_pin_knobs(capsys):
+    args = ["plan", "--model", "llama-3.1-8b", "--seq-len", "4096", "--global-batch-tokens",
+            "1048576", "--total-tokens", "1000000000", "--set", "micro_batch_size=2",
+            "--set", "activation_checkpointing=selective", "--set", "precision=bf16",
+            "--set", "compile=true", "--set", "shard_degree=8", "--output", "json"]  # fmt: skip
+    code, out, err = run(args, capsys)
+    assert code == 0, err
+    d = json.loads(out)
+    c = d["config"]
+    assert (c["micro_batch_size"], c["activation_checkpointing"], c["precision"]) == (
+        2,
+        "selective",
+        "bf16",
+    )
+    assert c["compile"] is True and c["shard_degree"] == 8 and c["seq_len"] == 4096
+    assert c["grad_accum_steps"] == 1048576 // 4096 // (2 * 8)
+    assert d["run"]["tokens"] >= 1_000_000_000
+
+
+def test_instance_count_auto_and_type(capsys):
+    args = ["plan", "--model", "llama-3.1-70b", "--instance-type", "ml.p5.48xlarge",
+            "--instance-count", "auto", "--output", "json"]  # fmt: skip
+    code, out, _ = run(args, capsys)
+    d = json.loads(out)
+    assert code == 0 and d["instance"]["type"] == "ml.p5.48xlarge" and d["instance"]["count"] > 1
+
+
+def test_seventy_b_bf16_long_sequences_exits_3_with_prediction_and_advice(capsys):
+    args = ["plan", "--model", "llama-3.1-70b", "--seq-len", "32768", "--set", "precision=bf16",
+            "--output", "json"]  # fmt: skip
+    code, out, err = run(args, capsys)
+    assert code == 3
+    d = json.loads(out)  # the whole prediction was printed before the exit
+    assert d["feasible"] is False and d["memory_gib"]["total"] > d["memory_gib"]["limit"]
+    assert d["throughput"]["step_time_s"] > 0 and d["advice"]
+    assert "GiB" in err and "instances" in err and "seq_len" in err
+
+
+def test_infeasible_table_also_shows_advice(capsys):
+    args = ["plan", "--model", "llama-3.1-70b", "--seq-len", "32768", "--set", "precision=bf16"]
+    code, out, err = run(args, capsys)
+    out = " ".join(out.split())  # rich wraps at the terminal width
+    assert code == 3 and "does NOT fit" in out and "to make it fit" in out
+    assert "needs" in err
+
+
+def test_plan_path_imports_no_torch_or_boto3():
+    code = (
+        "import sys\n"
+        "from blackwell_sm.cli import main\n"
+        "try:\n"
+        "    main(['plan', '--model', 'llama-3.1-8b', '--output', 'json'])\n"
+        "except SystemExit:\n"
+        "    pass\n"
+        "bad = [m for m in ('torch', 'boto3', 'botocore', 'sagemaker') if m in sys.modules]\n"
+        "assert not bad, bad\n"
+    )
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
+    assert r.returncode == 0, r.stderr
