@@ -1,0 +1,241 @@
+"""Training jobs: describe, find, create (checked), list and stop.
+
+CreateTrainingJob has no idempotency token. A retried create whose first attempt went through
+answers ResourceInUse on real SageMaker (moto accepts the duplicate), so callers describe first
+and treat ResourceInUse as "already created by us" only when the job's spec-hash tag matches.
+After creating, the job is described again: a TrainingPlanArn or instance type that SageMaker
+did not keep (as SDK bugs have caused) stops the job and fails loudly.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from blackwell_sm.aws.errors import explain_failure, translate
+from blackwell_sm.errors import AwsError
+
+SPEC_HASH_TAG = "bsm:spec-hash"
+TERMINAL = frozenset({"Completed", "Failed", "Stopped"})
+
+
+class JobInfo(BaseModel):
+    """What DescribeTrainingJob says about a job, in the shape this toolkit shows."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str
+    arn: str | None = None
+    status: str
+    secondary_status: str | None = None
+    status_message: str | None = None
+    failure_reason: str | None = None
+    failure_explanation: str | None = None
+    instance_type: str | None = None
+    instance_count: int | None = None
+    training_plan_arn: str | None = None
+    creation_time: datetime | None = None
+    training_start_time: datetime | None = None
+    training_end_time: datetime | None = None
+    billable_seconds: int | None = None
+    max_runtime_s: int | None = None
+    model_artifacts: str | None = None
+    final_metrics: dict[str, float] = Field(default_factory=dict)
+
+    @property
+    def terminal(self) -> bool:
+        return self.status in TERMINAL
+
+    @classmethod
+    def from_describe(cls, d: dict[str, Any]) -> JobInfo:
+        rc = d.get("ResourceConfig", {})
+        transitions = d.get("SecondaryStatusTransitions") or []
+        return cls(
+            name=d["TrainingJobName"],
+            arn=d.get("TrainingJobArn"),
+            status=d["TrainingJobStatus"],
+            secondary_status=d.get("SecondaryStatus"),
+            status_message=transitions[-1].get("StatusMessage") if transitions else None,
+            failure_reason=d.get("FailureReason"),
+            failure_explanation=explain_failure(d.get("FailureReason")),
+            instance_type=rc.get("InstanceType"),
+            instance_count=rc.get("InstanceCount"),
+            training_plan_arn=rc.get("TrainingPlanArn"),
+            creation_time=d.get("CreationTime"),
+            training_start_time=d.get("TrainingStartTime"),
+            training_end_time=d.get("TrainingEndTime"),
+            billable_seconds=d.get("BillableTimeInSeconds"),
+            max_runtime_s=d.get("StoppingCondition", {}).get("MaxRuntimeInSeconds"),
+            model_artifacts=d.get("ModelArtifacts", {}).get("S3ModelArtifacts"),
+            final_metrics={m["MetricName"]: m["Value"] for m in d.get("FinalMetricDataList", [])},
+        )
+
+
+def _is_not_found(error: Any) -> bool:
+    err = getattr(error, "response", {}).get("Error", {})
+    msg = str(err.get("Message", "")).lower()
+    return err.get("Code") in {"ValidationException", "ResourceNotFound"} and (
+        "not found" in msg or "could not find" in msg or "does not exist" in msg
+    )
+
+
+def find_job(sm: Any, name: str) -> dict[str, Any] | None:
+    """DescribeTrainingJob, or None if there is no job of that name."""
+    from botocore.exceptions import ClientError
+
+    with translate(f"describing training job {name}"):
+        try:
+            return sm.describe_training_job(TrainingJobName=name)
+        except ClientError as e:
+            if _is_not_found(e):
+                return None
+            raise
+
+
+def describe_job(sm: Any, name: str) -> JobInfo:
+    """The job's JobInfo; AwsError(code='NotFound') if there is none."""
+    d = find_job(sm, name)
+    if d is None:
+        region = sm.meta.region_name
+        raise AwsError(
+            f"no training job named {name!r} in {region}",
+            code="NotFound",
+            hint="`bsm list` shows this toolkit's jobs; check AWS_REGION / job.region",
+        )
+    return JobInfo.from_describe(d)
+
+
+def job_tags(sm: Any, arn: str) -> dict[str, str]:
+    tags: dict[str, str] = {}
+    token = None
+    with translate("reading the job's tags"):
+        while True:
+            kw = {"ResourceArn": arn, "MaxResults": 100}
+            if token:
+                kw["NextToken"] = token
+            resp = sm.list_tags(**kw)
+            tags.update({t["Key"]: t["Value"] for t in resp.get("Tags", [])})
+            token = resp.get("NextToken")
+            if not token:
+                return tags
+
+
+def owned_by_spec(sm: Any, described: dict[str, Any], spec_hash: str) -> bool:
+    """Whether this job carries the spec-hash tag `spec_hash` (i.e. we made it from this spec)."""
+    return job_tags(sm, described["TrainingJobArn"]).get(SPEC_HASH_TAG) == spec_hash
+
+
+def check_created(described: dict[str, Any], request: dict[str, Any]) -> list[str]:
+    """Differences between what was asked and what SageMaker kept (empty: all good)."""
+    asked = request["ResourceConfig"]
+    kept = described.get("ResourceConfig", {})
+    problems = []
+    if asked.get("TrainingPlanArn") != kept.get("TrainingPlanArn"):
+        problems.append(
+            f"TrainingPlanArn: asked {asked.get('TrainingPlanArn')!r}, the job has "
+            f"{kept.get('TrainingPlanArn')!r}"
+        )
+    for key in ("InstanceType", "InstanceCount"):
+        if asked.get(key) != kept.get(key):
+            problems.append(f"{key}: asked {asked.get(key)!r}, the job has {kept.get(key)!r}")
+    return problems
+
+
+def create_job(sm: Any, request: dict[str, Any], *, spec_hash: str) -> tuple[dict[str, Any], bool]:
+    """Create the job and check SageMaker kept its capacity settings.
+
+    Returns (DescribeTrainingJob response, created). created=False: a job of this name and spec
+    already existed (a retried create that went through the first time).
+    """
+    from botocore.exceptions import ClientError
+
+    name = request["TrainingJobName"]
+    instance_type = request["ResourceConfig"]["InstanceType"]
+    created = True
+    with translate(f"creating training job {name}", instance_type=instance_type):
+        try:
+            sm.create_training_job(**request)
+        except ClientError as e:
+            if e.response.get("Error", {}).get("Code") != "ResourceInUse":
+                raise
+            existing = find_job(sm, name)
+            if existing is None or not owned_by_spec(sm, existing, spec_hash):
+                raise AwsError(
+                    f"a training job named {name} already exists and was not made from this spec",
+                    code="ResourceInUse",
+                    hint="submit with --new for a fresh job name",
+                ) from None
+            created = False
+    described = find_job(sm, name)
+    if described is None:
+        raise AwsError(
+            f"SageMaker accepted training job {name} but cannot describe it",
+            code="NotFound",
+            hint=f"run `bsm status {name}` in a minute",
+        )
+    problems = check_created(described, request)
+    if problems:
+        stopped = _stop_quietly(sm, name)
+        raise AwsError(
+            f"training job {name} was created without the capacity settings that were asked: "
+            + "; ".join(problems)
+            + (
+                ". It was stopped so it does not run on the wrong capacity."
+                if stopped
+                else f". Stopping it failed: stop it now with `bsm stop {name}`."
+            ),
+            code="CapacityMismatch",
+            hint="this is the silently dropped TrainingPlanArn fault; submit again with --new, "
+            "and report it if it repeats",
+        )
+    return described, created
+
+
+def _stop_quietly(sm: Any, name: str) -> bool:
+    try:
+        with translate(f"stopping training job {name}"):
+            sm.stop_training_job(TrainingJobName=name)
+        return True
+    except (AwsError, NotImplementedError):
+        return False
+
+
+def stop_job(sm: Any, name: str) -> JobInfo:
+    """StopTrainingJob (SIGTERM, then kill after ~120 s); a job already ended is left as is."""
+    info = describe_job(sm, name)
+    if info.terminal or info.status == "Stopping":
+        return info
+    with translate(f"stopping training job {name}"):
+        sm.stop_training_job(TrainingJobName=name)
+    return describe_job(sm, name)
+
+
+def list_jobs(
+    sm: Any,
+    *,
+    name_contains: str | None = None,
+    status: str | None = None,
+    limit: int = 20,
+    only_ours: bool = True,
+) -> list[dict[str, Any]]:
+    """Newest first: summaries of training jobs (only this toolkit's, by its spec-hash tag)."""
+    kw: dict[str, Any] = {"SortBy": "CreationTime", "SortOrder": "Descending"}
+    if name_contains:
+        kw["NameContains"] = name_contains
+    if status:
+        kw["StatusEquals"] = status
+    out: list[dict[str, Any]] = []
+    with translate("listing training jobs"):
+        for page in sm.get_paginator("list_training_jobs").paginate(**kw):
+            for s in page.get("TrainingJobSummaries", []):
+                if only_ours:
+                    tags = job_tags(sm, s["TrainingJobArn"])
+                    if SPEC_HASH_TAG not in tags:
+                        continue
+                    s = {**s, "SpecHash": tags[SPEC_HASH_TAG], "Model": tags.get("bsm:model")}
+                out.append(s)
+                if len(out) >= limit:
+                    return out
+    return out

@@ -1,0 +1,91 @@
+"""The code bundle in S3: uploaded once per content hash, and never half there.
+
+The key is content-addressed (`<code prefix>/<sha256>/bundle.tar.gz`), so an object at that key
+that has the right size and hash metadata *is* the bundle: a second submit skips the upload.
+PutObject is atomic (the key appears only after the whole body arrived) and carries the
+SHA-256 checksum, which S3 verifies before it stores anything; afterwards HEAD checks size and
+hash once more, and a mismatch deletes the key so that no job can use it.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict
+
+from blackwell_sm.aws.errors import translate
+from blackwell_sm.errors import AwsError
+
+HASH_METADATA = "bsm-sha256"  # x-amz-meta-bsm-sha256: the bundle's hex sha256
+
+
+class UploadResult(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    s3_uri: str
+    sha256: str
+    size_bytes: int
+    uploaded: bool  # False: the same bytes were already there
+
+
+def split_s3_uri(uri: str) -> tuple[str, str]:
+    """`s3://bucket/key` → (bucket, key)."""
+    if not uri.startswith("s3://") or "/" not in uri[5:]:
+        raise ValueError(f"not an S3 object URI: {uri!r}")
+    bucket, key = uri[5:].split("/", 1)
+    return bucket, key
+
+
+def _head(s3: Any, bucket: str, key: str) -> dict[str, Any] | None:
+    from botocore.exceptions import ClientError
+
+    with translate(f"checking s3://{bucket}/{key}", service="s3"):
+        try:
+            return s3.head_object(Bucket=bucket, Key=key)
+        except ClientError as e:
+            if e.response.get("Error", {}).get("Code") in {"404", "NoSuchKey", "NotFound"}:
+                return None
+            raise
+
+
+def _matches(head: dict[str, Any] | None, sha256: str, size: int) -> bool:
+    if head is None:
+        return False
+    return (
+        head.get("ContentLength") == size and head.get("Metadata", {}).get(HASH_METADATA) == sha256
+    )
+
+
+def upload_bundle(s3: Any, data: bytes, s3_uri: str, *, sha256: str | None = None) -> UploadResult:
+    """Make sure `data` is at `s3_uri` (content-addressed); upload only if it is not there yet."""
+    digest = hashlib.sha256(data).hexdigest()
+    if sha256 is not None and sha256 != digest:
+        raise AwsError(
+            f"code bundle hash mismatch before upload: expected {sha256}, computed {digest}",
+            code="BundleHashMismatch",
+        )
+    bucket, key = split_s3_uri(s3_uri)
+    if _matches(_head(s3, bucket, key), digest, len(data)):
+        return UploadResult(s3_uri=s3_uri, sha256=digest, size_bytes=len(data), uploaded=False)
+
+    with translate(f"uploading the code bundle to {s3_uri}", service="s3"):
+        s3.put_object(
+            Bucket=bucket,
+            Key=key,
+            Body=data,
+            ContentType="application/gzip",
+            ChecksumSHA256=base64.b64encode(hashlib.sha256(data).digest()).decode(),
+            Metadata={HASH_METADATA: digest},
+        )
+    if not _matches(_head(s3, bucket, key), digest, len(data)):
+        with translate(f"removing the bad upload at {s3_uri}", service="s3"):
+            s3.delete_object(Bucket=bucket, Key=key)
+        raise AwsError(
+            f"the code bundle at {s3_uri} does not have the uploaded size/hash; it was removed "
+            "and no job was created",
+            code="BundleVerifyFailed",
+            hint="run the command again",
+        )
+    return UploadResult(s3_uri=s3_uri, sha256=digest, size_bytes=len(data), uploaded=True)

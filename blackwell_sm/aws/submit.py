@@ -1,0 +1,244 @@
+"""`submit(spec)`: plan, build the request, find or book capacity, upload, create, check.
+
+Order matters, so that no failure leaves partial state that a job would use:
+1. plan and build the request (pure; a dry run stops here: no AWS call, nothing uploaded);
+2. refuse REPLACE-ME placeholders before any call;
+3. reattach: a job with the spec's deterministic name and spec-hash tag is returned as is
+   (a CI rerun never duplicates a job or books a second plan);
+4. resolve the training plan (ARN, name or 'auto' → search and reserve with consent) and check
+   that the run fits it;
+5. upload the code bundle (once per content hash, verified) and only then create the job;
+6. describe the job and fail loudly if SageMaker did not keep the plan ARN or instance type.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from blackwell_sm.aws.handle import TrainingJob
+from blackwell_sm.errors import AwsError, InfeasiblePlanError, SpecError
+
+if TYPE_CHECKING:
+    from blackwell_sm.aws.session import AwsContext
+    from blackwell_sm.aws.training_plans import Confirm, PlanFit, TrainingPlanInfo
+    from blackwell_sm.planner.plan import Plan
+    from blackwell_sm.spec.run import RunSpec
+
+Notify = Callable[[str], None]
+AUTO_OFFERINGS_SHOWN = 3
+
+
+def as_spec(spec: RunSpec | str | Path | dict[str, Any]) -> RunSpec:
+    from blackwell_sm.spec.run import RunSpec, load_spec, parse_spec
+
+    if isinstance(spec, RunSpec):
+        return spec
+    if isinstance(spec, dict):
+        return parse_spec(spec)
+    if isinstance(spec, (str, Path)):
+        return load_spec(spec)
+    raise SpecError(f"submit() takes a RunSpec, a path or a mapping, not {type(spec).__name__}")
+
+
+def _region(spec: RunSpec) -> str | None:
+    from blackwell_sm.aws.session import resolve_region
+
+    return (spec.job.region if spec.job else None) or resolve_region()
+
+
+def prepare(
+    spec: RunSpec | str | Path | dict[str, Any],
+    *,
+    training_plan: str | None = None,
+    new: bool = False,
+) -> tuple[RunSpec, Plan, Any]:
+    """(spec, plan, JobRequest) without any AWS call: what a dry run shows."""
+    from blackwell_sm.job.request import build_job_request
+    from blackwell_sm.planner.api import make_plan
+    from blackwell_sm.spec.run import with_overrides
+
+    rs = as_spec(spec)
+    if training_plan is not None:
+        rs = with_overrides(rs, {"compute.training_plan": training_plan})
+    plan = make_plan(rs)
+    if not plan.feasible:
+        raise InfeasiblePlanError(
+            f"no configuration of {rs.model.name} fits {plan.instance.count} x "
+            f"{plan.instance.type}",
+            plan=plan,
+            hint="; ".join(plan.advice) or "see `bsm plan SPEC`",
+        )
+    return rs, plan, build_job_request(rs, plan, new=new, region=_region(rs))
+
+
+def submit(
+    spec: RunSpec | str | Path | dict[str, Any],
+    *,
+    training_plan: str | None = None,
+    new: bool = False,
+    yes: bool = False,
+    dry_run: bool = False,
+    allow_partial: bool = False,
+    aws: AwsContext | None = None,
+    confirm: Confirm | None = None,
+    notify: Notify | None = None,
+) -> TrainingJob:
+    """Submit `spec` as a SageMaker training job and return its handle.
+
+    `training_plan` overrides `compute.training_plan` (ARN, name or 'auto'). `new` forces a fresh
+    job name (it still resumes from the spec's checkpoints). `yes` agrees to reserving a plan
+    for 'auto' (otherwise a terminal prompt asks, and without one ConsentRequiredError is raised).
+    `allow_partial` accepts a plan that ends before the predicted run does.
+    """
+    from blackwell_sm.aws.training_plans import interactive_confirm
+
+    say = notify or (lambda _msg: None)
+    rs, plan, jr = prepare(spec, training_plan=training_plan, new=new)
+    if dry_run:
+        return TrainingJob(
+            jr.job_name,
+            region=jr.region,
+            plan=plan,
+            job_request=jr,
+            dry_run=True,
+            warnings=jr.warnings,
+        )
+    if jr.placeholders:
+        raise SpecError(
+            "the spec still has REPLACE-ME placeholders: " + ", ".join(jr.placeholders),
+            field=jr.placeholders[0],
+            hint="set them to your role ARN and S3 locations (`bsm submit SPEC --dry-run` shows "
+            "the request)",
+        )
+
+    from blackwell_sm.aws.jobs import JobInfo, create_job, find_job, owned_by_spec
+    from blackwell_sm.aws.s3 import upload_bundle
+    from blackwell_sm.aws.session import AwsContext
+    from blackwell_sm.job.request import build_job_request
+
+    aws = aws or AwsContext(jr.region)
+    sm = aws.sagemaker
+    if not new:
+        existing = find_job(sm, jr.job_name)
+        if existing is not None:
+            if not owned_by_spec(sm, existing, jr.spec_hash):
+                raise AwsError(
+                    f"a training job named {jr.job_name} exists but was not made from this spec "
+                    "(its bsm:spec-hash tag differs)",
+                    code="ResourceInUse",
+                    hint="submit with --new for a fresh job name",
+                )
+            info = JobInfo.from_describe(existing)
+            say(f"reattached to {jr.job_name} ({info.status}): the same spec was submitted before")
+            return TrainingJob(
+                jr.job_name, aws=aws, plan=plan, job_request=jr, reattached=True,
+                warnings=jr.warnings,
+            )  # fmt: skip
+
+    plan_info: TrainingPlanInfo | None = None
+    fit: PlanFit | None = None
+    warnings = list(jr.warnings)
+    if rs.compute.training_plan is not None:
+        plan_info, fit = resolve_training_plan(
+            aws,
+            rs,
+            plan,
+            base_name=jr.base_job_name,
+            yes=yes,
+            confirm=confirm if confirm is not None else interactive_confirm(),
+            allow_partial=allow_partial,
+            say=say,
+        )
+        jr = build_job_request(rs, plan, new=new, training_plan_arn=plan_info.arn, region=jr.region)
+        warnings = list(jr.warnings) + fit.warnings
+
+    upload = upload_bundle(aws.s3, jr.bundle.data, jr.bundle_s3_uri, sha256=jr.bundle.sha256)
+    say(
+        ("uploaded" if upload.uploaded else "reusing")
+        + f" code bundle {jr.bundle_s3_uri} ({upload.size_bytes} bytes)"
+    )
+    _described, created = create_job(sm, jr.request, spec_hash=jr.spec_hash)
+    say(
+        f"{'created' if created else 'found (created by a retried call)'} training job "
+        f"{jr.job_name} in {aws.region}"
+        + (f" on training plan {plan_info.name}" if plan_info else "")
+    )
+    return TrainingJob(
+        jr.job_name,
+        aws=aws,
+        plan=plan,
+        job_request=jr,
+        created=True,
+        upload=upload,
+        training_plan=plan_info,
+        plan_fit=fit,
+        warnings=warnings,
+    )
+
+
+def resolve_training_plan(
+    aws: AwsContext,
+    spec: RunSpec,
+    plan: Plan,
+    *,
+    base_name: str,
+    yes: bool,
+    confirm: Confirm | None,
+    allow_partial: bool,
+    say: Notify,
+) -> tuple[TrainingPlanInfo, PlanFit]:
+    """compute.training_plan (ARN, name or 'auto') → a checked plan the run can use."""
+    from blackwell_sm.aws import training_plans as tp
+    from blackwell_sm.job.request import STARTUP_HOURS
+
+    ref = spec.compute.training_plan
+    assert ref is not None
+    sm = aws.plans
+    kw = dict(
+        instance_type=plan.instance.type,
+        instance_count=plan.instance.count,
+        run_hours=plan.run.hours,
+        startup_hours=STARTUP_HOURS,
+    )
+    if ref != "auto":
+        info = tp.describe_plan(sm, ref)
+        fit = tp.check_plan(info, **kw)
+        tp.require_fit(fit, allow_partial=allow_partial)
+        return info, fit
+
+    # 'auto': a plan this spec booked before (same name) is reused, never bought twice.
+    name = tp.auto_plan_name(base_name)
+    existing = tp.find_plan(sm, name)
+    if existing is not None:
+        fit = tp.check_plan(existing, **kw)
+        if fit.usable:
+            tp.require_fit(fit, allow_partial=allow_partial)
+            say(f"using training plan {name}, reserved for this spec before")
+            return existing, fit
+    hours = plan.run.hours + STARTUP_HOURS + tp.RECLAIM_HOURS
+    offers = tp.search_offerings(
+        sm,
+        instance_type=plan.instance.type,
+        instance_count=plan.instance.count,
+        duration_hours=hours,
+        start_after=tp.utcnow(),
+    )
+    if not offers:
+        raise AwsError(
+            f"no training plan offerings for {plan.instance.count} x {plan.instance.type} for "
+            f"{hours:.0f} h",
+            code="NoOfferings",
+            hint="try fewer instances, a shorter run (training.total_tokens), another region, "
+            "or `bsm plans search` with a later window",
+        )
+    say("best training plan offerings:")
+    for i, o in enumerate(offers[:AUTO_OFFERINGS_SHOWN], 1):
+        say(f"  {i}. {o.describe()}")
+    info = tp.reserve(sm, offers[0], name, yes=yes, confirm=confirm, tags={"bsm:job": base_name})
+    info = tp.wait_until_booked(sm, info)
+    fit = tp.check_plan(info, **kw)
+    tp.require_fit(fit, allow_partial=allow_partial)
+    say(f"reserved training plan {info.name} ({info.arn})")
+    return info, fit

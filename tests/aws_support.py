@@ -1,0 +1,227 @@
+"""Shared set-up for the AWS tests: fake credentials, moto, specs, plan responses, HTTP faults.
+
+Faults are injected at botocore's `before-send` event (ahead of moto), so they travel the real
+retry path of botocore's standard mode; Stubber responses would skip retries entirely.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+REGION = "us-east-1"
+ACCOUNT = "123456789012"
+BUCKET = "bsm-test-bucket"
+ROLE = f"arn:aws:iam::{ACCOUNT}:role/bsm-test-role"
+PLAN_NAME = "bsm-test-plan-0001"
+PLAN_ARN = f"arn:aws:sagemaker:{REGION}:{ACCOUNT}:training-plan/{PLAN_NAME}"
+P6 = "ml.p6-b200.48xlarge"
+FAKE_KEY_ID = "AKIAFAKEBSMTEST12345"
+FAKE_SECRET = "fakeSecretBsmTest/0123456789abcdefghijklmn"
+
+AWS_VARS = (
+    "AWS_PROFILE",
+    "AWS_DEFAULT_PROFILE",
+    "AWS_REGION",
+    "AWS_DEFAULT_REGION",
+    "AWS_ENDPOINT_URL",
+    "AWS_SESSION_TOKEN",
+    "AWS_SECURITY_TOKEN",
+    "AWS_MAX_ATTEMPTS",
+)
+
+
+def fake_credentials(monkeypatch: Any, tmp_path: Any) -> None:
+    for var in AWS_VARS:
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", FAKE_KEY_ID)
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", FAKE_SECRET)
+    monkeypatch.setenv("AWS_REGION", REGION)
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "aws-config"))
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "aws-credentials"))
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+
+
+def spec_dict(model: str = "tiny", *, training_plan: str | None = None, **job: Any) -> dict:
+    compute: dict[str, Any] = {"instance_type": P6, "instance_count": 1}
+    if training_plan:
+        compute["training_plan"] = training_plan
+    return {
+        "model": model,
+        "compute": compute,
+        "job": {
+            "role_arn": ROLE,
+            "region": REGION,
+            "s3_prefix": f"s3://{BUCKET}/runs",
+            "channels": {"train": {"s3_uri": f"s3://{BUCKET}/data/train"}},
+            **job,
+        },
+    }
+
+
+def plan_response(
+    *,
+    status: str = "Active",
+    instance_type: str = P6,
+    total: int = 4,
+    available: int = 4,
+    start: datetime | None = None,
+    hours: float = 48,
+    name: str = PLAN_NAME,
+    arn: str | None = None,
+) -> dict[str, Any]:
+    """A DescribeTrainingPlan response (Stubber checks it against the API model)."""
+    start = start or datetime.now(UTC) - timedelta(hours=1)
+    end = start + timedelta(hours=hours)
+    whole = int(hours)
+    return {
+        "TrainingPlanArn": arn or f"arn:aws:sagemaker:{REGION}:{ACCOUNT}:training-plan/{name}",
+        "TrainingPlanName": name,
+        "Status": status,
+        "DurationHours": whole,
+        "DurationMinutes": round((hours - whole) * 60),
+        "StartTime": start,
+        "EndTime": end,
+        "UpfrontFee": "10936.80",
+        "CurrencyCode": "USD",
+        "TotalInstanceCount": total,
+        "AvailableInstanceCount": available,
+        "InUseInstanceCount": total - available,
+        "TargetResources": ["training-job"],
+        "ReservedCapacitySummaries": [
+            {
+                "ReservedCapacityArn": f"arn:aws:sagemaker:{REGION}:{ACCOUNT}:reserved-capacity/rc-{name}",
+                "InstanceType": instance_type,
+                "TotalInstanceCount": total,
+                "Status": status,
+                "StartTime": start,
+                "EndTime": end,
+                "DurationHours": whole,
+            }
+        ],
+    }
+
+
+def offering(offering_id: str, *, start: datetime, hours: int, fee: str, count: int = 1) -> dict:
+    return {
+        "TrainingPlanOfferingId": offering_id,
+        "TargetResources": ["training-job"],
+        "DurationHours": hours,
+        "UpfrontFee": fee,
+        "CurrencyCode": "USD",
+        "ReservedCapacityOfferings": [
+            {
+                "InstanceType": P6,
+                "InstanceCount": count,
+                "AvailabilityZone": "us-east-1a",
+                "DurationHours": hours,
+                "StartTime": start,
+                "EndTime": start + timedelta(hours=hours),
+            }
+        ],
+    }
+
+
+FAULT_HEADER = "X-Bsm-Test-Fault"
+_FAULTS: dict[str, tuple[int, dict[str, str], bytes]] = {}
+
+
+def _wrap_moto_once() -> None:
+    from moto.core.models import botocore_stubber
+
+    if getattr(botocore_stubber.process_request, "_bsm_faults", False):
+        return
+    original = botocore_stubber.process_request
+
+    def process(request: Any) -> Any:
+        key = request.headers.get(FAULT_HEADER)
+        if key is not None:
+            return _FAULTS.pop(key.decode() if isinstance(key, bytes) else key)
+        return original(request)
+
+    process._bsm_faults = True  # type: ignore[attr-defined]
+    botocore_stubber.process_request = process
+
+
+class HttpFaults:
+    """Answer the first N requests of one operation with an HTTP error, then let them through.
+
+    botocore calls every before-send handler, so a response returned there would not stop moto
+    from executing the request as well. Instead this marks the request, and moto's request
+    processor (wrapped once) answers a marked request with the fault without touching its
+    backend: the fault travels botocore's real parsing and retry path, and nothing happens.
+    """
+
+    def __init__(
+        self,
+        client: Any,
+        operation: str,
+        faults: list[tuple[int, str, str]],
+        monkeypatch: Any = None,  # accepted for symmetry; the wrapper passes unmarked requests
+    ) -> None:
+        _wrap_moto_once()
+        self.operation = operation
+        self.faults = list(faults)
+        self.calls = 0
+        self.protocol = client.meta.service_model.protocol
+        service = client.meta.service_model.service_id.hyphenize()
+        client.meta.events.register_first(f"before-send.{service}.{operation}", self)
+
+    def __call__(self, request: Any, **_kw: Any) -> None:
+        self.calls += 1
+        if not self.faults:
+            return
+        status, code, message = self.faults.pop(0)
+        if self.protocol in ("rest-xml", "query"):
+            body = f"<Error><Code>{code}</Code><Message>{message}</Message></Error>".encode()
+            headers = {"Content-Type": "application/xml"}
+        else:
+            body = json.dumps({"__type": code, "message": message}).encode()
+            headers = {"Content-Type": "application/x-amz-json-1.1", "x-amzn-ErrorType": code}
+        key = f"{self.operation}-{self.calls}-{id(self)}"
+        _FAULTS[key] = (status, headers, body)
+        request.headers[FAULT_HEADER] = key
+
+
+def no_sleep(monkeypatch: Any) -> list[float]:
+    """Record botocore's retry back-off sleeps instead of sleeping."""
+    import botocore.endpoint
+
+    slept: list[float] = []
+    monkeypatch.setattr(botocore.endpoint.time, "sleep", slept.append)
+    return slept
+
+
+def describe_response(request: dict[str, Any], **overrides: Any) -> dict[str, Any]:
+    """A DescribeTrainingJob response for a created `request` (what real SageMaker keeps)."""
+    now = datetime.now(UTC)
+    name = request["TrainingJobName"]
+    resp: dict[str, Any] = {
+        "TrainingJobName": name,
+        "TrainingJobArn": f"arn:aws:sagemaker:{REGION}:{ACCOUNT}:training-job/{name}",
+        "ModelArtifacts": {
+            "S3ModelArtifacts": f"{request['OutputDataConfig']['S3OutputPath']}/{name}"
+        },
+        "TrainingJobStatus": "InProgress",
+        "SecondaryStatus": "Starting",
+        "AlgorithmSpecification": {
+            k: v
+            for k, v in request["AlgorithmSpecification"].items()
+            if k in ("TrainingImage", "TrainingInputMode")
+        },
+        "RoleArn": request["RoleArn"],
+        "ResourceConfig": dict(request["ResourceConfig"]),
+        "StoppingCondition": dict(request["StoppingCondition"]),
+        "CreationTime": now,
+    }
+    resp.update(overrides)
+    return resp
+
+
+def not_found_error(name: str) -> dict[str, Any]:
+    return {
+        "service_error_code": "ValidationException",
+        "service_message": f"Requested resource not found: training job {name}",
+        "http_status_code": 400,
+    }
