@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from blackwell_sm.spec.job import MAX_RUNTIME_HOURS
+
 MODEL_SOURCE = "botocore service model (sagemaker, CreateTrainingJob input shapes)"
 
 
@@ -58,7 +60,7 @@ MODEL_LIMITS: tuple[Limit, ...] = (
     ),
 )
 
-MAX_RUNTIME_S = 28 * 24 * 3600
+MAX_RUNTIME_S = MAX_RUNTIME_HOURS * 3600  # 28 days
 
 # Limits the model does not hold.
 EXTRA_LIMITS: tuple[Limit, ...] = (
