@@ -184,13 +184,14 @@ def candidates(
         (pins.reshard_after_forward,) if pins.reshard_after_forward is not None else (True, False)
     )
     for s, r in layouts:
-        for mb, ga in _batch_splits(
-            ctx.global_batch_seqs, s * r, pins.micro_batch, pins.grad_accum
-        ):
-            for p in precisions:
-                for mode in modes:
-                    for comp in compiles:
-                        for rs in reshards if s > 1 else (True,):
+        splits = _batch_splits(ctx.global_batch_seqs, s * r, pins.micro_batch, pins.grad_accum)
+        for p in precisions:
+            for mode in modes:
+                for comp in compiles:
+                    for rs in reshards if s > 1 else (True,):
+                        # micro-batch innermost and ascending: search_count stops at the first
+                        # that does not fit (memory grows with the micro-batch).
+                        for mb, ga in splits:
                             yield Candidate(count, s, r, mb, ga, p, mode, comp, rs)
 
 
@@ -232,7 +233,16 @@ class SearchResult(NamedTuple):
 
 def search_count(ctx: Context, count: int, pins: Pins, precisions: tuple[str, ...]) -> SearchResult:
     """The best candidate on `count` instances among `precisions`."""
-    evals = [evaluate(ctx, c) for c in candidates(ctx, count, pins, precisions)]
+    evals = []
+    too_big = None  # the knobs (all but the micro-batch) whose last micro-batch did not fit
+    for c in candidates(ctx, count, pins, precisions):
+        key = (c.shard_degree, c.precision, c.mode, c.compile, c.reshard_after_forward)
+        if key == too_big:
+            continue
+        e = evaluate(ctx, c)
+        evals.append(e)
+        if not e.fits:
+            too_big = key
     ok = [e for e in evals if e.fits]
     if ok:
         fastest = min(e.hours for e in ok)
