@@ -137,6 +137,9 @@ def test_checkpoints_are_complete_and_pruned(base):
 
 
 def test_a_checkpoint_without_its_marker_is_skipped(base, skip):
+    out = (skip / "stdout-rank0.log").read_text()
+    assert "skipping incomplete checkpoint step-00000010 (no COMPLETE marker)" in out
+    assert "resumed from step-00000008 at step 8" in out
     summary = json.loads((skip / "output/data/summary.json").read_text())
     assert summary["resumed_from_step"] == 8
     assert sorted(_losses(skip)) == [9, 10]
@@ -157,8 +160,15 @@ def test_resume_after_a_stop_equals_an_uninterrupted_run(base, stopped, resumed)
     assert summary["status"] == "completed" and summary["resumed_from_step"] == 5
 
 
-def test_metrics_lines_and_summary(base, capfd):
+def test_metrics_lines_and_summary(base):
+    out = (base / "stdout-rank0.log").read_text().splitlines()
+    lines = [ln for ln in out if ln.startswith("[bsm-step]")]
+    assert len(lines) == STEPS and not (base / "stdout-rank1.log").read_text().strip()
+    parsed = parse_line(lines[-1])  # what SageMaker's metric definitions will read
+    assert set(parsed) == set(METRIC_REGEXES) - {"val:loss"}
     rec = _records(base)[-1]
+    assert parsed["train:loss"] == pytest.approx(rec["loss"], rel=1e-5)
+    assert [ln for ln in out if ln.startswith("[bsm-val]")][-1].startswith("[bsm-val] step=10")
     assert rec["memory_kind"] == "cpu_max_rss" and rec["mem_alloc_gib"] > 0
     assert 0 < rec["mfu"] < 1 and rec["tok_s_gpu"] > 0
     # MFU uses ModelSpec.flops_per_token over the plan's peak, as the planner does
@@ -169,13 +179,6 @@ def test_metrics_lines_and_summary(base, capfd):
     assert summary["predicted"]["tokens_per_s_per_gpu"] == PLAN.throughput.tokens_per_s_per_gpu
     assert summary["measured"]["tokens_per_s_per_gpu"] > 0
     assert summary["measured"]["memory_kind"] == "cpu_max_rss"
-    assert set(parse_line(_step_line(rec))) == set(METRIC_REGEXES) - {"val:loss"}
-
-
-def _step_line(rec: dict) -> str:
-    from blackwell_sm.metrics import METRIC_FIELDS, format_step_line
-
-    return format_step_line(rec["step"], **{k: rec[k] for k in METRIC_FIELDS})
 
 
 def _checkpointed_model(step_dir: Path) -> Transformer:

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from train_support import free_port, local_plan
+from train_support import async_checkpoint_worker, free_port, local_plan, spawn
 
 from blackwell_sm.errors import CapabilityError
 from blackwell_sm.spec import PRESETS, ScheduleSpec, get_preset
@@ -157,3 +157,7 @@ def test_initial_loss_is_chance_level():
     logits = model(tokens[:, :-1])
     loss = torch.nn.functional.cross_entropy(logits.reshape(-1, 256), tokens[:, 1:].reshape(-1))
     assert loss.item() == pytest.approx(math.log(256), abs=0.1)
+
+
+def test_async_save_marks_complete_only_after_the_write(tmp_path):
+    spawn(async_checkpoint_worker, str(tmp_path / "ck"), tmp=tmp_path / "errors")

@@ -126,11 +126,21 @@ def spawn(fn, *args, nproc: int = 2, tmp: Path) -> None:
         raise AssertionError("\n".join(p.read_text() for p in errs) or str(e)) from e
 
 
+def _stdout_to_file(opt_ml: str):
+    """The worker's stdout (metric lines, [bsm] log) into OPT_ML/stdout-rank<R>.log."""
+    import contextlib
+
+    Path(opt_ml).mkdir(parents=True, exist_ok=True)
+    f = open(Path(opt_ml, f"stdout-rank{os.environ['RANK']}.log"), "w")  # noqa: SIM115
+    return contextlib.redirect_stdout(f)
+
+
 def train_worker(plan_json: str, opt_ml: str) -> None:
     """Spawned-process body: run the worker exactly as `python -m blackwell_sm.train.main` does."""
     from blackwell_sm.train.loop import train
 
-    train(Plan.from_json(plan_json), Path(opt_ml))
+    with _stdout_to_file(opt_ml):
+        train(Plan.from_json(plan_json), Path(opt_ml))
 
 
 def sigterm_worker(plan_json: str, opt_ml: str, after_step: int) -> None:
@@ -151,5 +161,40 @@ def sigterm_worker(plan_json: str, opt_ml: str, after_step: int) -> None:
         return original(self, step)
 
     loop.Trainer.train_step = train_step
-    summary = loop.train(Plan.from_json(plan_json), Path(opt_ml))
+    with _stdout_to_file(opt_ml):
+        summary = loop.train(Plan.from_json(plan_json), Path(opt_ml))
     assert summary["status"].startswith("stopped"), summary
+
+
+def async_checkpoint_worker(root: str) -> None:
+    """Checkpointer with async_save on: the marker appears only after wait(), and the saved
+    values are the ones at save() time even though training changes them right after."""
+    import torch
+    import torch.distributed as dist
+
+    from blackwell_sm.train.checkpoint import MARKER, Checkpointer
+    from blackwell_sm.train.distributed import build_mesh, init_distributed
+    from blackwell_sm.train.model import Transformer
+    from blackwell_sm.train.optim import build_optimizer
+    from blackwell_sm.train.parallelize import apply_fsdp, materialize
+
+    env = init_distributed()
+    plan = local_plan(nproc=env.world_size)
+    with torch.device("meta"):
+        model = Transformer(plan.spec.model, max_seq_len=plan.config.seq_len)
+    apply_fsdp(model, build_mesh(plan.config, env), reshard_after_forward=True)
+    materialize(model, env.device, 0)
+    opt = build_optimizer(model, plan.spec.training.optimizer, env.device)
+    before = [p.detach().to_local().clone() for p in model.parameters()]
+    ckpt = Checkpointer(Path(root), env, keep_last=2, async_save=True)
+    ckpt.save(model, opt, 3)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(1.0)  # training goes on while the save is written
+    assert not (Path(root) / "step-00000003" / MARKER).exists()
+    ckpt.wait()
+    assert (Path(root) / "step-00000003" / MARKER).exists()
+    assert ckpt.load(model, opt, Path(root) / "step-00000003") == 3
+    for a, p in zip(before, model.parameters(), strict=True):
+        assert torch.equal(a, p.detach().to_local())
+    dist.destroy_process_group()

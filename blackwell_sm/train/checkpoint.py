@@ -134,9 +134,10 @@ class Checkpointer:
     def wait(self) -> None:
         """Block until a pending async save is on disk, then mark it complete."""
         if self._pending is not None:
-            future, step, tmp = self._pending
+            pending, step, tmp = self._pending
             self._pending = None
-            future.result()
+            # async_save returns a Future, or an AsyncSaveResponse holding one.
+            getattr(pending, "upload_completion", pending).result()
             self._finish(step, tmp)
 
     def _finish(self, step: int, tmp: Path) -> None:

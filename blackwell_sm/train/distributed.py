@@ -75,9 +75,10 @@ def build_mesh(config: PlanConfig, env: Env):
     return init_device_mesh(env.device.type, (config.shard_degree,), mesh_dim_names=("shard",))
 
 
-def all_agree(flag: bool, device: torch.device) -> bool:
-    """True on every rank if `flag` is true on any rank (so all ranks take the same branch)."""
-    t = torch.tensor([1 if flag else 0], dtype=torch.int32, device=device)
+def all_agree(*flags: bool, device: torch.device) -> tuple[bool, ...]:
+    """Each flag true on every rank if it is true on any rank (one all-reduce for all of them),
+    so every rank takes the same branch."""
+    t = torch.tensor([1 if f else 0 for f in flags], dtype=torch.int32, device=device)
     if dist.is_initialized():
         dist.all_reduce(t, op=dist.ReduceOp.MAX)
-    return bool(t.item())
+    return tuple(bool(v) for v in t.tolist())

@@ -82,6 +82,9 @@ class Trainer:
         self.plan, self.paths, self.env = plan, paths, env
         cfg, tr = plan.config, plan.spec.training
         self.cfg, self.tr = cfg, tr
+        # First, so a stop that arrives while the model is built still ends in a clean save.
+        self.triggers = Triggers.from_env(tr.checkpoint)
+        self.triggers.install_signal_handlers()
         check_precision(cfg.precision, env.device)  # before anything is built: no fallback
         self.mesh = build_mesh(cfg, env)
         self.layout = BatchLayout(
@@ -100,7 +103,6 @@ class Trainer:
         self.ckpt = Checkpointer(paths.checkpoints, env, keep_last=tr.checkpoint.keep_last,
                                  async_save=async_save)  # fmt: skip
         self.metrics = MetricsLog(paths.output_data, plan, env.device, is_main=env.is_main)
-        self.triggers = Triggers.from_env(tr.checkpoint)
         self.total_steps = plan.run.steps
 
     # -- one step ----------------------------------------------------------------------------
@@ -184,7 +186,6 @@ class Trainer:
             left = self.triggers.deadline[0] - time.time()
             log(f"{self.triggers.deadline[1]} in {left:.0f} s; saving "
                 f"{self.tr.checkpoint.expiry_margin_s:.0f} s ahead", is_main=env.is_main)  # fmt: skip
-        self.triggers.install_signal_handlers()
 
         tokens_per_step = self.layout.global_batch * cfg.seq_len
         step, status, last_saved = start, "completed", start if found else None
@@ -203,7 +204,7 @@ class Trainer:
             if self.val_data is not None and vi and step % vi == 0:
                 self.metrics.validation(step, self.validate())
             save, stop = self.triggers.check(step)
-            save, stop = all_agree(save, env.device), all_agree(stop, env.device)
+            save, stop = all_agree(save, stop, device=env.device)
             if save:
                 self.ckpt.save(self.model, self.optimizer, step)
                 self.triggers.saved()
