@@ -93,7 +93,7 @@ class TrainingJob:
         poll_s: float = 30.0,
         timeout_s: float | None = None,
         on_status: Callable[[JobInfo], None] | None = None,
-        sleep: Callable[[float], None] = time.sleep,
+        sleep: Callable[[float], None] | None = None,
         raise_on_failure: bool = True,
     ) -> JobInfo:
         """Poll until the job ends. Ctrl-C stops waiting, not the job.
@@ -122,7 +122,7 @@ class TrainingJob:
                     f"stopped waiting after {timeout_s:g} s: {self.name} is still {info.status}",
                     hint=f"`bsm status {self.name}`; the job keeps running",
                 )
-            sleep(poll_s)
+            (sleep or time.sleep)(poll_s)
 
     def logs(
         self, *, follow: bool = False, timeout_s: float | None = None, **kw: Any

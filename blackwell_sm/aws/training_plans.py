@@ -64,7 +64,7 @@ class Offering(BaseModel):
         fee = f"{self.upfront_fee} {self.currency or ''}".strip() if self.upfront_fee else "?"
         return (
             f"{self.instance_count} x {self.instance_type} for {self.duration_hours:g} h, "
-            f"{_t(self.start_time)} → {_t(self.end_time)}"
+            f"{fmt_time(self.start_time)} → {fmt_time(self.end_time)}"
             f"{f' in {self.availability_zone}' if self.availability_zone else ''}; "
             f"upfront fee {fee} (offering {self.offering_id})"
         )
@@ -131,7 +131,7 @@ class PlanFit(BaseModel):
     extension_hours: int = Field(description="ExtendTrainingPlan hours that would make it fit.")
 
 
-def _t(ts: datetime | None) -> str:
+def fmt_time(ts: datetime | None) -> str:
     return ts.astimezone(UTC).strftime("%Y-%m-%d %H:%M UTC") if ts else "?"
 
 
@@ -327,7 +327,7 @@ def check_plan(
     if not fits:
         warnings.append(
             f"the predicted run ({run_hours:.1f} h + {startup_hours:g} h start-up) does not fit the "
-            f"{usable_hours:.1f} usable hours left on {info.name} (it ends {_t(info.end_time)}, "
+            f"{usable_hours:.1f} usable hours left on {info.name} (it ends {fmt_time(info.end_time)}, "
             f"instances are reclaimed {RECLAIM_HOURS:g} h before): it needs "
             + (f"{cycles} checkpoint-resume cycles on plans of this length" if cycles else "")
             + f" or ExtendTrainingPlan by {extension} h"

@@ -1,0 +1,155 @@
+"""`bsm status|logs|stop|list`: a training job by name, or this toolkit's jobs."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import click
+
+from blackwell_sm.cli import submit as submit_cli
+from blackwell_sm.cli.output import OUTPUT_OPTION, emit_json
+from blackwell_sm.cli.submit import print_log_event, reattach_hint, say
+
+REGION_OPTION = click.option(
+    "--region", metavar="REGION", help="Default: AWS_REGION / AWS_DEFAULT_REGION / the profile."
+)
+
+
+def _job(name: str, region: str | None) -> Any:
+    from blackwell_sm.aws.handle import TrainingJob
+
+    return TrainingJob(name, aws=submit_cli.aws_context(region))
+
+
+def _fmt_time(ts: Any) -> str:
+    return ts.strftime("%Y-%m-%d %H:%M:%S %Z") if ts else "-"
+
+
+def show_info(info: Any) -> None:
+    rows = [
+        ("job", info.name),
+        ("status", f"{info.status} / {info.secondary_status or '-'}"),
+        ("message", info.status_message or "-"),
+        ("instances", f"{info.instance_count} x {info.instance_type}"),
+        ("training plan", info.training_plan_arn or "- (on-demand capacity)"),
+        ("created", _fmt_time(info.creation_time)),
+        ("started", _fmt_time(info.training_start_time)),
+        ("ended", _fmt_time(info.training_end_time)),
+        ("billable", f"{info.billable_seconds} s" if info.billable_seconds else "-"),
+        ("max runtime", f"{info.max_runtime_s} s" if info.max_runtime_s else "-"),
+        ("model", info.model_artifacts or "-"),
+    ]
+    width = max(len(k) for k, _ in rows)
+    for key, value in rows:
+        click.echo(f"{key:<{width}}  {value}")
+    if info.failure_reason:
+        click.echo(f"{'failure':<{width}}  {info.failure_reason}")
+        if info.failure_explanation:
+            click.echo(f"{'what to do':<{width}}  {info.failure_explanation}")
+    for metric, value in sorted(info.final_metrics.items()):
+        click.echo(f"{metric:<{width}}  {value:g}")
+
+
+@click.command("status")
+@click.argument("name", metavar="JOB")
+@click.option("--wait", is_flag=True, help="Poll until the job ends.")
+@REGION_OPTION
+@OUTPUT_OPTION
+def status(name: str, wait: bool, region: str | None, output: str) -> None:
+    """Show a training job's status (and why it failed, if it did)."""
+    job = _job(name, region)
+    if wait:
+        try:
+            info = job.wait(
+                on_status=lambda i: say(f"{i.name}: {i.status} / {i.secondary_status}"),
+                raise_on_failure=False,
+            )
+        except KeyboardInterrupt:
+            say(f"\nstopped waiting: {reattach_hint(name)}")
+            raise SystemExit(130) from None
+    else:
+        info = job.status()
+    if output == "json":
+        emit_json(info)
+    else:
+        show_info(info)
+
+
+@click.command("logs")
+@click.argument("name", metavar="JOB")
+@click.option("--follow", "-f", is_flag=True, help="Keep printing until the job ends.")
+@click.option(
+    "--timeout",
+    type=click.FloatRange(min=1),
+    metavar="SECONDS",
+    help="Stop following after this long (default: the job's max runtime + 1 h).",
+)
+@REGION_OPTION
+@OUTPUT_OPTION
+def logs(name: str, follow: bool, timeout: float | None, region: str | None, output: str) -> None:
+    """Print a training job's CloudWatch logs, every instance (algo-N) interleaved by time.
+
+    --output json prints one JSON object per line (stream, host, timestamp_ms, message).
+    """
+    job = _job(name, region)
+    try:
+        for event in job.logs(follow=follow, timeout_s=timeout, notify=say):
+            print_log_event(event, output=output)
+    except KeyboardInterrupt:
+        say(f"\nstopped following: {reattach_hint(name)}")
+        raise SystemExit(130) from None
+
+
+@click.command("stop")
+@click.argument("name", metavar="JOB")
+@REGION_OPTION
+@OUTPUT_OPTION
+def stop(name: str, region: str | None, output: str) -> None:
+    """Stop a training job: SIGTERM, the loop saves a checkpoint, SageMaker kills after ~120 s."""
+    info = _job(name, region).stop()
+    if output == "json":
+        emit_json(info)
+    elif info.status in ("Completed", "Failed", "Stopped"):
+        click.echo(f"{name} had already ended: {info.status}")
+    else:
+        click.echo(
+            f"{name}: {info.status} (a --new submit of the same spec resumes from its checkpoints)"
+        )
+
+
+@click.command("list")
+@click.option("--status", "status_", metavar="STATUS", help="InProgress, Completed, Failed, ...")
+@click.option("--name-contains", metavar="TEXT")
+@click.option("--limit", type=click.IntRange(1, 1000), default=20, show_default=True)
+@click.option("--all", "all_jobs", is_flag=True, help="Every training job, not only bsm's.")
+@REGION_OPTION
+@OUTPUT_OPTION
+def list_jobs(
+    status_: str | None,
+    name_contains: str | None,
+    limit: int,
+    all_jobs: bool,
+    region: str | None,
+    output: str,
+) -> None:
+    """List this toolkit's training jobs (those with a bsm:spec-hash tag), newest first."""
+    from blackwell_sm.aws.jobs import list_jobs as do_list
+
+    aws = submit_cli.aws_context(region)
+    rows = do_list(
+        aws.sagemaker,
+        name_contains=name_contains,
+        status=status_,
+        limit=limit,
+        only_ours=not all_jobs,
+    )
+    if output == "json":
+        emit_json(rows)
+        return
+    if not rows:
+        say(f"no {'' if all_jobs else 'bsm '}training jobs in {aws.region}")
+        return
+    width = max(len(r["TrainingJobName"]) for r in rows)
+    for r in rows:
+        created = r["CreationTime"].strftime("%Y-%m-%d %H:%M")
+        click.echo(f"{r['TrainingJobName']:<{width}}  {r['TrainingJobStatus']:<10}  {created}")

@@ -1,0 +1,261 @@
+"""`bsm plans search|reserve|list|describe`: SageMaker Flexible Training Plans.
+
+`reserve` is the only command that buys a plan. It shows the offering's upfront fee and window
+and asks; with no terminal it refuses unless --yes is given (exit 5).
+"""
+
+from __future__ import annotations
+
+import math
+from datetime import UTC, datetime
+from typing import Any
+
+import click
+
+from blackwell_sm.cli import submit as submit_cli
+from blackwell_sm.cli.output import OUTPUT_OPTION, emit_json
+from blackwell_sm.cli.submit import say
+from blackwell_sm.errors import SpecError
+
+REGION_OPTION = click.option("--region", metavar="REGION", help="Default: the spec's, AWS_REGION.")
+
+
+def _when(value: str | None, flag: str) -> datetime | None:
+    if value is None:
+        return None
+    try:
+        ts = datetime.fromisoformat(value)
+    except ValueError:
+        raise SpecError(
+            f"{flag} takes an ISO date/time such as 2026-12-24 or 2026-12-24T08:00, got {value!r}",
+            field=flag,
+        ) from None
+    return ts if ts.tzinfo else ts.replace(tzinfo=UTC)
+
+
+def capacity_for(
+    spec_path: str | None,
+    instance_type: str | None,
+    count: int | None,
+    hours: float | None,
+    region: str | None,
+) -> tuple[str, int, float, str | None]:
+    """(instance type, count, hours, region): from the flags, else from SPEC's plan."""
+    if spec_path is not None:
+        from blackwell_sm.aws.training_plans import RECLAIM_HOURS
+        from blackwell_sm.job.request import STARTUP_HOURS
+        from blackwell_sm.planner.api import make_plan
+        from blackwell_sm.spec import load_spec
+
+        spec = load_spec(spec_path)
+        plan = make_plan(spec)
+        instance_type = instance_type or plan.instance.type
+        count = count or plan.instance.count
+        if hours is None:
+            hours = plan.run.hours + STARTUP_HOURS + RECLAIM_HOURS
+            say(
+                f"duration {math.ceil(hours)} h from the plan's predicted {plan.run.hours:.1f} h "
+                f"(+ start-up and the 30-minute reclaim before a plan ends)"
+            )
+        region = region or (spec.job.region if spec.job else None)
+    missing = [
+        flag for flag, v in (("--instance-type", instance_type), ("--hours", hours)) if v is None
+    ]
+    if missing:
+        raise SpecError(
+            f"give SPEC.yaml or {' and '.join(missing)}",
+            field=missing[0],
+            hint="e.g. --instance-type ml.p6-b200.48xlarge --count 2 --hours 72",
+        )
+    return instance_type, count or 1, float(hours), region  # type: ignore[return-value]
+
+
+@click.group("plans")
+def plans() -> None:
+    """Search, reserve and inspect SageMaker Flexible Training Plans (reserved capacity)."""
+
+
+def _capacity_options(f: Any) -> Any:
+    for opt in reversed(
+        [
+            click.argument("spec_path", metavar="[SPEC.yaml]", required=False),
+            click.option("--instance-type", metavar="TYPE", help="Default: the spec's plan."),
+            click.option("--count", type=click.IntRange(min=1), help="Instances."),
+            click.option(
+                "--hours", type=click.FloatRange(min=1), help="Duration; default: predicted run."
+            ),
+            REGION_OPTION,
+        ]
+    ):
+        f = opt(f)
+    return f
+
+
+@plans.command("search")
+@_capacity_options
+@click.option("--start-after", metavar="ISO", help="Earliest start (default: now).")
+@click.option("--end-before", metavar="ISO", help="Latest end.")
+@OUTPUT_OPTION
+def search(
+    spec_path: str | None,
+    instance_type: str | None,
+    count: int | None,
+    hours: float | None,
+    region: str | None,
+    start_after: str | None,
+    end_before: str | None,
+    output: str,
+) -> None:
+    """Offerings for a spec's run (or --instance-type/--count/--hours), earliest first."""
+    from blackwell_sm.aws.training_plans import search_offerings, utcnow
+
+    itype, n, h, region = capacity_for(spec_path, instance_type, count, hours, region)
+    aws = submit_cli.aws_context(region)
+    offers = search_offerings(
+        aws.plans,
+        instance_type=itype,
+        instance_count=n,
+        duration_hours=h,
+        start_after=_when(start_after, "--start-after") or utcnow(),
+        end_before=_when(end_before, "--end-before"),
+    )
+    if output == "json":
+        emit_json([o.model_dump(mode="json") for o in offers])
+        return
+    if not offers:
+        say(f"no offerings for {n} x {itype} for {math.ceil(h)} h in {aws.region}")
+        return
+    for i, o in enumerate(offers, 1):
+        click.echo(f"{i}. {o.describe()}")
+    say(
+        "reserve one (spends the fee shown; plans cannot be cancelled): bsm plans reserve "
+        "OFFERING_ID --name NAME with the same SPEC/--instance-type/--count/--hours"
+    )
+
+
+@plans.command("reserve")
+@click.argument("offering_id", metavar="OFFERING_ID")
+@_capacity_options
+@click.option("--name", "plan_name", required=True, metavar="NAME", help="The new plan's name.")
+@click.option("--yes", "-y", is_flag=True, help="Agree to the upfront fee without a prompt.")
+@OUTPUT_OPTION
+def reserve(
+    offering_id: str,
+    spec_path: str | None,
+    instance_type: str | None,
+    count: int | None,
+    hours: float | None,
+    region: str | None,
+    plan_name: str,
+    yes: bool,
+    output: str,
+) -> None:
+    """Buy an offering (CreateTrainingPlan) after showing its fee and window and asking."""
+    from blackwell_sm.aws.training_plans import find_offering, interactive_confirm
+    from blackwell_sm.aws.training_plans import reserve as do_reserve
+    from blackwell_sm.spec.compute import TRAINING_PLAN_NAME_RE
+
+    if not TRAINING_PLAN_NAME_RE.match(plan_name):
+        raise SpecError(
+            f"--name {plan_name!r}: 1-64 letters, digits and single hyphens", field="--name"
+        )
+    itype, n, h, region = capacity_for(spec_path, instance_type, count, hours, region)
+    aws = submit_cli.aws_context(region)
+    offer = find_offering(
+        aws.plans, offering_id, instance_type=itype, instance_count=n, duration_hours=h
+    )
+    info = do_reserve(aws.plans, offer, plan_name, yes=yes, confirm=interactive_confirm())
+    if output == "json":
+        emit_json(info)
+    else:
+        click.echo(f"reserved {info.name}: {info.arn} ({info.status})")
+        click.echo(f"use it: compute.training_plan: {info.name}  (or --training-plan {info.name})")
+
+
+@plans.command("list")
+@click.option(
+    "--status",
+    "status_",
+    type=click.Choice(["Pending", "Active", "Scheduled", "Expired", "Failed"]),
+)
+@REGION_OPTION
+@OUTPUT_OPTION
+def list_plans(status_: str | None, region: str | None, output: str) -> None:
+    """This account's training plans in the region, newest first."""
+    from blackwell_sm.aws.training_plans import list_plans as do_list
+
+    aws = submit_cli.aws_context(region)
+    rows = do_list(aws.plans, status=status_)
+    if output == "json":
+        emit_json([r.model_dump(mode="json") for r in rows])
+        return
+    if not rows:
+        say(f"no training plans in {aws.region}")
+    for r in rows:
+        click.echo(_plan_line(r))
+
+
+def _plan_line(r: Any) -> str:
+    from blackwell_sm.aws.training_plans import fmt_time
+
+    free = (
+        f"{r.available_instance_count}/{r.total_instance_count} free"
+        if r.total_instance_count is not None
+        else ""
+    )
+    return (
+        f"{r.name}  {r.status:<9}  {', '.join(r.instance_types) or '?'}  {free}  "
+        f"{fmt_time(r.start_time)} → {fmt_time(r.end_time)}"
+    )
+
+
+@plans.command("describe")
+@click.argument("ref", metavar="NAME|ARN")
+@click.option(
+    "--spec", "spec_path", type=click.Path(dir_okay=False), help="Also check a spec's run fits."
+)
+@REGION_OPTION
+@OUTPUT_OPTION
+def describe(ref: str, spec_path: str | None, region: str | None, output: str) -> None:
+    """A training plan's status, capacity and window (and, with --spec, whether a run fits)."""
+    from blackwell_sm.aws.training_plans import check_plan, describe_plan
+
+    fit = None
+    if spec_path:
+        from blackwell_sm.job.request import STARTUP_HOURS
+        from blackwell_sm.planner.api import make_plan
+        from blackwell_sm.spec import load_spec
+
+        spec = load_spec(spec_path)
+        region = region or (spec.job.region if spec.job else None)
+    if region is None and ref.startswith("arn:"):
+        region = ref.split(":")[3]
+    aws = submit_cli.aws_context(region)
+    info = describe_plan(aws.plans, ref)
+    if spec_path:
+        plan = make_plan(spec)
+        fit = check_plan(
+            info,
+            instance_type=plan.instance.type,
+            instance_count=plan.instance.count,
+            run_hours=plan.run.hours,
+            startup_hours=STARTUP_HOURS,
+        )
+    if output == "json":
+        emit_json(
+            {"plan": info.model_dump(mode="json"), "fit": fit and fit.model_dump(mode="json")}
+        )
+        return
+    click.echo(_plan_line(info))
+    click.echo(f"arn: {info.arn}")
+    if info.upfront_fee:
+        click.echo(f"upfront fee: {info.upfront_fee} {info.currency or ''}")
+    if info.status_message:
+        click.echo(f"message: {info.status_message}")
+    if fit is not None:
+        verdict = "fits" if fit.fits else "usable, but too short" if fit.usable else "unusable"
+        click.echo(
+            f"this spec's run: {verdict} (needs {fit.needed_hours:.1f} h, {fit.usable_hours:.1f} h usable)"
+        )
+        for p in fit.problems + fit.warnings:
+            click.echo(f"  - {p}")
