@@ -155,9 +155,16 @@ class Checkpointer:
         dist.barrier()
 
     def _prune(self) -> None:
-        complete = [p for _, p, ok in list_checkpoints(self.root) if ok]
-        for p in complete[self.keep_last :]:
+        """Keep the newest `keep_last` complete checkpoints; drop older ones and any incomplete
+        directory older than the newest complete one (it can never be resumed from)."""
+        found = list_checkpoints(self.root)
+        complete = [(s, p) for s, p, ok in found if ok]
+        for _, p in complete[self.keep_last :]:
             shutil.rmtree(p, ignore_errors=True)
+        newest = complete[0][0] if complete else None
+        for s, p, ok in found:
+            if not ok and newest is not None and s < newest:
+                shutil.rmtree(p, ignore_errors=True)
         for p in self.root.glob(".step-*.tmp"):
             shutil.rmtree(p, ignore_errors=True)
 
