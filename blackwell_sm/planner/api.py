@@ -277,11 +277,15 @@ def _reasons(e: Evaluation, ctx: Context, pins: Pins) -> list[str]:
         where = "inside the node" if c.shard_degree <= gpn else f"across {c.instance_count} nodes"
         out.append(f"shard_degree {c.shard_degree} (full shard {where}, {layout})")
     else:
-        out.append(
-            f"HSDP: shard {c.shard_degree} x replicate {c.replicate_degree} ({layout}): "
+        links = (
             "all-gathers stay on NVLink, only the gradient all-reduce crosses EFA"
+            if c.shard_degree <= gpn
+            else "shard groups span nodes; replicas all-reduce gradients over EFA"
         )
-    mb_src = "pinned" if pins.micro_batch else "largest that fits and is fastest"
+        out.append(
+            f"HSDP: shard {c.shard_degree} x replicate {c.replicate_degree} ({layout}): {links}"
+        )
+    mb_src = "pinned" if pins.micro_batch else "fastest that fits"
     out.append(
         f"micro_batch_size {c.micro_batch} ({mb_src}) x grad_accum_steps {c.grad_accum} x "
         f"{c.world} GPUs = {c.global_batch_seqs} sequences per step"

@@ -73,18 +73,18 @@ MEMORY_HEADROOM = 0.03
 # ---------------------------------------------------------------------------------------------
 
 #: Achieved fraction of dense peak for the block linears (GEMMs plus the memory-bound elementwise
-#: work around them, folded in), by (precision, compile). *Fitted*: bf16 eager to
+#: work around them that ELEMENTWISE_BYTES does not model), by (precision, compile). *Fitted*: bf16 eager to
 #: tt-h100x128-bf16-eager, bf16 compile to tt-h100x128-bf16-compile, fp8 compile to
 #: tt-h100x128-fp8-compile and tt-h200x32-fp8-compile; fp8 eager and mxfp8 are not measured here
 #: and are set by the compile speed-up seen in bf16 (eager) and as equal to fp8 (mxfp8, same
 #: tensor-core rate on Blackwell; blockwise scales cost a little, so slightly lower).
 MATMUL_EFFICIENCY: dict[tuple[str, bool], float] = {
-    ("bf16", False): 0.50,
-    ("bf16", True): 0.62,
-    ("fp8", False): 0.36,  # = fp8 compile x (bf16 eager / bf16 compile); not measured
-    ("fp8", True): 0.44,
-    ("mxfp8", False): 0.34,  # not measured: fp8's, less ~5% for the blockwise scaling
-    ("mxfp8", True): 0.42,
+    ("bf16", False): 0.58,
+    ("bf16", True): 0.66,
+    ("fp8", False): 0.42,  # = fp8 compile x (bf16 eager / bf16 compile); not measured
+    ("fp8", True): 0.48,
+    ("mxfp8", False): 0.40,  # not measured: fp8's, less ~5% for the blockwise scaling
+    ("mxfp8", True): 0.46,
 }
 
 #: Flash/SDPA attention: achieved fraction of the bf16 peak on the causal work (half the full
@@ -93,6 +93,14 @@ MATMUL_EFFICIENCY: dict[tuple[str, bool], float] = {
 #: head_dim 128, i.e. ~0.32 of 989. Published; checked by tt-h100x8-fp8-32k (attention-heavy).
 ATTENTION_EFFICIENCY = 0.32
 ATTENTION_CAUSAL_FRACTION = 0.5
+
+#: Memory-bound elementwise work per token per block (RMSNorm, RoPE, SiLU x up, residual adds,
+#: their backward): HBM bytes = a x d_model + b x ffn_dim, by compile. Derived by counting the
+#: reads and writes of the block's elementwise ops in bf16 (forward ~20 h + 6 f elements, backward
+#: about twice that; 2 bytes each); compile fuses chains of them, roughly halving the traffic.
+#: Run at HBM_EFFICIENCY of the GPU's bandwidth. This is what makes small models (small d_model)
+#: reach a lower MFU than large ones on the same GPU.
+ELEMENTWISE_BYTES: dict[bool, tuple[float, float]] = {False: (120.0, 36.0), True: (60.0, 18.0)}
 
 #: Selective checkpointing (matmuls and attention saved) recomputes only elementwise ops: this
 #: fraction of the block compute time. torchtitan reports ~3-5% for op-level SAC. Not fitted.

@@ -288,12 +288,8 @@ def memory_terms(
     model = shape(model) if isinstance(model, ModelSpec) else model
     params, grads, optim = state_bytes(model, shard_degree)
     single = shard_degree * replicate_degree == 1
-    gathered = (
-        0.0 if shard_degree == 1 else gathered_param_bytes(model, precision, reshard_after_forward)
-    )
-    # Without sharding the bf16 compute copy is the whole model (FSDP2 with one rank still casts).
-    if shard_degree == 1:
-        gathered = model.n_params * 2.0
+    # FSDP2 casts to bf16 per unit even on one rank (a no-op all-gather): same live copies.
+    gathered = gathered_param_bytes(model, precision, reshard_after_forward)
     grad_t = grad_transient_bytes(model)
     fused = kind != "cpu"
     acts = activation_bytes(model, micro_batch, seq_len, mode, compile=compile, fused_norm=fused)

@@ -53,7 +53,15 @@ def compute_time_per_token(
     t_head = 6.0 * head_params / (bf16_peak * eff_bf16)  # the output head stays bf16
     attn = 12.0 * model.n_layers * model.d_model * seq_len * C.ATTENTION_CAUSAL_FRACTION
     t_attn = (attn + rec_attn * C.ATTENTION_CAUSAL_FRACTION) / (bf16_peak * C.ATTENTION_EFFICIENCY)
-    t = t_lin + t_head + t_attn
+    a, b = C.ELEMENTWISE_BYTES[compile]
+    t_elem = (
+        model.n_layers
+        * (a * model.d_model + b * model.ffn_dim)
+        / (gpu.hbm_tb_s * 1e12 * C.HBM_EFFICIENCY)
+    )
+    if mode == "full":
+        t_elem *= 1.25  # the forward's elementwise ops run again
+    t = t_lin + t_head + t_attn + t_elem
     if mode == "selective":
         t += C.SELECTIVE_RECOMPUTE_TIME * (t_lin + t_attn)
     return t
