@@ -1,0 +1,124 @@
+"""CLI latency: wall time of `bsm` commands beside the SageMaker SDK's own import, same run.
+
+    python benchmarks/cli_latency.py [--repeats 5]
+
+Each command runs as a fresh subprocess (what a user or CI pays), `--repeats` times after one
+untimed warm-up, interleaved so that background load hits every command alike; the figure is
+the median. Targets: `bsm plan` < 0.3 s and < 1/10 of `from sagemaker.train import ModelTrainer`.
+For every bsm command the heaviest top-level imports (`python -X importtime`) ride along in the
+JSON line, so a missed target names its cause.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import statistics
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import REPO, emit, note, run_cmd
+
+PLAN_TARGET_S = 0.3
+SDK_FRACTION = 0.1
+_IMPORTTIME = re.compile(r"^import time:\s+(\d+)\s+\|\s+(\d+)\s+\|\s*(\S+)")
+
+
+def bsm_argv() -> list[str]:
+    """How a user starts `bsm`: the console script beside this Python, else `-m blackwell_sm`."""
+    script = Path(sys.executable).with_name("bsm")
+    if script.exists():
+        return [sys.executable, str(script)]
+    return [sys.executable, "-m", "blackwell_sm"]
+
+
+def commands() -> dict[str, list[str]]:
+    bsm = bsm_argv()
+    return {
+        "python_startup": [sys.executable, "-c", "pass"],
+        "bsm_help": [*bsm, "--help"],
+        "bsm_plan": [*bsm, "plan", "--model", "llama-3.1-8b", "--output", "json"],
+        "bsm_submit_dry_run": [*bsm, "submit", "--dry-run", "templates/llama-3.1-8b.yaml"],
+        "sdk_import": [sys.executable, "-c", "from sagemaker.train import ModelTrainer"],
+    }
+
+
+def heaviest_imports(argv: list[str], top: int = 6) -> list[dict[str, float | str]]:
+    """The `top` costliest imports when running `argv` (`-X importtime`), by cumulative time.
+
+    Third-party modules are grouped by top-level package, this project's by subpackage
+    (`blackwell_sm.planner`), each at its outermost (largest) import.
+    """
+    env = dict(os.environ, PYTHONPROFILEIMPORTTIME="1")
+    proc = run_cmd(argv, env=env)
+    cost: dict[str, int] = {}
+    for line in proc.stderr.splitlines():
+        m = _IMPORTTIME.match(line)
+        if not m:
+            continue
+        parts = m.group(3).split(".")
+        key = ".".join(parts[:2]) if parts[0] == "blackwell_sm" else parts[0]
+        if key in ("blackwell_sm", "site", "encodings"):
+            continue
+        cost[key] = max(cost.get(key, 0), int(m.group(2)))
+    rows = sorted(cost.items(), key=lambda kv: -kv[1])[:top]
+    return [{"module": k, "cumulative_s": round(us / 1e6, 4)} for k, us in rows]
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--repeats", type=int, default=5, help="timed runs per bsm command (median)")
+    ap.add_argument("--sdk-repeats", type=int, default=3, help="timed runs of the ~8 s SDK import")
+    args = ap.parse_args(argv)
+
+    cmds = commands()
+    times: dict[str, list[float]] = {k: [] for k in cmds}
+    failed: dict[str, str] = {}
+    for round_ in range(args.repeats + 1):  # round 0 warms the page cache and .pyc files
+        for key, cmd in cmds.items():
+            if key in failed or (key == "sdk_import" and round_ > args.sdk_repeats):
+                continue
+            t0 = time.perf_counter()
+            proc = run_cmd(cmd)
+            dt = time.perf_counter() - t0
+            if proc.returncode != 0:
+                tail = (proc.stderr or proc.stdout).strip().splitlines()[-3:]
+                failed[key] = f"exit {proc.returncode}: " + " | ".join(tail)
+                note(f"{key} failed: {failed[key]}")
+            elif round_ > 0:
+                times[key].append(dt)
+    med = {k: statistics.median(v) for k, v in times.items() if v and k not in failed}
+    sdk = med.get("sdk_import")
+    cmd_str = {k: " ".join(Path(c).name if i < 2 else c for i, c in enumerate(v))
+               for k, v in cmds.items()}  # fmt: skip
+
+    def figure(key: str, **kw) -> None:
+        if key in failed:
+            emit(f"cli.{key}_s", None, "s", ok=False, status="missing or failing",
+                 error=failed[key], command=cmd_str[key], **kw)  # fmt: skip
+            return
+        extra = {"runs_s": [round(t, 4) for t in times[key]], "command": cmd_str[key]}
+        if key.startswith("bsm"):
+            extra["heaviest_imports"] = heaviest_imports(cmds[key])
+        emit(f"cli.{key}_s", round(med[key], 4), "s", **kw, **extra)
+
+    figure("python_startup", reference="interpreter start-up alone")
+    figure("bsm_help", reference={"sdk_import_s": sdk and round(sdk, 4)})
+    figure("bsm_plan", target=f"< {PLAN_TARGET_S}")
+    figure("bsm_submit_dry_run", reference={"sdk_import_s": sdk and round(sdk, 4)})
+    figure("sdk_import", reference="from sagemaker.train import ModelTrainer")
+    if "bsm_plan" in med and sdk:
+        emit("cli.bsm_plan_over_sdk_import", round(med["bsm_plan"] / sdk, 4), "ratio",
+             target=f"< {SDK_FRACTION}")  # fmt: skip
+    else:
+        emit("cli.bsm_plan_over_sdk_import", None, "ratio", target=f"< {SDK_FRACTION}", ok=False,
+             status="not measured: " + ", ".join(sorted(failed)))  # fmt: skip
+    note(f"cli latency measured from {REPO} with {args.repeats} runs per command")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
