@@ -181,3 +181,20 @@ def test_prune_keeps_the_last_complete_and_find_latest_skips_unmarked(tmp_path):
     logged: list[str] = []
     assert find_latest(tmp_path, log=logged.append) == (8, tmp_path / "step-00000008")
     assert logged == ["[bsm] skipping incomplete checkpoint step-00000009 (no COMPLETE marker)"]
+
+
+@pytest.mark.parametrize("precision", ["fp8", "mxfp8"])
+def test_low_precision_conversion_skips_the_head_and_odd_dims(precision):
+    """The conversion itself runs on CPU (meta device); only training needs the GPU."""
+    from blackwell_sm.train.precision import convert_precision
+
+    spec = get_preset("tiny").model_copy(update={"ffn_dim": 200})  # 200 % 16 != 0
+    with torch.device("meta"):
+        model = Transformer(spec, max_seq_len=32)
+    assert convert_precision(model, precision) == 4 * spec.n_layers  # q, k, v, o per block
+    converted = {
+        n for n, m in model.named_modules()
+        if isinstance(m, torch.nn.Linear)
+        and (type(m) is not torch.nn.Linear or type(m.weight) is not torch.nn.Parameter)
+    }  # fmt: skip
+    assert converted == {f"layers.{i}.self_attn.{p}_proj" for i in range(2) for p in "qkvo"}
