@@ -279,6 +279,7 @@ def main(argv: list[str] | None = None) -> int:
     plan = bench_plan(args.model, steps=args.steps, seq_len=args.seq_len,
                       micro_batch=args.micro_batch, accum=args.accum)  # fmt: skip
     batches = _batches(plan)
+    saved_env = dict(os.environ)
     _join_group()
     tmp = Path(tempfile.mkdtemp(prefix="bsm-loop-bench-"))
     runs: dict[str, list[Rates]] = {"plain": [], "real": [], "plain_fsdp2": []}
@@ -298,6 +299,8 @@ def main(argv: list[str] | None = None) -> int:
         if dist.is_initialized():
             dist.destroy_process_group()
         shutil.rmtree(tmp, ignore_errors=True)
+        os.environ.clear()
+        os.environ.update(saved_env)  # the rank variables were for this run only
 
     def med(key: str, clock: str) -> float:
         return statistics.median(getattr(x, clock) for x in runs[key])
