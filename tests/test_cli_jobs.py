@@ -146,6 +146,13 @@ def test_submit_then_status_logs_list_and_reattach(aws, spec_file):
     code, out, _ = run("list", "--output", "json")
     assert code == 0 and [r["TrainingJobName"] for r in json.loads(out)] == [name]
 
+    # --logs with --output json: log lines go to stderr, stdout is one JSON document.
+    code, out, err = run("submit", spec_file, "--logs", "--output", "json")
+    assert code == 0, err
+    doc = json.loads(out)
+    assert doc["reattached"] and doc["status"]["status"] == "Completed"
+    assert "algo-2 | algo-2 line 2" in err
+
 
 def test_submit_refuses_placeholders_with_exit_2(aws, tmp_path):
     path = tmp_path / "t.yaml"

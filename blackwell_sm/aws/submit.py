@@ -132,6 +132,12 @@ def submit(
                 )
             info = JobInfo.from_describe(existing)
             say(f"reattached to {jr.job_name} ({info.status}): the same spec was submitted before")
+            if info.status in ("Failed", "Stopped"):
+                say(
+                    f"note: {jr.job_name} ended {info.status}"
+                    + (f" ({info.failure_reason})" if info.failure_reason else "")
+                    + "; submit with --new to run the spec again (it resumes from its checkpoints)"
+                )
             return TrainingJob(
                 jr.job_name, aws=aws, plan=plan, job_request=jr, reattached=True,
                 warnings=jr.warnings,

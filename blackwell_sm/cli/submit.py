@@ -103,7 +103,10 @@ def submit(
         try:
             if follow_logs:
                 for event in job.logs(follow=True, notify=say):
-                    print_log_event(event, output="json" if output == "json" else "table")
+                    if output == "json":  # stdout carries only the final JSON document
+                        say(f"{event.host} | {event.message.rstrip()}")
+                    else:
+                        print_log_event(event, output="table")
             final = job.wait(
                 on_status=lambda i: say(f"{i.name}: {i.status} / {i.secondary_status}"),
             )
