@@ -13,6 +13,8 @@ import pytest
 import yaml
 from aws_support import (
     BUCKET,
+    FAKE_KEY_ID,
+    FAKE_SECRET,
     REGION,
     describe_response,
     fake_credentials,
@@ -108,8 +110,10 @@ print(json.dumps({{"runs": out, "heavy": heavy}}))
 
 
 def test_submit_then_status_logs_list_and_reattach(aws, spec_file):
+    outputs: list[str] = []
     code, out, err = run("submit", spec_file, "--output", "json")
     assert code == 0, err
+    outputs.append(out + err)
     job = json.loads(out)
     assert job["created"] and not job["reattached"]
     name = job["job_name"]
@@ -152,6 +156,9 @@ def test_submit_then_status_logs_list_and_reattach(aws, spec_file):
     doc = json.loads(out)
     assert doc["reattached"] and doc["status"]["status"] == "Completed"
     assert "algo-2 | algo-2 line 2" in err
+    outputs.append(out + err)
+    for text in outputs:  # credentials never reach output
+        assert FAKE_KEY_ID not in text and FAKE_SECRET not in text
 
 
 def test_submit_refuses_placeholders_with_exit_2(aws, tmp_path):
