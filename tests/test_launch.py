@@ -222,3 +222,41 @@ def test_launcher_and_run_local_import_no_torch_or_aws() -> None:
         "assert not bad, bad"
     )
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
+
+
+def test_nccl_network_choice_is_reported(capfd: pytest.CaptureFixture[str]) -> None:
+    """The launcher reads NCCL's INIT/NET lines from the workers' output and says what NCCL chose;
+    TCP sockets between EFA hosts is a loud warning. (Lines as NCCL 2.2x and aws-ofi-nccl print
+    them; on CPU there is no NCCL, so a child process prints them into a real pipe.)"""
+    from blackwell_sm.train.launch import OutputPump, Topology
+
+    def pump(lines: list[str], instance_type: str, nnodes: int) -> dict[str, str]:
+        topo = Topology(hosts=host_names(nnodes), current_host="algo-1", nnodes=nnodes,
+                        node_rank=0, master_addr="algo-1", master_port=29500, nproc_per_node=8,
+                        device="cuda", instance_type=instance_type)  # fmt: skip
+        code = "import sys; sys.stdout.write(sys.stdin.read())"
+        child = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE,
+                                 stdout=subprocess.PIPE)  # fmt: skip
+        p = OutputPump(child.stdout, sys.stdout, tail_lines=10, topo=topo)
+        child.communicate("".join(f"[default0]:{ln}\n" for ln in lines).encode())
+        p.thread.join(timeout=10)
+        return p.nccl
+
+    efa = pump(
+        [
+            "ip-10-0-0-1:123:123 [0] NCCL INFO NET/Plugin: Loaded net plugin Libfabric (v9)",
+            "ip-10-0-0-1:123:123 [0] NCCL INFO NET/OFI Selected provider is efa, fabric is efa",
+            "ip-10-0-0-1:123:123 [0] NCCL INFO Using network Libfabric",
+            "ip-10-0-0-1:123:123 [0] NCCL INFO Using network Socket",  # only the first counts
+        ],
+        "ml.p6-b200.48xlarge",
+        2,
+    )
+    assert efa == {"plugin": "Loaded net plugin Libfabric (v9)", "ofi_provider": "efa",
+                   "network": "Libfabric"}  # fmt: skip
+    err = capfd.readouterr().err
+    assert "[bsm-launch] NCCL network: Libfabric" in err and "WARNING" not in err
+
+    tcp = pump(["h:1:1 [0] NCCL INFO Using network Socket"], "ml.p6-b200.48xlarge", 2)
+    assert tcp == {"network": "Socket"}
+    assert "WARNING: NCCL is using TCP sockets between hosts, not EFA" in capfd.readouterr().err

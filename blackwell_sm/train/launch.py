@@ -398,7 +398,7 @@ def worker_pids(torchrun_pid: int) -> list[int]:
 _NET_PATTERNS = [
     (re.compile(r"NCCL INFO .*Using network (\S[^\r\n]*)"), "network"),
     (re.compile(r"NCCL INFO .*NET/OFI Selected [Pp]rovider is (\w+)"), "ofi_provider"),
-    (re.compile(r"NCCL INFO .*NET/Plugin\s*:?\s*(.*(?:[Ll]oaded|[Ff]ailed|[Nn]o plugin)[^\r\n]*)"), "plugin"),
+    (re.compile(r"NCCL INFO .*NET/Plugin\s*:?\s*(\S[^\r\n]*)"), "plugin"),
 ]  # fmt: skip
 
 
