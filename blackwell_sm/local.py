@@ -192,11 +192,14 @@ def run_local(
     try:
         rc = proc.wait()
     except KeyboardInterrupt:
-        # The terminal sent SIGINT to the launcher too; it is telling the workers to save.
+        # Ask the launcher to stop the workers cleanly (they save). SIGTERM, not SIGINT: a
+        # terminal's Ctrl-C may already have sent it SIGINT, and a second SIGINT means "kill".
+        proc.send_signal(signal.SIGTERM)
         try:
-            rc = proc.wait(timeout=120)
+            proc.wait(timeout=120)
         except (KeyboardInterrupt, subprocess.TimeoutExpired):
-            proc.send_signal(signal.SIGINT)  # a second SIGINT: the launcher kills the workers
+            proc.send_signal(signal.SIGINT)
+            proc.send_signal(signal.SIGINT)  # twice: the launcher kills the workers now
             proc.wait()
         raise
     result = collect_result(out, plan_path, rc)
