@@ -35,7 +35,7 @@ NESTED = {
 SNAPSHOT = {
     "": ["advice", "alternatives", "config", "feasible", "instance", "memory_gib", "model",
          "reasons", "run", "schema_version", "spec", "throughput", "warnings"],
-    "memory_gib": ["activations", "fp8_extras", "grads_fp32", "grads_unsharded", "limit",
+    "memory_gib": ["activations", "allocator_reserved", "fp8_extras", "grads_fp32", "grads_unsharded", "limit",
                    "logits_and_loss", "optimizer_states", "overhead", "params_fp32",
                    "params_unsharded", "total"],
     "throughput": ["flops_per_token", "mfu", "mfu_basis", "step_time_s", "tokens_per_s_per_gpu"],

@@ -137,7 +137,7 @@ def render(p: Any) -> None:
     mem.add_column("term")
     mem.add_column("GiB", justify="right")
     for k, v in m.model_dump().items():
-        if k in ("total", "limit"):
+        if k in ("total", "limit", "allocator_reserved") or v is None:
             continue
         mem.add_row(k, _gib(v))
     pct = m.total / m.limit

@@ -416,7 +416,7 @@ def make_plan(spec: RunSpec, *, instance: InstanceType | None = None) -> Plan:
         optimizer_states=g(m.optimizer_states), params_unsharded=g(m.params_unsharded),
         grads_unsharded=g(m.grads_unsharded), activations=g(m.activations),
         logits_and_loss=g(m.logits_and_loss), overhead=g(m.overhead), fp8_extras=g(m.fp8_extras),
-        total=g(m.total), limit=limit,
+        total=g(m.total), limit=limit, allocator_reserved=g(m.reserved),
     )  # fmt: skip
     tokens = best.steps * c.global_batch_seqs * tr.seq_len
     return Plan(

@@ -68,6 +68,11 @@ class MemoryBreakdown(_Out):
     overhead: float = Field(description="CUDA context, NCCL buffers, allocator fragmentation.")
     fp8_extras: float = Field(0.0, description="fp8/mxfp8 weight copies of the live blocks.")
     total: float
+    allocator_reserved: float | None = Field(
+        None,
+        description="total minus the runtime outside torch's caching allocator (CUDA context, "
+        "NCCL): what torch.cuda.max_memory_reserved() should read. Not a term of the sum.",
+    )
     limit: float = Field(description="Usable memory per GPU.")
 
 
