@@ -24,7 +24,7 @@ def err_console() -> Any:
     """A rich Console on stderr (imported lazily)."""
     from rich.console import Console
 
-    return Console(stderr=True, highlight=False)
+    return Console(stderr=True, highlight=False, soft_wrap=True)
 
 
 @cache

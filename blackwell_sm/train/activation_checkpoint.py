@@ -14,6 +14,7 @@ from torch import nn
 
 _SAVE_OPS = {
     torch.ops.aten.mm.default,
+    torch.ops.aten._scaled_mm.default,  # fp8 matmuls (torchao float8 / MX linears)
     torch.ops.aten._scaled_dot_product_flash_attention.default,
     torch.ops.aten._scaled_dot_product_efficient_attention.default,
     torch.ops.aten._scaled_dot_product_cudnn_attention.default,
