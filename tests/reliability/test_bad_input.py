@@ -200,3 +200,68 @@ def test_fuzz_near_valid_specs(data):
         parse_spec(data)
     except SpecError as e:
         assert e.exit_code == 2 and str(e)
+
+
+# -- job-side cases: `bsm submit --dry-run` (no AWS call) -------------------------------------
+def _channels(name: str, uri: str = "s3://bucket/data/train/") -> dict[str, Any]:
+    return {name: {"s3_uri": uri}}
+
+
+SUBNET, SG = "subnet-0123456789abcdef0", "sg-0123456789abcdef0"
+
+
+def _job(**changes: Any) -> dict[str, Any]:
+    return {**BASE["job"], **changes}
+
+
+JOB_CASES: list[tuple[str, str, Any, str]] = [
+    ("role-not-arn", "job.role_arn", "SageMakerRole", "job.role_arn"),
+    ("role-is-user", "job.role_arn", "arn:aws:iam::123456789012:user/bob", "job.role_arn"),
+    ("role-other-service", "job.role_arn", "arn:aws:s3:::my-bucket", "job.role_arn"),
+    ("role-short-account", "job.role_arn", "arn:aws:iam::1234:role/x", "job.role_arn"),
+    ("prefix-no-scheme", "job.s3_prefix", "my-bucket/prefix", "job.s3_prefix"),
+    ("prefix-https", "job.s3_prefix", "https://my-bucket.s3.amazonaws.com/x", "job.s3_prefix"),
+    ("prefix-empty-bucket", "job.s3_prefix", "s3://", "job.s3_prefix"),
+    ("prefix-bad-bucket", "job.s3_prefix", "s3://Bad_Bucket/x", "job.s3_prefix"),
+    ("channel-local-path", "job.channels", _channels("train", "/data/train"), "s3_uri"),
+    ("channel-s3-typo", "job.channels", _channels("train", "s3//bucket/train"), "s3_uri"),
+    ("channel-name-space", "job.channels", _channels("train data"), "train data"),
+    ("channel-name-long", "job.channels", _channels("c" * 65), "channel"),
+    ("channel-name-slash", "job.channels", _channels("tr/ain"), "tr/ain"),
+    ("channel-name-reserved", "job.channels", _channels("code"), "code"),
+    ("channel-mode-pipe", "job.channels",
+     {"train": {"s3_uri": "s3://bucket-a/t/", "input_mode": "Pipe"}}, "input_mode"),
+    ("channel-distribution", "job.channels",
+     {"train": {"s3_uri": "s3://bucket-a/t/", "distribution": "Random"}}, "distribution"),
+    ("tags-too-many", "job.tags", {f"k{i}": "v" for i in range(60)}, "tags"),
+    ("tag-key-too-long", "job.tags", {"k" * 200: "v"}, "tags"),
+    ("tag-value-too-long", "job.tags", {"team": "v" * 300}, "tags"),
+    ("tag-key-aws-prefix", "job.tags", {"aws:cost": "x"}, "aws:"),
+    ("env-bad-name", "job.environment", {"1BAD": "x"}, "environment"),
+    ("env-credential", "job.environment", {"AWS_SECRET_ACCESS_KEY": "x"}, "AWS_SECRET_ACCESS_KEY"),
+    ("env-value-too-long", "job.environment", {"BIG": "x" * 1000}, "environment"),
+    ("env-too-many", "job.environment", {f"V{i}": "x" for i in range(120)}, "environment"),
+    ("volume-zero", "job.volume_size_gb", 0, "job.volume_size_gb"),
+    ("runtime-over-28-days", "job.max_runtime_hours", 1000, "max_runtime"),
+    ("subnet-without-sg", "job.subnets", ["subnet-0123456789abcdef0"], "security_group_ids"),
+    ("subnet-bad-id", "job", _job(subnets=["subnet_01!"], security_group_ids=[SG]), "subnets"),
+    ("sg-bad-id", "job", _job(subnets=[SUBNET], security_group_ids=["sg 1"]), "security_group"),
+    ("plan-arn-account", "compute.training_plan",
+     "arn:aws:sagemaker:us-east-1:1234:training-plan/x", "training_plan"),
+    ("plan-arn-resource", "compute.training_plan",
+     "arn:aws:sagemaker:us-east-1:123456789012:training-job/x", "training_plan"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("case,path,value,words", JOB_CASES, ids=[c[0] for c in JOB_CASES])
+def test_bad_job_spec_exits_2_before_any_call(case, path, value, words, tmp_path, capsys):
+    spec = tmp_path / f"{case}.yaml"
+    spec.write_text(yaml.safe_dump(mutate(path, value)))
+    code, out, err = _run(["submit", str(spec), "--dry-run", "--output", "json"], capsys)
+    assert code == 2, (code, err, out[:300])
+    assert "Traceback" not in err and out == ""
+    assert words.lower() in err.lower(), err  # spec field or request field (e.g. Tags[0].Key)
+
+
+def test_the_job_corpus_counts():
+    assert len(JOB_CASES) >= 25
