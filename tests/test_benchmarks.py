@@ -18,6 +18,7 @@ sys.path.insert(0, str(REPO / "benchmarks"))
 
 import _common  # noqa: E402
 import cli_latency  # noqa: E402
+import gpu_check  # noqa: E402
 import loop_overhead  # noqa: E402
 import run_all  # noqa: E402
 
@@ -69,6 +70,17 @@ def test_gpu_check_cpu_dry_runs_the_real_launcher_end_to_end(tmp_path):
     assert "[bsm-step] step=3 " in proc.stderr
     summary = json.loads((out / "output" / "data" / "summary.json").read_text())
     assert summary["final_step"] == 3
+
+
+@pytest.mark.parametrize("gpu", ["H100", "H200", "B200"])
+def test_gpu_check_plans_a_feasible_1b_run_for_each_gpu(gpu, capsys):
+    assert gpu_check.main(["--plan-only", "--gpu", gpu]) == 0
+    rec = _records(capsys.readouterr().out)["gpu_check.plan"]
+    cfg, pred = rec["config"], rec["predicted"]
+    assert rec["value"] == "llama-3.2-1b"
+    assert cfg["seq_len"] == 4096 and cfg["precision"] == "bf16" and cfg["compile"] is True
+    assert cfg["shard_degree"] == 1 and cfg["micro_batch_size"] * cfg["grad_accum_steps"] == 8
+    assert 0 < pred["mfu"] < 1 and 0 < pred["reserved_gib"] <= pred["total_gib"]
 
 
 @pytest.mark.timeout(180)
