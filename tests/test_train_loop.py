@@ -227,3 +227,13 @@ def test_loss_is_normalised_by_tokens_across_ranks_and_micro_batches(base, singl
     assert a[1] == pytest.approx(b[1], abs=2e-3)
     for s in a:
         assert a[s] == pytest.approx(b[s], abs=3e-2), s
+
+
+def test_another_runs_checkpoint_is_refused(base, tmp_path):
+    """SageMaker restores whatever the checkpoint S3 URI holds: a different seed must not resume."""
+    shutil.copytree(base / "checkpoints", tmp_path / "checkpoints")
+    other = local_plan(nproc=1, steps=STEPS, micro_batch_size=4,
+                       training={"data": DATA, "seed": 1})  # fmt: skip
+    with pytest.raises(AssertionError, match=r"belongs to another run \(seed: 0 there, 1 in this"):
+        _run(tmp_path, plan=other, nproc=1)
+    assert not (tmp_path / "output/data/metrics.jsonl").exists()

@@ -198,3 +198,30 @@ def test_low_precision_conversion_skips_the_head_and_odd_dims(precision):
         and (type(m) is not torch.nn.Linear or type(m.weight) is not torch.nn.Parameter)
     }  # fmt: skip
     assert converted == {f"layers.{i}.self_attn.{p}_proj" for i in range(2) for p in "qkvo"}
+
+
+def test_run_identity_names_what_differs():
+    from blackwell_sm.train.checkpoint import other_run, run_identity
+
+    mine = run_identity(local_plan())
+    assert other_run({"step": 4}, mine) is None  # a marker from before run identities
+    assert other_run({"run": mine}, mine) is None
+    assert run_identity(local_plan(training={"optimizer": {"lr": 1e-4}})) == mine  # may change
+    theirs = run_identity(local_plan(training={"seed": 5}))
+    assert other_run({"run": theirs}, mine) == "seed: 5 there, 0 in this plan"
+
+
+def test_export_unwraps_low_precision_weights(tmp_path):
+    from safetensors.torch import load_file
+
+    from blackwell_sm.train.precision import convert_precision
+
+    spec = get_preset("tiny")
+    model = Transformer(spec, max_seq_len=32)
+    model.init_weights(0)
+    ref = {n: p.detach().clone() for n, p in model.named_parameters()}
+    convert_precision(model, "fp8")
+    export_model(model, spec, tmp_path, is_main=True)
+    saved = load_file(str(tmp_path / "model.safetensors"))
+    for n, t in ref.items():
+        assert type(saved[hf_name(n)]) is torch.Tensor and torch.equal(saved[hf_name(n)], t), n

@@ -29,6 +29,8 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from blackwell_sm.errors import BsmError
+from blackwell_sm.planner.plan import Plan
 from blackwell_sm.train.distributed import Env
 
 _STEP_DIR = re.compile(r"^step-(\d{8})$")
@@ -57,6 +59,36 @@ def find_latest(root: Path, log=print) -> tuple[int, Path] | None:
             return step, path
         log(f"[bsm] skipping incomplete checkpoint {path.name} (no {MARKER} marker)")
     return None
+
+
+def run_identity(plan: Plan) -> dict[str, Any]:
+    """What makes a checkpoint belong to this run: the model, the seed and the data stream.
+
+    Optimizer, schedule, step count, checkpoint policy and the world size may change between a
+    run and its resumption (DCP reshards); these may not.
+    """
+    tr, cfg = plan.spec.training, plan.config
+    return {
+        "model": plan.spec.model.model_dump(mode="json"),
+        "seed": tr.seed,
+        "seq_len": cfg.seq_len,
+        "global_batch_sequences": cfg.global_batch_sequences,
+        "data": {"source": tr.data.source, "train_channel": tr.data.train_channel},
+    }
+
+
+def other_run(marker: dict[str, Any], identity: dict[str, Any]) -> str | None:
+    """None if the marker's run is this one (or predates run identities), else what differs."""
+    theirs = marker.get("run")
+    if theirs is None or theirs == identity:
+        return None
+    diffs = [
+        f"{k}: {json.dumps(theirs.get(k), sort_keys=True)} there, "
+        f"{json.dumps(identity[k], sort_keys=True)} in this plan"
+        for k in identity
+        if theirs.get(k) != identity[k]
+    ]
+    return "; ".join(diffs)
 
 
 def _rng_state() -> dict[str, Any]:
@@ -89,8 +121,17 @@ def _set_rng_state(state: dict[str, Any]) -> None:
 class Checkpointer:
     """Saves and restores model + optimizer + step + RNG; keeps the last `keep_last`."""
 
-    def __init__(self, root: Path, env: Env, *, keep_last: int, async_save: bool) -> None:
+    def __init__(
+        self,
+        root: Path,
+        env: Env,
+        *,
+        keep_last: int,
+        async_save: bool,
+        identity: dict[str, Any] | None = None,
+    ) -> None:
         self.root, self.env, self.keep_last = root, env, keep_last
+        self.identity = identity or {}
         self.async_save = async_save
         self._pending: tuple[Any, int, Path] | None = None
         self._async_group = None
@@ -149,7 +190,8 @@ class Checkpointer:
                 tmp.rename(final)
         dist.barrier()
         if self.env.is_main:
-            marker = {"step": step, "world_size": self.env.world_size, "time": time.time()}
+            marker = {"step": step, "world_size": self.env.world_size, "time": time.time(),
+                      "run": self.identity}  # fmt: skip
             _write_atomic(final / MARKER, json.dumps(marker))
             self._prune()
         dist.barrier()
@@ -170,13 +212,28 @@ class Checkpointer:
 
     # -- load --------------------------------------------------------------------------------
     def latest_step(self, log=print) -> tuple[int, Path] | None:
-        """Rank 0 picks the newest complete checkpoint and every rank follows its choice."""
+        """Rank 0 picks the newest complete checkpoint and every rank follows its choice.
+
+        A checkpoint of another run (different model, seed or data) is refused, on every rank:
+        resuming it would silently train the wrong model.
+        """
         choice: list[Any] = [None]
         if self.env.is_main:
             found = find_latest(self.root, log=log)
-            choice = [None if found is None else (found[0], str(found[1]))]
+            if found is not None:
+                marker = json.loads((found[1] / MARKER).read_text())
+                choice = [(found[0], str(found[1]), other_run(marker, self.identity))]
         dist.broadcast_object_list(choice, src=0)
-        return None if choice[0] is None else (choice[0][0], Path(choice[0][1]))
+        if choice[0] is None:
+            return None
+        step, path, differs = choice[0]
+        if differs:
+            raise BsmError(
+                f"checkpoint {Path(path).name} in {self.root} belongs to another run ({differs}); "
+                "refusing to resume from it",
+                hint="use a fresh checkpoint location for this run, or remove the old checkpoints",
+            )
+        return step, Path(path)
 
     def load(self, model: nn.Module, optimizer: torch.optim.Optimizer, path: Path) -> int:
         """Restore model, optimizer and RNG from `path`; returns the step to continue from."""

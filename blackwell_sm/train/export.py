@@ -91,7 +91,9 @@ def export_model(
             name, p = params[i]
             full = p.full_tensor() if isinstance(p, DTensor) else p
             if is_main:
-                t = full.detach().to(device="cpu", dtype=dtype).contiguous()
+                # copy_ into a plain tensor also unwraps fp8/MX weight wrapper subclasses.
+                t = torch.empty(full.shape, dtype=dtype, device="cpu")
+                t.copy_(full.detach())
                 tensors[hf_name(name)] = t
                 weight_map[hf_name(name)] = fname
                 total += t.numel() * t.element_size()

@@ -18,7 +18,7 @@ import torch.nn.functional as F
 
 from blackwell_sm.errors import BsmError
 from blackwell_sm.planner.plan import Plan
-from blackwell_sm.train.checkpoint import Checkpointer
+from blackwell_sm.train.checkpoint import Checkpointer, run_identity
 from blackwell_sm.train.data import (
     SYNTHETIC_VALIDATION_OFFSET,
     BatchLayout,
@@ -100,8 +100,13 @@ class Trainer:
         materialize(self.model, env.device, tr.seed)
         self.optimizer = build_optimizer(self.model, tr.optimizer, env.device)
         async_save = tr.checkpoint.async_save and env.device.type == "cuda"
-        self.ckpt = Checkpointer(paths.checkpoints, env, keep_last=tr.checkpoint.keep_last,
-                                 async_save=async_save)  # fmt: skip
+        self.ckpt = Checkpointer(
+            paths.checkpoints,
+            env,
+            keep_last=tr.checkpoint.keep_last,
+            async_save=async_save,
+            identity=run_identity(plan),
+        )
         self.metrics = MetricsLog(paths.output_data, plan, env.device, is_main=env.is_main)
         self.total_steps = plan.run.steps
 
