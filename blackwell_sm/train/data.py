@@ -174,10 +174,16 @@ class SyntheticDataset:
         n = self.seq_len + 1
         jumps = rng.random(n) < self.noise
         random_tokens = rng.integers(0, self.vocab_size, n)
-        out = np.empty(n, dtype=np.int64)
-        out[0] = random_tokens[0]
-        for t in range(1, n):
-            out[t] = random_tokens[t] if jumps[t] else self.table[out[t - 1]]
+        jumps[0] = True
+        # Between jumps the stream follows the table: out[t] = table^k(random_tokens[last jump]),
+        # k = t - last jump. Apply the table k times, vectorised over positions (the longest run
+        # between jumps is short), instead of a Python loop over every token.
+        last_jump = np.maximum.accumulate(np.where(jumps, np.arange(n), 0))
+        k = np.arange(n) - last_jump
+        out = random_tokens[last_jump].astype(np.int64)
+        for step in range(int(k.max())):
+            walk = k > step
+            out[walk] = self.table[out[walk]]
         return out
 
     def batch(self, positions: np.ndarray, seed: int) -> np.ndarray:
