@@ -161,16 +161,41 @@ class Checkpointer:
             shutil.rmtree(final, ignore_errors=True)  # a stale incomplete save of the same step
             (tmp / "rng").mkdir(parents=True, exist_ok=True)
         dist.barrier()
-        (tmp / "rng").mkdir(parents=True, exist_ok=True)  # hosts without a shared filesystem
-        torch.save(_rng_state(), tmp / "rng" / f"rank-{self.env.rank:05d}.pt")
-        state = self._state(model, optimizer, step)
-        if self.async_save:
-            future = dcp.async_save(state, checkpoint_id=str(tmp), process_group=self._async_group)
-            self._pending = (future, step, tmp)
-        else:
-            dcp.save(state, checkpoint_id=str(tmp))
+        try:
+            (tmp / "rng").mkdir(parents=True, exist_ok=True)  # hosts without a shared filesystem
+            torch.save(_rng_state(), tmp / "rng" / f"rank-{self.env.rank:05d}.pt")
+            state = self._state(model, optimizer, step)
+            if self.async_save:
+                future = dcp.async_save(
+                    state, checkpoint_id=str(tmp), process_group=self._async_group
+                )
+                self._pending = (future, step, tmp)
+            else:
+                dcp.save(state, checkpoint_id=str(tmp))
+        except Exception as e:
+            raise self._save_error(e, step) from e
+        if not self.async_save:
             self._finish(step, tmp)
         return final
+
+    def _save_error(self, e: BaseException, step: int) -> BsmError:
+        """A failed write as an error that says where, and whether the disk is full.
+
+        Writers report ENOSPC in many shapes (torch.save says only "file write failed"), so the
+        free space is measured rather than parsed from the message.
+        """
+        free = shutil.disk_usage(self.root).free
+        full = free < 64 * 2**20 or "No space left" in str(e)
+        head = "No space left on device: " if full else ""
+        return BsmError(
+            f"{head}checkpoint save of step {step} to {self.root} failed on rank "
+            f"{self.env.rank}: {type(e).__name__}: {str(e)[:300]} "
+            f"(free space there: {free / 2**20:.0f} MiB)",
+            hint="give the job a larger volume (job.volume_size_gb) or keep fewer checkpoints "
+            "(training.checkpoint.keep_last)"
+            if full
+            else None,
+        )
 
     def wait(self) -> None:
         """Block until a pending async save is on disk, then mark it complete."""
@@ -178,7 +203,10 @@ class Checkpointer:
             pending, step, tmp = self._pending
             self._pending = None
             # async_save returns a Future, or an AsyncSaveResponse holding one.
-            getattr(pending, "upload_completion", pending).result()
+            try:
+                getattr(pending, "upload_completion", pending).result()
+            except Exception as e:
+                raise self._save_error(e, step) from e
             self._finish(step, tmp)
 
     def _finish(self, step: int, tmp: Path) -> None:
