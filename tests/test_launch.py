@@ -238,7 +238,11 @@ def test_nccl_network_choice_is_reported(capfd: pytest.CaptureFixture[str]) -> N
         child = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE,
                                  stdout=subprocess.PIPE)  # fmt: skip
         p = OutputPump(child.stdout, sys.stdout, tail_lines=10, topo=topo)
-        child.communicate("".join(f"[default0]:{ln}\n" for ln in lines).encode())
+        # Only write: communicate() would also read stdout and race the pump for the lines.
+        assert child.stdin is not None
+        child.stdin.write("".join(f"[default0]:{ln}\n" for ln in lines).encode())
+        child.stdin.close()
+        child.wait(timeout=30)
         p.thread.join(timeout=10)
         return p.nccl
 
