@@ -181,11 +181,12 @@ class Checkpointer:
     def _save_error(self, e: BaseException, step: int) -> BsmError:
         """A failed write as an error that says where, and whether the disk is full.
 
-        Writers report ENOSPC in many shapes (torch.save says only "file write failed"), so the
-        free space is measured rather than parsed from the message.
+        Writers report ENOSPC in many shapes (torch.save says only "unexpected pos"), so the free
+        space left is measured too, not only parsed from the message.
         """
         free = shutil.disk_usage(self.root).free
-        full = free < 64 * 2**20 or "No space left" in str(e)
+        text = f"{e} {e.__cause__} {e.__context__}"
+        full = free < 2**20 or "No space left" in text or "Errno 28" in text
         head = "No space left on device: " if full else ""
         return BsmError(
             f"{head}checkpoint save of step {step} to {self.root} failed on rank "
