@@ -4,7 +4,8 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 TORCH_VERSION ?= 2.13.0
 STAMP := $(VENV)/.installed
-PYTEST_ARGS ?=
+# Two workers, one test file each at a time (module-scoped training runs stay shared).
+PYTEST_ARGS ?= -n 2 --dist loadfile
 
 .PHONY: install demo test lint format bench clean
 
