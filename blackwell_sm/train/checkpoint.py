@@ -152,6 +152,7 @@ class Checkpointer:
     def save(self, model: nn.Module, optimizer: torch.optim.Optimizer, step: int) -> Path:
         """Save after `step` optimizer steps (collective: every rank calls it)."""
         import torch.distributed.checkpoint as dcp
+        from torch.distributed.checkpoint.api import CheckpointException
 
         self.wait()  # finish (and mark) a previous async save first
         final = self.root / step_dir_name(step)
@@ -172,7 +173,8 @@ class Checkpointer:
                 self._pending = (future, step, tmp)
             else:
                 dcp.save(state, checkpoint_id=str(tmp))
-        except Exception as e:
+        # DCP's CheckpointException derives from BaseException, not Exception.
+        except (Exception, CheckpointException) as e:
             raise self._save_error(e, step) from e
         if not self.async_save:
             self._finish(step, tmp)
@@ -204,9 +206,11 @@ class Checkpointer:
             pending, step, tmp = self._pending
             self._pending = None
             # async_save returns a Future, or an AsyncSaveResponse holding one.
+            from torch.distributed.checkpoint.api import CheckpointException
+
             try:
                 getattr(pending, "upload_completion", pending).result()
-            except Exception as e:
+            except (Exception, CheckpointException) as e:
                 raise self._save_error(e, step) from e
             self._finish(step, tmp)
 

@@ -362,7 +362,9 @@ def _inject(host: OptMlHost, fault: Fault, chain: Chain) -> Outcome:
         out = launch.output.splitlines()
         enospc = [ln for ln in out if "No space left" in ln or "Errno 28" in ln]
         injected = injected and rc != 0 and bool(enospc)
-        note = (enospc or [""])[0].strip()[-120:]
+        first = (enospc or [""])[0]
+        at = max(first.find("No space left"), first.find("Errno 28"), 0)
+        note = first[at : at + 120].strip()  # the excerpt that names the cause
         (ckpt / BALLAST).unlink(missing_ok=True)  # the restart is a fresh instance with space
     last = max(_last_logged(root, chain.offsets[-1]), start)
     return Outcome(fault, rc, _newest(root), last, injected, note, failure)
