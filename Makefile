@@ -21,7 +21,7 @@ install: $(STAMP)
 
 demo: $(STAMP)
 	$(BIN)/bsm plan --model llama-3.1-8b --instance-type ml.p6-b200.48xlarge
-	$(BIN)/bsm run-local templates/demo-tiny.yaml --out demo-run --nproc 2
+	$(BIN)/bsm run-local templates/demo-tiny.yaml --out demo-run --nproc 2 --fresh
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
