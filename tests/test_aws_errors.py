@@ -21,22 +21,12 @@ from aws_support import (
     spec_dict,
 )
 from botocore.stub import Stubber
-from moto import mock_aws
 
 from blackwell_sm.aws.errors import explain_failure
 from blackwell_sm.aws.jobs import SPEC_HASH_TAG
 from blackwell_sm.aws.session import MAX_ATTEMPTS, AwsContext
 from blackwell_sm.aws.submit import prepare, submit
 from blackwell_sm.errors import AwsError
-
-
-@pytest.fixture
-def aws(monkeypatch, tmp_path):
-    fake_credentials(monkeypatch, tmp_path)
-    with mock_aws():
-        ctx = AwsContext(REGION)
-        ctx.s3.create_bucket(Bucket=BUCKET)
-        yield ctx
 
 
 def jobs(aws):

@@ -7,27 +7,21 @@ import contextlib
 import time
 
 import pytest
-from aws_support import BUCKET, REGION, describe_response, fake_credentials, spec_dict
+from aws_support import describe_response, spec_dict
 from botocore.stub import Stubber
-from moto import mock_aws
 
 from blackwell_sm.aws.handle import TrainingJob
 from blackwell_sm.aws.jobs import list_jobs
 from blackwell_sm.aws.logs import LOG_GROUP, POLL_MAX_S, host_of, iter_logs
-from blackwell_sm.aws.session import AwsContext
 from blackwell_sm.aws.submit import prepare, submit
 from blackwell_sm.errors import AwsError
 from blackwell_sm.metrics import format_step_line
 
 
 @pytest.fixture
-def aws(monkeypatch, tmp_path):
-    fake_credentials(monkeypatch, tmp_path)
-    with mock_aws():
-        ctx = AwsContext(REGION)
-        ctx.s3.create_bucket(Bucket=BUCKET)
-        ctx.logs.create_log_group(logGroupName=LOG_GROUP)
-        yield ctx
+def aws(aws):
+    aws.logs.create_log_group(logGroupName=LOG_GROUP)
+    return aws
 
 
 def put(aws, stream: str, messages: list[str]) -> None:

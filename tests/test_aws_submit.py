@@ -9,26 +9,15 @@ from aws_support import (
     PLAN_ARN,
     PLAN_NAME,
     REGION,
-    fake_credentials,
     plan_response,
     spec_dict,
 )
 from botocore.stub import Stubber
-from moto import mock_aws
 
 from blackwell_sm.aws.jobs import SPEC_HASH_TAG
 from blackwell_sm.aws.session import AwsContext
 from blackwell_sm.aws.submit import submit
 from blackwell_sm.errors import AwsError, InfeasiblePlanError, SpecError
-
-
-@pytest.fixture
-def aws(monkeypatch, tmp_path):
-    fake_credentials(monkeypatch, tmp_path)
-    with mock_aws():
-        ctx = AwsContext(REGION)
-        ctx.s3.create_bucket(Bucket=BUCKET)
-        yield ctx
 
 
 def bucket_keys(aws: AwsContext) -> list[str]:

@@ -12,21 +12,16 @@ from pathlib import Path
 import pytest
 import yaml
 from aws_support import (
-    BUCKET,
     FAKE_KEY_ID,
     FAKE_SECRET,
-    REGION,
     describe_response,
-    fake_credentials,
     not_found_error,
     spec_dict,
 )
 from botocore.stub import Stubber
 from click.testing import CliRunner
-from moto import mock_aws
 
 from blackwell_sm.aws.logs import LOG_GROUP
-from blackwell_sm.aws.session import AwsContext
 from blackwell_sm.cli import cli
 from blackwell_sm.cli import submit as submit_cli
 
@@ -48,13 +43,9 @@ def run(*args: str):
 
 
 @pytest.fixture
-def aws(monkeypatch, tmp_path):
-    fake_credentials(monkeypatch, tmp_path)
-    with mock_aws():
-        ctx = AwsContext(REGION)
-        ctx.s3.create_bucket(Bucket=BUCKET)
-        monkeypatch.setattr(submit_cli, "aws_context", lambda region: ctx)
-        yield ctx
+def aws(aws, monkeypatch):
+    monkeypatch.setattr(submit_cli, "aws_context", lambda region: aws)
+    return aws
 
 
 @pytest.fixture

@@ -15,17 +15,14 @@ from aws_support import (
     PLAN_ARN,
     PLAN_NAME,
     REGION,
-    fake_credentials,
     offering,
     plan_response,
     spec_dict,
 )
 from botocore.stub import ANY, Stubber
 from click.testing import CliRunner
-from moto import mock_aws
 
 from blackwell_sm.aws import training_plans as tp
-from blackwell_sm.aws.session import AwsContext
 from blackwell_sm.aws.submit import prepare, submit
 from blackwell_sm.cli import cli
 from blackwell_sm.cli import submit as submit_cli
@@ -34,15 +31,6 @@ from blackwell_sm.errors import ConsentRequiredError, SpecError
 NOW = datetime.now(UTC).replace(microsecond=0)
 OFFER_A = "tpo-" + "a" * 20
 OFFER_B = "tpo-" + "b" * 20
-
-
-@pytest.fixture
-def aws(monkeypatch, tmp_path):
-    fake_credentials(monkeypatch, tmp_path)
-    with mock_aws():
-        ctx = AwsContext(REGION)
-        ctx.s3.create_bucket(Bucket=BUCKET)
-        yield ctx
 
 
 def test_search_sends_the_run_and_sorts_earliest_then_cheapest(aws):
