@@ -48,8 +48,6 @@ class Rates:
     cpu: float
 
 
-LOCAL_PEAK_FLOPS = 0.1e12  # hardware.local_instance's nominal CPU peak per process
-
 # A small llama (about 1.6M parameters) that does real matmul work per token on one CPU thread,
 # so the loop's fixed per-step costs are measured against compute rather than against nothing.
 SMALL = dict(name="bench-small", n_layers=4, d_model=128, n_heads=4, n_kv_heads=2, ffn_dim=384,
@@ -92,7 +90,10 @@ def bench_plan(model: str, *, steps: int, seq_len: int, micro_batch: int, accum:
                      activation_checkpointing="none", compile=False,
                      reshard_after_forward=True)  # fmt: skip
     fpt = spec.flops_per_token(seq_len)
-    tok_s = 0.01 * LOCAL_PEAK_FLOPS / fpt  # nominal; not compared with anything here
+    from blackwell_sm.hardware import local_instance
+
+    peak = local_instance(nproc=1).gpu.peak_flops("bf16")  # the nominal CPU peak
+    tok_s = 0.01 * peak / fpt  # nominal; not compared with anything here
     mem = dict.fromkeys(MemoryBreakdown.model_fields, 0.0) | {"total": 1.0, "limit": 8.0}
     tokens = cfg.global_batch_sequences * seq_len
     return Plan(

@@ -58,7 +58,9 @@ class InstanceType(BaseModel):
     price_per_hour: float | None = Field(None, description="USD per instance-hour, see PRICES.")
     price_source: str | None = None
     supports_training_plans: bool = True
-    efa_provider_env: bool = Field(True, description="Needs FI_PROVIDER=efa set explicitly.")
+    efa_provider_env: bool = Field(
+        True, description="Inter-node traffic over EFA: the launcher sets FI_PROVIDER=efa."
+    )
 
     @property
     def total_memory_gib(self) -> float:

@@ -11,6 +11,7 @@ import traceback
 from pathlib import Path
 from typing import Any
 
+from blackwell_sm.hardware import local_instance
 from blackwell_sm.planner.plan import (
     InstanceRef,
     MemoryBreakdown,
@@ -23,7 +24,7 @@ from blackwell_sm.planner.plan import (
 )
 from blackwell_sm.spec import TrainingSpec, get_preset
 
-LOCAL_PEAK_FLOPS = 0.1e12  # hardware.local_instance's nominal CPU peak per process
+LOCAL_PEAK_FLOPS = local_instance(nproc=1).gpu.peak_flops("bf16")  # nominal CPU peak
 
 
 def local_plan(

@@ -44,6 +44,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from blackwell_sm.errors import BsmError, CapabilityError, SpecError
+from blackwell_sm.hardware import CATALOG
 from blackwell_sm.planner.plan import Plan
 
 WORKER_MODULE = "blackwell_sm.train.main"
@@ -53,15 +54,10 @@ DEFAULT_STOP_GRACE_S = 100.0
 FAILURE_LIMIT = 1024
 LOG = "[bsm-launch]"
 
-# Instances whose inter-node traffic goes over EFA through the aws-ofi-nccl plugin. The SDK's
-# driver only sets FI_PROVIDER=efa up to p5e, so p5en/p6 silently fall back to TCP without this.
-EFA_INSTANCES = {
-    "ml.p5.48xlarge",
-    "ml.p5e.48xlarge",
-    "ml.p5en.48xlarge",
-    "ml.p6-b200.48xlarge",
-    "ml.p6-b300.48xlarge",
-}
+# Instances whose inter-node traffic goes over EFA through the aws-ofi-nccl plugin (the catalog
+# says which). The SDK's driver only sets FI_PROVIDER=efa up to p5e, so p5en/p6 silently fall
+# back to TCP without this.
+EFA_INSTANCES = frozenset(name for name, t in CATALOG.items() if t.efa_provider_env)
 # NCCL's socket auto-detection prefers `ib*` interfaces; on p6-b200 the `ibp*` devices are NVLink
 # controllers, so bootstrap traffic must never go there.
 SOCKET_IFNAME_EXCLUDE = "^lo,docker,ibp"
