@@ -1,7 +1,13 @@
 """The toolkit's error types. Each carries the exit code the CLI uses for it.
 
 Exit codes: 2 bad input (spec, flag, request SageMaker would reject), 3 infeasible plan,
-4 AWS error, 5 refused for safety (e.g. spending money without consent), 1 anything else.
+4 AWS error, 5 refused for safety (e.g. spending money without consent), 6 capability,
+1 anything else.
+
+Every error also has a JSON form (`to_json()`), the contract `--output json` prints on stdout:
+``{"error": {"code": ..., "message": ..., "field": ..., "hint": ..., "exit_code": ...}}``.
+`code` is a stable machine-readable word: the class's `kind` unless a more specific code was
+given (an AWS error code such as ``AccessDenied``, for example).
 """
 
 from __future__ import annotations
@@ -13,53 +19,94 @@ class BsmError(Exception):
     """Base class: a failure with a message a person can act on."""
 
     exit_code = 1
+    kind = "error"
 
-    def __init__(self, message: str, *, hint: str | None = None) -> None:
+    def __init__(
+        self,
+        message: str,
+        *,
+        hint: str | None = None,
+        field: str | None = None,
+        code: str | None = None,
+    ) -> None:
         super().__init__(message)
         self.message = message
         self.hint = hint
+        self.field = field
+        self.code = code
 
     def __str__(self) -> str:
         return self.message if not self.hint else f"{self.message}\n  hint: {self.hint}"
+
+    def to_json(self) -> dict[str, Any]:
+        """The JSON error object: one contract for every command and exit code."""
+        return error_object(
+            code=self.code or self.kind,
+            message=self.message,
+            field=self.field,
+            hint=self.hint,
+            exit_code=self.exit_code,
+        )
+
+
+def error_object(
+    *, code: str, message: str, field: str | None, hint: str | None, exit_code: int
+) -> dict[str, Any]:
+    """Build the `{"error": {...}}` object (also used for click's usage errors)."""
+    return {
+        "error": {
+            "code": code,
+            "message": message,
+            "field": field,
+            "hint": hint,
+            "exit_code": exit_code,
+        }
+    }
 
 
 class SpecError(BsmError):
     """Bad input: a spec field, a CLI flag or a request field. `field` is its dotted path."""
 
     exit_code = 2
-
-    def __init__(self, message: str, *, field: str | None = None, hint: str | None = None) -> None:
-        super().__init__(message, hint=hint)
-        self.field = field
+    kind = "bad_input"
 
 
 class InfeasiblePlanError(BsmError):
     """No configuration fits; `plan` holds the best candidate's full prediction."""
 
     exit_code = 3
+    kind = "infeasible_plan"
 
     def __init__(self, message: str, *, plan: Any = None, hint: str | None = None) -> None:
         super().__init__(message, hint=hint)
         self.plan = plan
+
+    def to_json(self) -> dict[str, Any]:
+        """The error object, plus the best candidate's whole prediction under `plan`."""
+        obj = super().to_json()
+        if self.plan is not None:
+            obj["plan"] = (
+                self.plan.model_dump(mode="json") if hasattr(self.plan, "model_dump") else self.plan
+            )
+        return obj
 
 
 class AwsError(BsmError):
     """A call to AWS failed; the message says what to do about it."""
 
     exit_code = 4
-
-    def __init__(self, message: str, *, code: str | None = None, hint: str | None = None) -> None:
-        super().__init__(message, hint=hint)
-        self.code = code
+    kind = "aws_error"
 
 
 class ConsentRequiredError(BsmError):
     """An action that spends money was asked for without explicit consent."""
 
     exit_code = 5
+    kind = "consent_required"
 
 
 class CapabilityError(BsmError):
     """The hardware or a library cannot do what the plan asks (e.g. fp8 without fp8 support)."""
 
     exit_code = 6
+    kind = "capability"

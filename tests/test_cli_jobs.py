@@ -3,6 +3,8 @@ where moto has no StopTrainingJob), plus one subprocess for the dry run's import
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import subprocess
 import sys
@@ -19,10 +21,9 @@ from aws_support import (
     spec_dict,
 )
 from botocore.stub import Stubber
-from click.testing import CliRunner
 
 from blackwell_sm.aws.logs import LOG_GROUP
-from blackwell_sm.cli import cli
+from blackwell_sm.cli import main
 from blackwell_sm.cli import submit as submit_cli
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -30,16 +31,14 @@ TEMPLATES = sorted((ROOT / "templates").glob("*.yaml"))
 
 
 def run(*args: str):
-    """Invoke `bsm` in-process the way main() does (toolkit errors → exit codes)."""
-    from blackwell_sm.errors import BsmError
-
-    runner = CliRunner()
-    result = runner.invoke(cli, list(args), catch_exceptions=True)
-    if isinstance(result.exception, BsmError):
-        return result.exception.exit_code, result.stdout, str(result.exception)
-    if result.exception and not isinstance(result.exception, SystemExit):
-        raise result.exception
-    return result.exit_code, result.stdout, result.stderr
+    """Run `bsm` in-process through main(): exit code, stdout, stderr."""
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            main(list(args))
+        except SystemExit as e:
+            return int(e.code or 0), out.getvalue(), err.getvalue()
+    return 0, out.getvalue(), err.getvalue()
 
 
 @pytest.fixture
@@ -156,12 +155,14 @@ def test_submit_refuses_placeholders_with_exit_2(aws, tmp_path):
     path = tmp_path / "t.yaml"
     path.write_text(yaml.safe_dump(spec_dict(role_arn="arn:aws:iam::123456789012:role/REPLACE-ME")))
     code, out, err = run("submit", str(path), "--output", "json")
-    assert code == 2 and out == "" and "job.role_arn" in err
+    assert code == 2 and "job.role_arn" in err
+    assert json.loads(out)["error"]["field"] == "job.role_arn"
 
 
 def test_status_of_unknown_job_is_exit_4(aws):
     code, out, err = run("status", "no-such-job", "--output", "json")
-    assert code == 4 and out == "" and "no training job named 'no-such-job'" in err
+    assert code == 4 and "no training job named 'no-such-job'" in err
+    assert json.loads(out)["error"]["exit_code"] == 4
 
 
 def test_stop_and_ctrl_c_during_wait_leaves_the_job_running(aws, spec_file, monkeypatch):

@@ -108,7 +108,9 @@ def test_seventy_b_bf16_long_sequences_exits_3_with_prediction_and_advice(capsys
             "--output", "json"]  # fmt: skip
     code, out, err = run(args, capsys)
     assert code == 3
-    d = json.loads(out)  # the whole prediction was printed before the exit
+    obj = json.loads(out)  # one object: the error, and the whole prediction under "plan"
+    assert obj["error"]["code"] == "infeasible_plan" and obj["error"]["exit_code"] == 3
+    d = obj["plan"]
     assert d["feasible"] is False and d["memory_gib"]["total"] > d["memory_gib"]["limit"]
     assert d["throughput"]["step_time_s"] > 0 and d["advice"]
     assert "GiB" in err and "instances" in err and "seq_len" in err

@@ -36,7 +36,7 @@ class LazyGroup(click.Group):
 
     def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
         if name not in COMMANDS:
-            return None
+            return self.commands.get(name)
         target, _ = COMMANDS[name]
         module, attr = target.split(":")
         try:
@@ -60,21 +60,55 @@ def cli() -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    """Console entry point: run the group and map toolkit errors to exit codes and stderr."""
-    from blackwell_sm.cli.output import err_console
+    """Console entry point: run the group and map toolkit errors to exit codes.
+
+    The human message always goes to stderr, printed literally. With `--output json`, every
+    failure also prints one error object on stdout (see `blackwell_sm.errors`).
+    """
+    from blackwell_sm.cli.output import err_console, text, wants_json
+    from blackwell_sm.errors import error_object
+
+    args = list(sys.argv[1:] if argv is None else argv)
+    as_json = wants_json(args)
+
+    def fail(obj: dict, human: str, exit_code: int) -> None:
+        err_console().print(text(("error: ", "bold red"), human))
+        if as_json:
+            from blackwell_sm.cli.output import emit_json
+
+            emit_json(obj)
+        sys.exit(exit_code)
 
     try:
-        rv = cli.main(args=argv, prog_name="bsm", standalone_mode=False)
+        rv = cli.main(args=args, prog_name="bsm", standalone_mode=False)
     except click.exceptions.Abort:
-        err_console().print("Aborted.")
-        sys.exit(130)
+        fail(
+            error_object(code="aborted", message="Aborted.", field=None, hint=None, exit_code=130),
+            "Aborted.",
+            130,
+        )
     except click.ClickException as e:
-        e.show()
-        sys.exit(e.exit_code)
+        if not as_json:
+            e.show()
+            sys.exit(e.exit_code)
+        param = getattr(e, "param", None)
+        field = f"--{param.name.replace('_', '-')}" if param is not None and param.name else None
+        fail(
+            error_object(
+                code="usage", message=e.format_message(), field=field, hint=None,
+                exit_code=e.exit_code,
+            ),
+            e.format_message(),
+            e.exit_code,
+        )  # fmt: skip
     except BsmError as e:
-        err_console().print(f"[bold red]error:[/] {e}", markup=True, highlight=False)
-        sys.exit(e.exit_code)
+        fail(e.to_json(), str(e), e.exit_code)
     except KeyboardInterrupt:
-        err_console().print("Interrupted.")
-        sys.exit(130)
+        fail(
+            error_object(
+                code="interrupted", message="Interrupted.", field=None, hint=None, exit_code=130
+            ),
+            "Interrupted.",
+            130,
+        )
     sys.exit(rv if isinstance(rv, int) else 0)

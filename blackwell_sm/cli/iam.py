@@ -26,7 +26,7 @@ def iam_policy(spec: str | None, output: str) -> None:
         emit_json(policies)
         return
     for note in policies["notes"]:
-        info(f"[yellow]note:[/] {note}")
+        info(f"note: {note}")
     sections = [
         ("caller", "Caller policy: attach to the user, CI role or notebook role that runs bsm"),
         ("job_role", "Job role policy: attach to job.role_arn"),

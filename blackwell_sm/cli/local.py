@@ -95,7 +95,7 @@ def run_local(
     s = result.summary or {}
     meas, pred = s.get("measured", {}), s.get("predicted", {})
     lines = [
-        f"[bold]done[/]: {s.get('status', '?')} at step {s.get('final_step', '?')}"
+        f"done: {s.get('status', '?')} at step {s.get('final_step', '?')}"
         + (f" (resumed from step {s['resumed_from_step']})" if s.get("resumed_from_step") else ""),
         f"  loss            {_fmt(_first_loss(result.metrics_path))} -> {_fmt(s.get('final_loss'))}",
         f"  tokens/s/proc   measured {_fmt(meas.get('tokens_per_s_per_gpu'), '.1f')}"

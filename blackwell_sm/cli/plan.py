@@ -101,11 +101,11 @@ def plan(
     if overrides:
         spec = with_overrides(spec, overrides)
     p = make_plan(spec)
-    if output == "json":
-        emit_json(p)
-    else:
+    if output != "json":
         render(p)
-    if not p.feasible:
+    elif p.feasible:
+        emit_json(p)
+    if not p.feasible:  # under --output json the error object carries the plan
         raise InfeasiblePlanError(
             f"{p.model.name} does not fit on {p.instance.count} x {p.instance.type}: the best "
             f"candidate needs {p.memory_gib.total:.1f} GiB per GPU of {p.memory_gib.limit:.1f} GiB",
@@ -120,15 +120,20 @@ def _gib(x: float) -> str:
 
 def render(p: Any) -> None:
     """The plan as rich tables on stdout (people); JSON has the same facts for scripts."""
-    from rich.console import Console
     from rich.table import Table
 
-    con = Console(highlight=False)
+    from blackwell_sm.cli.output import out_console, text
+
+    con = out_console()
     c, m, t, r = p.config, p.memory_gib, p.throughput, p.run
-    status = "[green]fits[/]" if p.feasible else "[bold red]does NOT fit[/]"
+    status = ("fits", "green") if p.feasible else ("does NOT fit", "bold red")
     con.print(
-        f"[bold]{p.model.name}[/] ({p.model.n_params / 1e9:.2f}B params) on {p.instance.count} x "
-        f"{p.instance.type} ({p.instance.gpus_per_instance} x {p.instance.gpu}): {status}"
+        text(
+            (p.model.name, "bold"),
+            f" ({p.model.n_params / 1e9:.2f}B params) on {p.instance.count} x "
+            f"{p.instance.type} ({p.instance.gpus_per_instance} x {p.instance.gpu}): ",
+            status,
+        )
     )
     cfg = Table(title="configuration", show_header=False, title_justify="left")
     for k, v in c.model_dump().items():
@@ -141,17 +146,24 @@ def render(p: Any) -> None:
             continue
         mem.add_row(k, _gib(v))
     pct = m.total / m.limit
-    mem.add_row("[bold]total[/]", f"[bold]{_gib(m.total)}[/]")
+    mem.add_row(text(("total", "bold")), text((_gib(m.total), "bold")))
     mem.add_row("limit", f"{_gib(m.limit)} ({pct:.0%} used)")
     con.print(cfg, mem)
     cost = "n/a (no price)" if r.cost_usd is None else f"${r.cost_usd:,.0f}"
     con.print(
-        f"[bold]speed[/]: {t.tokens_per_s_per_gpu:,.0f} tokens/s/GPU, step {t.step_time_s:.3f} s, "
-        f"MFU {t.mfu:.1%}  [dim](MFU basis: {t.mfu_basis})[/]"
+        text(
+            ("speed", "bold"),
+            f": {t.tokens_per_s_per_gpu:,.0f} tokens/s/GPU, step {t.step_time_s:.3f} s, "
+            f"MFU {t.mfu:.1%}  ",
+            (f"(MFU basis: {t.mfu_basis})", "dim"),
+        )
     )
     con.print(
-        f"[bold]run[/]: {r.steps:,} steps, {r.tokens / 1e9:,.2f}B tokens, {r.hours:,.1f} h, "
-        f"cost {cost}" + (f" [dim]({r.price_source})[/]" if r.price_source else "")
+        text(
+            ("run", "bold"),
+            f": {r.steps:,} steps, {r.tokens / 1e9:,.2f}B tokens, {r.hours:,.1f} h, cost {cost}",
+            (f" ({r.price_source})" if r.price_source else "", "dim"),
+        )
     )
     if p.alternatives:
         alt = Table(title="runner-ups", title_justify="left")
@@ -170,6 +182,6 @@ def render(p: Any) -> None:
         ("to make it fit", p.advice, "bold"),
     ):
         if items:
-            con.print(f"[bold]{title}[/]:")
+            con.print(text((title, "bold"), ":"))
             for item in items:
-                con.print(f"  - {item}", style=style, markup=False)
+                con.print(text((f"  - {item}", style)))

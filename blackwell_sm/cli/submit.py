@@ -8,12 +8,7 @@ from typing import Any
 
 import click
 
-from blackwell_sm.cli.output import OUTPUT_OPTION, emit_json, err_console
-
-
-def say(msg: str) -> None:
-    """A plain message on stderr (no rich markup: ARNs and log text may contain brackets)."""
-    err_console().print(msg, markup=False, highlight=False, soft_wrap=True)
+from blackwell_sm.cli.output import OUTPUT_OPTION, emit_json, say
 
 
 def reattach_hint(name: str) -> str:

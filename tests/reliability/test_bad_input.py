@@ -5,6 +5,7 @@ allowed — never a traceback. Cases are mutations of a valid template, run thro
 from __future__ import annotations
 
 import copy
+import json
 from pathlib import Path
 from typing import Any
 
@@ -106,7 +107,8 @@ def test_bad_spec_exits_2_naming_the_field(case, path, value, words, tmp_path, c
     spec.write_text(yaml.safe_dump(mutate(path, value)))
     code, out, err = _run(["plan", str(spec), "--output", "json"], capsys)
     assert code == 2, (code, err)
-    assert "Traceback" not in err and out == ""
+    assert "Traceback" not in err
+    assert json.loads(out)["error"]["exit_code"] == 2  # the JSON error object
     assert words in err, err
 
 
@@ -259,7 +261,8 @@ def test_bad_job_spec_exits_2_before_any_call(case, path, value, words, tmp_path
     spec.write_text(yaml.safe_dump(mutate(path, value)))
     code, out, err = _run(["submit", str(spec), "--dry-run", "--output", "json"], capsys)
     assert code == 2, (code, err, out[:300])
-    assert "Traceback" not in err and out == ""
+    assert "Traceback" not in err
+    assert json.loads(out)["error"]["exit_code"] == 2  # the JSON error object
     assert words.lower() in err.lower(), err  # spec field or request field (e.g. Tags[0].Key)
 
 
