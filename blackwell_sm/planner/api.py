@@ -293,6 +293,8 @@ def _reasons(e: Evaluation, ctx: Context, pins: Pins) -> list[str]:
     ac = "pinned" if pins.mode else {
         "none": "no checkpointing needed: fastest",
         "selective": "selective: saves matmul and attention outputs, recomputes the cheap ops",
+        "selective-op": "selective-op: saves every other matmul and the attention, recomputes "
+        "the rest (torchtitan's per-op policy)",
         "full": "full: only block inputs kept; recompute costs ~1/3 more block FLOPs",
     }[c.mode]  # fmt: skip
     out.append(f"activation_checkpointing {c.mode} ({ac})")

@@ -16,11 +16,11 @@ from blackwell_sm.planner.memory import GIB, MemoryTerms, memory_terms, shape
 from blackwell_sm.planner.step_time import StepTime, step_time
 from blackwell_sm.spec import ModelSpec
 
-MODES = ("none", "selective", "full")
+MODES = ("none", "selective", "selective-op", "full")
 PRECISIONS = ("bf16", "fp8", "mxfp8")
 TRAINING_PLAN_COUNTS = (1, 2, 4, 8, 16, 32, 64)
 MAX_INSTANCES = 64
-_MODE_RANK = {"none": 0, "selective": 1, "selective-every-other-mm": 1, "full": 2}
+_MODE_RANK = {"none": 0, "selective": 1, "selective-op": 2, "full": 3}
 _PREC_RANK = {"bf16": 0, "fp8": 1, "mxfp8": 2}
 
 

@@ -10,25 +10,17 @@ from typing import NamedTuple
 from blackwell_sm.hardware import InstanceType
 from blackwell_sm.planner import calibration as C
 from blackwell_sm.planner.memory import Shape, block_linear_params, root_params, shape
-from blackwell_sm.spec import ModelSpec
+from blackwell_sm.spec import ModelSpec, arch
 
 
 def recompute_flops_per_token(
     model: ModelSpec | Shape, seq_len: int, mode: str
 ) -> tuple[float, float]:
-    """(linear, attention) FLOPs per token redone in backward by activation checkpointing.
-
-    full: the whole forward of every block (2 x block linears + the attention forward, a third
-    of its 12·L·h·s); every-other-mm: the forward of the unsaved matmuls (k, o, up); selective and
-    none: no matmul or attention FLOPs (selective's elementwise recompute is a time fraction).
-    """
+    """(linear, attention) FLOPs per token redone in backward by activation checkpointing
+    (`arch.recompute_flops_per_token`: full redoes every block's forward, selective-op the
+    matmuls it does not keep, selective and none no matmul or attention)."""
     model = shape(model) if isinstance(model, ModelSpec) else model
-    L, h, kv, f = model.n_layers, model.d_model, model.kv_dim, model.ffn_dim
-    if mode == "full":
-        return 2.0 * L * block_linear_params(model), 4.0 * L * h * seq_len
-    if mode == "selective-every-other-mm":
-        return 2.0 * L * (h * kv + h * h + h * f), 0.0
-    return 0.0, 0.0
+    return arch.recompute_flops_per_token(model.spec, seq_len, mode)
 
 
 def compute_time_per_token(
@@ -51,7 +43,7 @@ def compute_time_per_token(
     rec_lin, rec_attn = recompute_flops_per_token(model, seq_len, mode)
     t_lin = (6.0 * lin_params + rec_lin) / (lowp_peak * eff_lin)
     t_head = 6.0 * head_params / (bf16_peak * eff_bf16)  # the output head stays bf16
-    attn = 12.0 * model.n_layers * model.d_model * seq_len * C.ATTENTION_CAUSAL_FRACTION
+    attn = 12.0 * model.n_layers * model.spec.q_dim * seq_len * C.ATTENTION_CAUSAL_FRACTION
     t_attn = (attn + rec_attn * C.ATTENTION_CAUSAL_FRACTION) / (bf16_peak * C.ATTENTION_EFFICIENCY)
     a, b = C.ELEMENTWISE_BYTES[compile]
     t_elem = (

@@ -1,54 +1,100 @@
-"""ModelSpec: a llama-style decoder shape, its exact parameter count and FLOPs per token.
+"""ModelSpec: a decoder's shape and family; its parameter count and FLOPs per token.
 
-This module is the single source of truth for parameter counts and FLOPs per token: the planner,
-the training loop's MFU and the benchmarks all call these functions.
+The architecture itself (layers, shapes, what each checkpointing mode keeps) lives in
+`blackwell_sm.spec.arch`; the properties here are that module's answers for this spec, and they
+are the single source the planner, the training loop's MFU and the benchmarks use.
 """
 
 from __future__ import annotations
 
-from typing import Self
+from typing import Literal, Self
 
-from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, PositiveInt, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PositiveFloat,
+    PositiveInt,
+    model_validator,
+)
+
+from blackwell_sm.spec import arch
+
+Family = Literal["llama", "mistral", "qwen2", "qwen3"]
+
+
+class RopeScaling(BaseModel):
+    """Llama 3.1's RoPE frequency scaling (`rope_type: llama3` in Hugging Face configs)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    rope_type: Literal["llama3"] = Field("llama3", description="The one scaling supported.")
+    factor: PositiveFloat = Field(description="Low frequencies are divided by this.")
+    low_freq_factor: PositiveFloat = Field(description="Wavelength bound of the low band.")
+    high_freq_factor: PositiveFloat = Field(description="Wavelength bound of the high band.")
+    original_max_position_embeddings: PositiveInt = Field(
+        description="Context length the model was first trained at."
+    )
+
+    @model_validator(mode="after")
+    def _bands(self) -> Self:
+        if self.high_freq_factor <= self.low_freq_factor:
+            raise ValueError("high_freq_factor must exceed low_freq_factor")
+        return self
 
 
 class ModelSpec(BaseModel):
-    """A llama-style decoder: RMSNorm, RoPE, grouped-query attention, SwiGLU MLP."""
+    """A pre-norm decoder: RMSNorm, RoPE, grouped-query attention, SwiGLU MLP; `family` says
+    which variant (q/k/v biases for qwen2, per-head q/k norms for qwen3, see spec/arch.py)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     name: str = Field("custom", description="Display name; presets use their own name.")
+    family: Family = Field(
+        "llama", description="Architecture family: llama, mistral, qwen2 or qwen3."
+    )
     n_layers: PositiveInt = Field(description="Number of transformer blocks.")
     d_model: PositiveInt = Field(description="Hidden size.")
-    n_heads: PositiveInt = Field(description="Attention (query) heads; must divide d_model.")
+    n_heads: PositiveInt = Field(description="Attention (query) heads.")
     n_kv_heads: PositiveInt = Field(description="Key/value heads (GQA); must divide n_heads.")
-    ffn_dim: PositiveInt = Field(description="SwiGLU inner size (w1, w3: d_model->ffn_dim).")
+    head_dim: PositiveInt | None = Field(
+        None, description="Width of one head; null: d_model / n_heads (which must divide)."
+    )
+    ffn_dim: PositiveInt = Field(description="SwiGLU inner size (gate, up: d_model->ffn_dim).")
     vocab_size: PositiveInt = Field(description="Vocabulary size.")
     tie_embeddings: bool = Field(
         False, description="Share the input embedding with the output head."
     )
     rope_theta: PositiveFloat = Field(500000.0, description="RoPE base frequency.")
+    rope_scaling: RopeScaling | None = Field(None, description="Llama 3.1 RoPE scaling, or null.")
     norm_eps: PositiveFloat = Field(1e-5, description="RMSNorm epsilon.")
     max_seq_len: PositiveInt = Field(8192, description="Longest sequence the model supports.")
 
     @model_validator(mode="after")
     def _check_shape(self) -> Self:
-        if self.d_model % self.n_heads:
-            raise ValueError(
-                f"n_heads ({self.n_heads}) must divide d_model ({self.d_model}); "
-                f"allowed n_heads: divisors of {self.d_model}"
-            )
+        if self.head_dim is None:
+            if self.d_model % self.n_heads:
+                raise ValueError(
+                    f"n_heads ({self.n_heads}) must divide d_model ({self.d_model}) unless "
+                    f"head_dim is set; allowed n_heads: divisors of {self.d_model}"
+                )
+            # Resolved once; not marked as set, so `{preset: ..., d_model: ...}` re-derives it.
+            object.__setattr__(self, "head_dim", self.d_model // self.n_heads)
+        elif self.family == "qwen2" and self.head_dim * self.n_heads != self.d_model:
+            raise ValueError("qwen2 heads are d_model / n_heads wide: leave head_dim unset")
         if self.n_heads % self.n_kv_heads:
             raise ValueError(
                 f"n_kv_heads ({self.n_kv_heads}) must divide n_heads ({self.n_heads}); "
                 f"allowed n_kv_heads: divisors of {self.n_heads}"
             )
         if self.head_dim % 2:
-            raise ValueError(f"head_dim d_model/n_heads = {self.head_dim} must be even for RoPE")
+            raise ValueError(f"head_dim {self.head_dim} must be even for RoPE")
         return self
 
     @property
-    def head_dim(self) -> int:
-        return self.d_model // self.n_heads
+    def q_dim(self) -> int:
+        """Width of the Q projection (and of the attention output): n_heads * head_dim."""
+        return self.n_heads * self.head_dim
 
     @property
     def kv_dim(self) -> int:
@@ -57,12 +103,8 @@ class ModelSpec(BaseModel):
 
     @property
     def params_per_layer(self) -> int:
-        """Parameters of one block: q, k, v, o projections, SwiGLU w1/w2/w3, two RMSNorm weights."""
-        d = self.d_model
-        attn = 2 * d * d + 2 * d * self.kv_dim
-        mlp = 3 * d * self.ffn_dim
-        norms = 2 * d
-        return attn + mlp + norms
+        """Parameters of one block (see arch.block_linears / arch.block_norms)."""
+        return arch.params_per_layer(self)
 
     @property
     def embedding_params(self) -> int:
@@ -71,8 +113,7 @@ class ModelSpec(BaseModel):
     @property
     def n_params(self) -> int:
         """Exact parameter count (embedding, blocks, final norm, output head unless tied)."""
-        head = 0 if self.tie_embeddings else self.vocab_size * self.d_model
-        return self.embedding_params + self.n_layers * self.params_per_layer + self.d_model + head
+        return arch.n_params(self)
 
     @property
     def n_matmul_params(self) -> int:
@@ -85,9 +126,5 @@ class ModelSpec(BaseModel):
         return self.n_params - self.embedding_params
 
     def flops_per_token(self, seq_len: int) -> float:
-        """Model FLOPs per trained token (forward + backward, no recompute).
-
-        6 x (all parameters except the input embedding) + 12 x layers x d_model x seq_len, the
-        PaLM / torchtitan convention; the attention term counts the full (non-causal) score matrix.
-        """
-        return 6.0 * self.n_matmul_params + 12.0 * self.n_layers * self.d_model * seq_len
+        """Model FLOPs per trained token (forward + backward, no recompute); see arch."""
+        return arch.flops_per_token(self, seq_len)

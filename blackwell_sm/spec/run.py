@@ -21,7 +21,10 @@ class RunSpec(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    model: ModelSpec = Field(description="Preset name, {preset: NAME, ...overrides}, or a shape.")
+    model: ModelSpec = Field(
+        description="Preset name, {preset: NAME, ...overrides}, {hf: PATH, ...overrides} (a "
+        "Hugging Face config.json or its folder), or a shape."
+    )
     training: TrainingSpec = Field(default_factory=TrainingSpec)
     compute: ComputeSpec = Field(default_factory=ComputeSpec)
     job: JobSpec | None = Field(None, description="SageMaker settings; needed only to submit.")
@@ -38,7 +41,16 @@ class RunSpec(BaseModel):
             name = v.pop("preset")
             if not isinstance(name, str) or name not in PRESETS:
                 raise ValueError(f"unknown model preset {name!r}; allowed: {', '.join(PRESETS)}")
-            base = PRESETS[name].model_dump()
+            # Only what the preset sets: derived fields (head_dim) follow the overrides.
+            base = PRESETS[name].model_dump(exclude_unset=True)
+            base.update(v)
+            return base
+        if isinstance(v, dict) and "hf" in v:
+            from blackwell_sm.spec.hf import from_hf_config, read_hf_config
+
+            v = dict(v)
+            cfg, where = read_hf_config(v.pop("hf"))
+            base = {"name": where.parent.name or "hf", **from_hf_config(cfg, str(where))}
             base.update(v)
             return base
         return v

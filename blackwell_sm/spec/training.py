@@ -16,8 +16,8 @@ from pydantic import (
 
 Precision = Literal["bf16", "fp8", "mxfp8"]
 PrecisionChoice = Literal["auto", "bf16", "fp8", "mxfp8"]
-Checkpointing = Literal["none", "selective", "full"]
-CheckpointingChoice = Literal["auto", "none", "selective", "full"]
+Checkpointing = Literal["none", "selective", "selective-op", "full"]
+CheckpointingChoice = Literal["auto", "none", "selective", "selective-op", "full"]
 
 
 class _Strict(BaseModel):

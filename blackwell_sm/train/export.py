@@ -1,4 +1,7 @@
-"""Export the trained model as Hugging Face Llama safetensors + config.json under DIR/model/.
+"""Export the trained model as its family's Hugging Face safetensors + config.json (DIR/model/).
+
+The class, config and key names come from the architecture description (`spec.hf.to_hf_config`,
+`arch.hf_key`): a model that came in as Qwen3 leaves as Qwen3.
 
 Parameters are gathered one at a time (`DTensor.full_tensor()`, a collective every rank joins),
 moved to host memory on rank 0 and written in files of at most `max_shard_bytes`, so neither a
@@ -13,40 +16,21 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from blackwell_sm.spec import ModelSpec
+from blackwell_sm.spec import ModelSpec, arch
+from blackwell_sm.spec.hf import to_hf_config
 
 DEFAULT_MAX_SHARD_BYTES = 5 * 1024**3
 EXPORT_DTYPE = torch.float32  # the fp32 master weights: the export is exactly the trained model
 
 
 def hf_name(name: str) -> str:
-    """Our parameter name -> Hugging Face LlamaForCausalLM's."""
-    return name if name.startswith("lm_head.") else f"model.{name}"
+    """Our parameter name -> the Hugging Face checkpoint key (`arch.hf_key`)."""
+    return arch.hf_key(name)
 
 
 def hf_config(spec: ModelSpec, dtype: torch.dtype = EXPORT_DTYPE) -> dict:
-    """A `LlamaConfig` dict for `spec` (the same shape, RoPE and norm settings)."""
-    return {
-        "architectures": ["LlamaForCausalLM"],
-        "model_type": "llama",
-        "hidden_size": spec.d_model,
-        "intermediate_size": spec.ffn_dim,
-        "num_hidden_layers": spec.n_layers,
-        "num_attention_heads": spec.n_heads,
-        "num_key_value_heads": spec.n_kv_heads,
-        "head_dim": spec.head_dim,
-        "vocab_size": spec.vocab_size,
-        "max_position_embeddings": spec.max_seq_len,
-        "rms_norm_eps": spec.norm_eps,
-        "rope_theta": spec.rope_theta,
-        "rope_parameters": {"rope_type": "default", "rope_theta": spec.rope_theta},
-        "hidden_act": "silu",
-        "attention_bias": False,
-        "mlp_bias": False,
-        "tie_word_embeddings": spec.tie_embeddings,
-        "torch_dtype": str(dtype).removeprefix("torch."),
-        "dtype": str(dtype).removeprefix("torch."),
-    }
+    """The family's Hugging Face config dict for `spec` (`spec.hf.to_hf_config`)."""
+    return to_hf_config(spec, str(dtype).removeprefix("torch."))
 
 
 def export_model(
