@@ -125,3 +125,28 @@ def test_cli_derives_from_a_spec_file(capsys):
         "arn:aws:iam::123456789012:role/REPLACE-ME-SageMakerExecutionRole"
     ]
     assert "job.role_arn is still a placeholder" in data["notes"]
+
+
+def test_job_role_reads_init_from():
+    from job_plans import JOB
+
+    from blackwell_sm.spec import parse_spec
+
+    spec = parse_spec(
+        {
+            "model": "qwen3-8b",
+            "training": {"init_from": "s3://bsm-weights/hf/Qwen3-8B"},
+            "compute": {"instance_type": "ml.p6-b200.48xlarge", "instance_count": 1},
+            "job": JOB,
+        }
+    )
+    role = _statements(iam_policies(spec)["job_role"])
+    assert (
+        "arn:aws:s3:::bsm-weights/hf/Qwen3-8B/*" in role["ReadCodeDataAndCheckpoints"]["Resource"]
+    )
+    listed = [s for sid, s in role.items() if sid.startswith("ListInputsAndCheckpoints")]
+    assert any(
+        s["Resource"] == "arn:aws:s3:::bsm-weights"
+        and "hf/Qwen3-8B/*" in s["Condition"]["StringLike"]["s3:prefix"]
+        for s in listed
+    )

@@ -356,3 +356,51 @@ def test_sdk_view_refuses_an_unresolved_training_plan_before_importing_the_sdk()
     with pytest.raises(SpecError) as e:
         to_model_trainer(spec, plan_for(spec))
     assert e.value.field == "compute.training_plan" and "on-demand" in str(e.value)
+
+
+def _init_spec(init_from: str, **job):
+    from job_plans import JOB
+
+    return parse_spec(
+        {
+            "model": "qwen3-8b",
+            "training": {"seq_len": 8192, "total_tokens": 10_000_000, "init_from": init_from},
+            "compute": {"instance_type": "ml.p6-b200.48xlarge", "instance_count": 1},
+            "job": {**JOB, **job},
+        }
+    )
+
+
+def test_init_from_s3_is_the_init_channel_with_fastfile():
+    spec = _init_spec("s3://bsm-test-bucket/models/Qwen3-8B/")
+    req = build_job_request(spec, plan_for(spec)).request
+    init = [c for c in req["InputDataConfig"] if c["ChannelName"] == "init"]
+    assert init == [
+        {
+            "ChannelName": "init",
+            "DataSource": {
+                "S3DataSource": {
+                    "S3DataType": "S3Prefix",
+                    "S3Uri": "s3://bsm-test-bucket/models/Qwen3-8B/",
+                    "S3DataDistributionType": "FullyReplicated",
+                }
+            },
+            "InputMode": "FastFile",
+        }
+    ]
+    validate_request(req)  # botocore's model accepts it
+
+
+def test_init_from_local_path_or_a_clashing_channel_is_refused():
+    spec = _init_spec("/data/Qwen3-8B")
+    with pytest.raises(SpecError) as e:
+        build_job_request(spec, plan_for(spec))
+    assert e.value.field == "training.init_from" and "S3" in str(e.value)
+    from job_plans import JOB
+
+    spec = _init_spec(
+        "s3://bsm-test-bucket/m/", channels={**JOB["channels"], "init": {"s3_uri": "s3://b0b/x/"}}
+    )
+    with pytest.raises(SpecError) as e:
+        build_job_request(spec, plan_for(spec))
+    assert e.value.field == "job.channels.init"

@@ -22,7 +22,7 @@ from blackwell_sm.planner.plan import (
     RunEstimate,
     Throughput,
 )
-from blackwell_sm.spec import TrainingSpec, get_preset
+from blackwell_sm.spec import ModelSpec, TrainingSpec, get_preset
 
 LOCAL_PEAK_FLOPS = local_instance(nproc=1).gpu.peak_flops("bf16")  # nominal CPU peak
 
@@ -38,9 +38,10 @@ def local_plan(
     precision: str = "bf16",
     activation_checkpointing: str = "none",
     training: dict[str, Any] | None = None,
+    model: ModelSpec | None = None,
 ) -> Plan:
-    """A feasible plan for the `tiny` preset on `nproc` CPU processes."""
-    model = get_preset("tiny")
+    """A feasible plan for `model` (default: the `tiny` preset) on `nproc` CPU processes."""
+    model = model or get_preset("tiny")
     t = {
         "seq_len": seq_len,
         "total_steps": steps,
@@ -199,3 +200,11 @@ def async_checkpoint_worker(root: str) -> None:
     for a, p in zip(before, model.parameters(), strict=True):
         assert torch.equal(a, p.detach().to_local())
     dist.destroy_process_group()
+
+
+def train_many_worker(jobs: list[tuple[str, str]], ports: list[int]) -> None:
+    """`train_worker` for several (plan JSON, /opt/ml dir) pairs in one set of processes (saves
+    the process start per run); each run gets its own rendezvous port."""
+    for (plan_json, opt_ml), port in zip(jobs, ports, strict=True):
+        os.environ["MASTER_PORT"] = str(port)
+        train_worker(plan_json, opt_ml)

@@ -11,6 +11,7 @@ from pydantic import (
     NonNegativeInt,
     PositiveFloat,
     PositiveInt,
+    field_validator,
     model_validator,
 )
 
@@ -102,7 +103,24 @@ class TrainingSpec(_Strict):
     seed: NonNegativeInt = Field(0, description="Seed for init, data order and dropout-free RNG.")
     log_interval_steps: PositiveInt = Field(1, description="Log metrics every N steps.")
     export_model: bool = Field(True, description="Write safetensors + config.json at the end.")
+    init_from: str | None = Field(
+        None,
+        description="Start from these weights instead of random ones: a Hugging Face folder "
+        "(safetensors, one file or shards with an index) or an s3:// prefix, which the job "
+        "mounts as the `init` channel (FastFile). On resume a newer checkpoint wins.",
+    )
     pins: PlannerPins = Field(default_factory=PlannerPins)
+
+    @field_validator("init_from")
+    @classmethod
+    def _init_from(cls, v: str | None) -> str | None:
+        if v is not None and v.startswith("s3://"):
+            from blackwell_sm.spec.job import check_s3_uri
+
+            return check_s3_uri(v, strip=False)
+        if v is not None and not v.strip():
+            raise ValueError("expected a folder or an s3:// URI")
+        return v
 
     @model_validator(mode="after")
     def _one_of_each(self) -> Self:

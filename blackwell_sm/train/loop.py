@@ -97,7 +97,8 @@ class Trainer:
         with torch.device("meta"):
             model = Transformer(plan.spec.model, max_seq_len=cfg.seq_len)
         self.model = apply_plan(model, plan, self.mesh)
-        materialize(self.model, env.device, tr.seed)
+        # With init_from, the weights come from the checkpoint or init_from, in run().
+        materialize(self.model, env.device, tr.seed, init=tr.init_from is None)
         self.optimizer = build_optimizer(self.model, tr.optimizer, env.device)
         async_save = tr.checkpoint.async_save and env.device.type == "cuda"
         self.ckpt = Checkpointer(
@@ -186,7 +187,14 @@ class Trainer:
         )
         if found is not None:
             start = resumed_from = self.ckpt.load(self.model, self.optimizer, found[1])
-            log(f"resumed from {found[1].name} at step {start}", is_main=env.is_main)
+            newer = f" (newer than init_from {self.tr.init_from})" if self.tr.init_from else ""
+            log(f"resumed from {found[1].name} at step {start}{newer}", is_main=env.is_main)
+        elif self.tr.init_from:
+            from blackwell_sm.train.hf_import import init_path, load_hf_weights
+
+            folder = init_path(self.tr.init_from, self.paths.channel("init"))
+            n = load_hf_weights(self.model, spec, folder)
+            log(f"initialised {n} tensors from {folder}", is_main=env.is_main)
         if self.triggers.deadline is not None:
             left = self.triggers.deadline[0] - time.time()
             log(f"{self.triggers.deadline[1]} in {left:.0f} s; saving "

@@ -177,6 +177,10 @@ class Transformer(nn.Module):
             gen = torch.Generator(device=full.device).manual_seed(seed * 100_003 + i)
             nn.init.trunc_normal_(full, std=s, a=-3 * s, b=3 * s, generator=gen)
             _local(p).copy_(_my_shard(p, full))
+        self.init_rope()
+
+    def init_rope(self) -> None:
+        """Compute the RoPE table on the model's device (after `to_empty`, or loading weights)."""
         self.rope = rope_cache(self.spec, self.rope_len, device=self.rope.device)
 
 
