@@ -66,3 +66,44 @@ def save_hf_model(cfg: dict, folder: Path, *, shard: bool = False, seed: int = 0
     kwargs = {"max_shard_size": "40KB"} if shard else {}
     model.save_pretrained(folder, **kwargs)
     return model
+
+
+CHAT_TEMPLATE = (
+    "{% for m in messages %}<|{{ m['role'] }}|> {{ m['content'] }} <|end|> {% endfor %}"
+    "{% if add_generation_prompt %}<|assistant|> {% endif %}"
+)
+WORDS = [
+    "the",
+    "a",
+    "cat",
+    "dog",
+    "sat",
+    "on",
+    "mat",
+    "ran",
+    "fast",
+    "what",
+    "did",
+    "hello",
+    "hi",
+    "yes",
+    "no",
+]
+
+
+def save_tiny_tokenizer(folder: Path):
+    """A word-level tokenizer (special tokens, a chat template) saved as a HF fast tokenizer."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    specials = ["<unk>", "<s>", "</s>", "<|user|>", "<|assistant|>", "<|system|>", "<|end|>"]
+    vocab = {t: i for i, t in enumerate(specials + WORDS)}
+    tok = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    fast = PreTrainedTokenizerFast(
+        tokenizer_object=tok, unk_token="<unk>", bos_token="<s>", eos_token="<|end|>",
+        pad_token="</s>", additional_special_tokens=specials[3:6],
+    )  # fmt: skip
+    fast.chat_template = CHAT_TEMPLATE
+    fast.save_pretrained(folder)
+    return fast

@@ -177,3 +177,11 @@ def test_selective_op_keeps_q_v_gate_down_and_redoes_k_o_up():
     lin, attn = arch.recompute_flops_per_token(spec, 8192, "selective-op")
     h, kv, f = 4096, 1024, 14336
     assert (lin, attn) == (2.0 * 32 * (h * kv + h * h + h * f), 0.0)
+
+
+def test_the_spec_family_literal_is_the_description_table():
+    from typing import get_args
+
+    from blackwell_sm.spec.model import Family
+
+    assert set(get_args(Family)) == set(arch.FAMILIES)

@@ -20,7 +20,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
-from hf_support import TINY, save_hf_model  # noqa: E402
+from hf_support import TINY, save_hf_model, save_tiny_tokenizer  # noqa: E402
 from train_support import (  # noqa: E402
     free_port,
     local_plan,
@@ -77,6 +77,7 @@ def round_trips(tmp_path_factory) -> dict[str, tuple[Path, Path]]:
         out[name] = (src, root / name / "opt_ml")
     src, opt_ml = root / "trained" / "src", root / "trained" / "opt_ml"
     save_hf_model(TINY["qwen3"], src)
+    save_tiny_tokenizer(src)
     for steps in (2, 3):
         jobs.append((_plan(_spec("qwen3"), src, steps=steps, lr=1e-2).to_json(), str(opt_ml)))
     out["trained"] = (src, opt_ml)
@@ -93,6 +94,8 @@ def test_one_step_at_lr_1e_12_exports_the_imported_weights(round_trips, name):
         assert (src / "model.safetensors.index.json").exists()  # sharded input
     log = (out / "stdout-rank0.log").read_text()
     assert f"initialised {len(arch.param_table(spec))} tensors from {src}" in log
+    cfg = json.loads((out / "model" / "config.json").read_text())
+    assert cfg["torch_dtype"] == "float32"  # export_dtype auto: fp32 below 1B parameters
     before, after = _hf_state(src), _hf_state(out / "model")
     keys = {arch.hf_key(n) for n in arch.param_table(spec)}
     assert set(after) == keys
@@ -140,6 +143,13 @@ def test_trained_then_resumed_a_newer_checkpoint_wins_over_init_from(round_trips
     with torch.no_grad():
         a, b = ours.eval()(tokens), hf.eval()(tokens).logits
     torch.testing.assert_close(a, b, atol=1e-5 * b.abs().max().item(), rtol=1e-5)
+    # the same tokenizer and generation settings leave with it
+    tok_in = transformers.AutoTokenizer.from_pretrained(src)
+    tok_out = transformers.AutoTokenizer.from_pretrained(out / "model")
+    chat = [{"role": "user", "content": "hello cat"}, {"role": "assistant", "content": "hi"}]
+    assert tok_out.apply_chat_template(chat) == tok_in.apply_chat_template(chat)
+    gen = transformers.GenerationConfig.from_pretrained(out / "model")
+    assert (gen.bos_token_id, gen.eos_token_id) == (5, 6)
 
 
 def test_a_mismatched_checkpoint_is_refused_with_names(tmp_path):

@@ -115,6 +115,13 @@ def from_hf_config(cfg: dict[str, Any], where: str = "config.json") -> dict[str,
     # Qwen2 has no head_dim key: its heads are hidden_size / num_attention_heads.
     if cfg.get("head_dim") and family != "qwen2":
         fields["head_dim"] = int(cfg["head_dim"])
+    bos, eos = cfg.get("bos_token_id"), cfg.get("eos_token_id")
+    if isinstance(bos, int):
+        fields["bos_token_id"] = bos
+    if isinstance(eos, int):
+        fields["eos_token_id"] = (eos,)
+    elif isinstance(eos, list) and eos and all(isinstance(e, int) for e in eos):
+        fields["eos_token_id"] = tuple(eos)
     fields.update(
         tie_embeddings=bool(cfg.get("tie_word_embeddings", DEFAULTS["tie_word_embeddings"])),
         rope_theta=theta,
@@ -152,6 +159,7 @@ def to_hf_config(spec: Any, dtype: str = "float32") -> dict[str, Any]:
         "torch_dtype": dtype,
         "dtype": dtype,
     }
+    cfg.update(generation_config(spec))
     if spec.family != "qwen2":
         cfg["head_dim"] = spec.head_dim
     if spec.family in ("llama", "qwen3"):
@@ -163,3 +171,14 @@ def to_hf_config(spec: Any, dtype: str = "float32") -> dict[str, Any]:
     if spec.family == "mistral":
         cfg["sliding_window"] = None
     return cfg
+
+
+def generation_config(spec: Any) -> dict[str, Any]:
+    """The token ids a `generation_config.json` (and the model config) carry for `spec`."""
+    out: dict[str, Any] = {}
+    if spec.bos_token_id is not None:
+        out["bos_token_id"] = spec.bos_token_id
+    if spec.eos_token_id is not None:
+        eos = list(spec.eos_token_id)
+        out["eos_token_id"] = eos[0] if len(eos) == 1 else eos
+    return out

@@ -13,6 +13,7 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    NonNegativeInt,
     PositiveFloat,
     PositiveInt,
     model_validator,
@@ -69,6 +70,12 @@ class ModelSpec(BaseModel):
     rope_scaling: RopeScaling | None = Field(None, description="Llama 3.1 RoPE scaling, or null.")
     norm_eps: PositiveFloat = Field(1e-5, description="RMSNorm epsilon.")
     max_seq_len: PositiveInt = Field(8192, description="Longest sequence the model supports.")
+    bos_token_id: NonNegativeInt | None = Field(
+        None, description="Beginning-of-sequence token (from an imported config; exported)."
+    )
+    eos_token_id: tuple[NonNegativeInt, ...] | None = Field(
+        None, description="End-of-sequence token(s) (from an imported config; exported)."
+    )
 
     @model_validator(mode="after")
     def _check_shape(self) -> Self:

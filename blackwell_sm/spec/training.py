@@ -103,6 +103,11 @@ class TrainingSpec(_Strict):
     seed: NonNegativeInt = Field(0, description="Seed for init, data order and dropout-free RNG.")
     log_interval_steps: PositiveInt = Field(1, description="Log metrics every N steps.")
     export_model: bool = Field(True, description="Write safetensors + config.json at the end.")
+    export_dtype: Literal["auto", "bfloat16", "float32"] = Field(
+        "auto",
+        description="dtype of the exported weights (config.json torch_dtype); auto: bfloat16 "
+        "from 1B parameters, float32 (the exact master weights) below.",
+    )
     init_from: str | None = Field(
         None,
         description="Start from these weights instead of random ones: a Hugging Face folder "

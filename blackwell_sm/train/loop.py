@@ -231,9 +231,15 @@ class Trainer:
             self.ckpt.save(self.model, self.optimizer, step)
         self.ckpt.wait()
         if status == "completed" and self.tr.export_model:
-            from blackwell_sm.train.export import export_model
+            from blackwell_sm.train.export import export_dtype, export_model
 
-            export_model(self.model, spec, self.paths.model, is_main=env.is_main)
+            source = None
+            if self.tr.init_from:
+                from blackwell_sm.train.hf_import import init_path
+
+                source = init_path(self.tr.init_from, self.paths.channel("init"))
+            export_model(self.model, spec, self.paths.model, is_main=env.is_main,
+                         dtype=export_dtype(spec, self.tr.export_dtype), source=source)  # fmt: skip
             log(f"exported the model to {self.paths.model}", is_main=env.is_main)
         summary = self.metrics.summary(status=status, final_step=step, resumed_from=resumed_from)
         if env.is_main:
