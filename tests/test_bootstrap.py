@@ -258,3 +258,21 @@ def test_the_job_bundle_carries_the_pinned_images_wheels_and_says_why():
     assert not any("carries no wheels" in w for w in jr.warnings)
     bare = build_job_request(spec, plan)
     assert any("carries no wheels" in w for w in bare.warnings) and not bare.bundle.carried
+
+
+@needs_linux_x86
+def test_dry_run_lists_what_the_bundle_carries_why_and_its_size():
+    from click.testing import CliRunner
+
+    from blackwell_sm.cli import cli
+
+    tpl = str(ROOT / "templates" / "llama-3.2-1b.yaml")
+    text = CliRunner().invoke(cli, ["submit", tpl, "--dry-run"])
+    assert text.exit_code == 0, text.output
+    assert "# container requirements (wheels for sagemaker-pytorch-2.8):" in text.output
+    assert "pydantic>=2.6,<3: carried; the plan and launcher models" in text.output
+    assert re.search(r"# carried wheels: \d+, \d+\.\d\d MiB", text.output)
+    out = CliRunner().invoke(cli, ["submit", tpl, "--dry-run", "--output", "json"])
+    bundle = json.loads(out.stdout)["bundle"]
+    assert bundle["wheels_bytes"] > 0 and bundle["size_bytes"] > bundle["wheels_bytes"] // 2
+    assert {w["project"] for w in bundle["carried"]} >= {"pydantic", "pydantic-core"}

@@ -231,11 +231,6 @@ def build_job_request(
     warnings += target_warnings
     if wheelhouse is None:
         wheelhouse = Wheelhouse(target=target, requirements=requirements, wheels=[])
-        warnings.append(
-            "the code bundle carries no wheels (none were fetched): the container stops at its "
-            "first second unless the image has "
-            + ", ".join(r.pip_spec for r in requirements if r.carried)
-        )
     elif wheelhouse.requirements != requirements or wheelhouse.target != target:
         raise ValueError("the wheelhouse was fetched for other requirements than this spec's")
     plan_json = plan.to_json()
@@ -347,6 +342,12 @@ def build_job_request(
     if job.max_retry_attempts is not None:
         request["RetryStrategy"] = {"MaximumRetryAttempts": job.max_retry_attempts}
 
+    if not wheelhouse.wheels:
+        warnings.append(
+            "the code bundle carries no wheels (none were fetched): the container stops at its "
+            "first second unless the image has "
+            + ", ".join(r.pip_spec for r in requirements if r.carried)
+        )
     validate_request(request, nvme_only=nvme_only)
     return JobRequest(
         job_name=name,
