@@ -13,6 +13,7 @@ image target (`job/images.py`), once: each wheel is stored under its sha256 in t
 so a second build reads the cache and needs no network. Delete the cache to re-resolve.
 
     python -m blackwell_sm.job.wheels --target lent-h200 --torchao --out .whl   # GPU check
+    python -m blackwell_sm.job.wheels --target this-machine --out DIR            # --cpu-dry here
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ from typing import TYPE_CHECKING
 from pydantic import BaseModel, ConfigDict, Field
 
 from blackwell_sm.errors import BsmError, SpecError
-from blackwell_sm.job.images import TARGETS, ImageTarget, image_target
+from blackwell_sm.job.images import MANYLINUX_X86_64, TARGETS, ImageTarget, image_target
 
 if TYPE_CHECKING:
     from blackwell_sm.planner.plan import Plan
@@ -122,7 +123,10 @@ def container_requirements(
     if precision in FP8_PRECISIONS:
         reqs.append(Requirement(name="torchao", spec=target.torchao, carried=True,
                                 why=f"{precision} training (torchao float8/MX linears)"))  # fmt: skip
-        torch_spec += "," + target.torchao_torch
+        clauses = torch_spec.split(",")
+        torch_spec = ",".join(
+            clauses + [c for c in target.torchao_torch.split(",") if c not in clauses]
+        )
         torch_why += f"; torchao{target.torchao} is built for torch{target.torchao_torch}"
     if export_model:
         reqs.append(Requirement(name="safetensors", spec=SAFETENSORS, carried=True,
@@ -291,15 +295,37 @@ def write_folder(house: Wheelhouse, out: Path) -> Path:
     return dest
 
 
+def this_machine_target() -> ImageTarget:
+    """A target for this interpreter (tests, and the GPU check's --cpu-dry); Linux x86_64 only."""
+    import importlib.metadata as md
+    import platform
+
+    if sys.platform != "linux" or platform.machine() != "x86_64":
+        raise BsmError("wheels for this machine: only Linux x86_64 (manylinux) is supported")
+    try:
+        torchao = "==" + md.version("torchao")
+    except md.PackageNotFoundError:
+        torchao = ">=0.10"
+    return ImageTarget(
+        name="this-machine",
+        python=f"{sys.version_info.major}.{sys.version_info.minor}",
+        platforms=MANYLINUX_X86_64,
+        torch=md.version("torch"),
+        torchao=torchao,
+        torchao_torch=">=2.6",
+        source=f"this interpreter ({sys.executable})",
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
     """Prepare a wheels folder for a target (the GPU check carries it; see benchmarks/README)."""
     ap = argparse.ArgumentParser(description=main.__doc__)
-    ap.add_argument("--target", choices=sorted(TARGETS), default="lent-h200")
+    ap.add_argument("--target", choices=[*sorted(TARGETS), "this-machine"], default="lent-h200")
     ap.add_argument("--torchao", action="store_true", help="carry torchao (fp8/mxfp8 runs)")
     ap.add_argument("--export", action="store_true", help="carry safetensors (model export)")
     ap.add_argument("--out", type=Path, required=True, help="folder; OUT/wheels/ is replaced")
     args = ap.parse_args(argv)
-    target = TARGETS[args.target]
+    target = this_machine_target() if args.target == "this-machine" else TARGETS[args.target]
     reqs = container_requirements(
         target, precision="fp8" if args.torchao else "bf16", export_model=args.export
     )
