@@ -276,3 +276,24 @@ def test_dry_run_lists_what_the_bundle_carries_why_and_its_size():
     bundle = json.loads(out.stdout)["bundle"]
     assert bundle["wheels_bytes"] > 0 and bundle["size_bytes"] > bundle["wheels_bytes"] // 2
     assert {w["project"] for w in bundle["carried"]} >= {"pydantic", "pydantic-core"}
+
+
+def test_spec_container_requirements_are_checked_and_carried():
+    from blackwell_sm.errors import SpecError
+    from blackwell_sm.job.wheels import requirements_for
+
+    spec = run_spec(container_requirements=["sentencepiece>=0.2, <1", "einops"])
+    _, reqs, warnings = requirements_for(spec, plan_for(spec))
+    extra = [r for r in reqs if r.why == "job.container_requirements"]
+    assert [(r.name, r.spec, r.carried) for r in extra] == [
+        ("sentencepiece", ">=0.2,<1", True),
+        ("einops", "", True),
+    ]
+    assert warnings == []
+    for bad in ["torch>=2.9", "pkg~=1.0", "pkg>=1.0rc1", "git+https://x/y"]:
+        with pytest.raises(SpecError, match=r"job\.container_requirements"):
+            run_spec(container_requirements=[bad])
+    _, _, warned = requirements_for(
+        run_spec(image_uri="123456789012.dkr.ecr.us-east-1.amazonaws.com/mine:1"), plan_for(spec)
+    )
+    assert "not in the image table" in warned[0]
