@@ -297,3 +297,9 @@ def test_spec_container_requirements_are_checked_and_carried():
         run_spec(image_uri="123456789012.dkr.ecr.us-east-1.amazonaws.com/mine:1"), plan_for(spec)
     )
     assert "not in the image table" in warned[0]
+
+
+def test_a_source_checkout_without_manifest_is_said_and_not_checked(tmp_path, capfd):
+    bootstrap.ensure(tmp_path, failure=tmp_path / "failure")
+    assert "not a bsm code bundle, nothing checked" in capfd.readouterr().err
+    assert not (tmp_path / "failure").exists()
