@@ -193,6 +193,19 @@ def test_bootstrap_installs_what_a_bare_image_lacks_then_the_launcher_starts(
     assert "installing the carried wheel" in out.stderr and "torch " in out.stderr
     assert str(site) in launch["env"]["PYTHONPATH"]  # torchrun's workers see it too
     assert not (opt_ml / "output" / "failure").exists()
+    # The worker's modules import in the bare image with what was installed: no click, PyYAML
+    # or rich anywhere in the container's import graph.
+    code = opt_ml / "code"
+    probe = (
+        "import sys, blackwell_sm.train.main, blackwell_sm.train.loop, blackwell_sm.train.export; "
+        "bad = [m for m in ('click', 'yaml', 'rich', 'boto3') if m in sys.modules]; "
+        "assert not bad, bad; print(sys.modules['pydantic'].__file__)"
+    )
+    env = _clean_env(PYTHONPATH=f"{code}{os.pathsep}{site}")
+    seen = subprocess.run([bare_image / "bin" / "python", "-c", probe], cwd=code, env=env,
+                          capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert seen.returncode == 0, seen.stderr[-2000:]
+    assert seen.stdout.startswith(str(site))
 
 
 def test_a_missing_wheel_fails_with_a_clear_failure_file(bare_image, local_house, tmp_path):
