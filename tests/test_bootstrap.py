@@ -26,7 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "entrypoints"))
 import bootstrap
 
 from blackwell_sm.job.bundle import build_bundle
-from blackwell_sm.job.images import MANYLINUX_X86_64, PINNED_TARGET, ImageTarget
+from blackwell_sm.job.images import MANYLINUX_X86_64, PINNED_TARGET, TARGETS, ImageTarget
 from blackwell_sm.job.request import CONTAINER_COMMAND, build_job_request
 from blackwell_sm.job.wheels import (
     PYDANTIC,
@@ -76,13 +76,16 @@ def test_requirements_follow_the_plan():
 
 
 @needs_linux_x86
-def test_pinned_image_wheels_pass_pips_offline_resolver(tmp_path):
-    reqs = container_requirements(PINNED_TARGET, precision="fp8", export_model=True)
-    house = fetch_wheels(reqs, PINNED_TARGET)
+@pytest.mark.parametrize("name", sorted(TARGETS))
+def test_each_targets_wheels_pass_pips_offline_resolver(name, tmp_path):
+    """The pinned SageMaker image and the lent H200 (the GPU check's wheels)."""
+    target = TARGETS[name]
+    reqs = container_requirements(target, precision="fp8", export_model=True)
+    house = fetch_wheels(reqs, target)
     wheels = write_folder(house, tmp_path)
     assert house.size_bytes < 16 * 2**20
     cmd = [sys.executable, "-m", "pip", "install", "--dry-run", "--no-index", "--find-links",
-           str(wheels), "--python-version", "3.12", "--implementation", "cp",
+           str(wheels), "--python-version", target.python, "--implementation", "cp",
            *[a for p in MANYLINUX_X86_64 for a in ("--platform", p)], "--only-binary=:all:",
            "--target", str(tmp_path / "t"), "--report", "-", "--quiet",
            *[r.pip_spec for r in reqs if r.carried]]  # fmt: skip
@@ -95,7 +98,7 @@ def test_pinned_image_wheels_pass_pips_offline_resolver(tmp_path):
     assert {"pydantic", "pydantic-core", "annotated-types", "typing-inspection", "torchao",
             "safetensors"} <= got and "torch" not in got  # fmt: skip
     manifest = json.loads((wheels / "manifest.json").read_text())
-    assert manifest["target"]["python"] == "3.12"
+    assert manifest["target"]["python"] == "3.12" == target.python
     assert next(w for w in house.wheels if w.project == "pydantic-core").needed_by == ["pydantic"]
 
 
