@@ -17,7 +17,10 @@ REGION_OPTION = click.option(
 
 def _job(name: str, region: str | None) -> Any:
     from blackwell_sm.aws.handle import TrainingJob
+    from blackwell_sm.aws.session import check_settings, choose_region
 
+    check_settings()
+    say(choose_region(region).describe())
     return TrainingJob(name, aws=submit_cli.aws_context(region))
 
 
@@ -25,9 +28,10 @@ def _fmt_time(ts: Any) -> str:
     return ts.strftime("%Y-%m-%d %H:%M:%S %Z") if ts else "-"
 
 
-def show_info(info: Any) -> None:
+def show_info(info: Any, region: str | None = None) -> None:
     rows = [
         ("job", info.name),
+        ("region", region or "-"),
         ("status", f"{info.status} / {info.secondary_status or '-'}"),
         ("message", info.status_message or "-"),
         ("instances", f"{info.instance_count} x {info.instance_type}"),
@@ -70,9 +74,9 @@ def status(name: str, wait: bool, region: str | None, output: str) -> None:
     else:
         info = job.status()
     if output == "json":
-        emit_json(info)
+        emit_json({**info.model_dump(mode="json"), "region": job.region})
     else:
-        show_info(info)
+        show_info(info, job.region)
 
 
 @click.command("logs")
