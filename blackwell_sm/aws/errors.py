@@ -154,7 +154,11 @@ def map_client_error(
     response = getattr(error, "response", {}) or {}
     err = response.get("Error", {})
     code = str(err.get("Code", "Unknown"))
-    message = one_line(str(err.get("Message", "")) or str(error))
+    raw = str(err.get("Message", ""))
+    found = re.search(r"<Code>([A-Za-z.]+)</Code>", raw) if code.isdigit() else None
+    if found:  # an XML error document where JSON was expected: its code is the real one
+        code = found.group(1)
+    message = one_line(raw or str(error))
     operation = getattr(error, "operation_name", "") or ""
     status = response.get("ResponseMetadata", {}).get("HTTPStatusCode")
     attempts = response.get("ResponseMetadata", {}).get("RetryAttempts")
