@@ -195,4 +195,5 @@ def test_exit_130_ctrl_c(aws_cli, monkeypatch):
 
     monkeypatch.setattr(TrainingJob, "wait", interrupted)
     code, out, err = run("status", "bsm-x-1", "--wait", "--output", "json")
-    assert code == 130 and "bsm status bsm-x-1" in err
+    obj = _error({"code": code, "out": out, "err": err}, 130)
+    assert obj["code"] == "interrupted" and "bsm status bsm-x-1" in obj["hint"]

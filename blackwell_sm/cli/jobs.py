@@ -8,7 +8,7 @@ import click
 
 from blackwell_sm.cli import submit as submit_cli
 from blackwell_sm.cli.output import OUTPUT_OPTION, emit_json
-from blackwell_sm.cli.submit import print_log_event, reattach_hint, say
+from blackwell_sm.cli.submit import Interrupted, print_log_event, reattach_hint, say
 
 REGION_OPTION = click.option(
     "--region", metavar="REGION", help="Default: AWS_REGION / AWS_DEFAULT_REGION / the profile."
@@ -69,8 +69,7 @@ def status(name: str, wait: bool, region: str | None, output: str) -> None:
                 raise_on_failure=False,
             )
         except KeyboardInterrupt:
-            say(f"\nstopped waiting: {reattach_hint(name)}")
-            raise SystemExit(130) from None
+            raise Interrupted("stopped waiting", hint=reattach_hint(name)) from None
     else:
         info = job.status()
     if output == "json":
@@ -100,8 +99,7 @@ def logs(name: str, follow: bool, timeout: float | None, region: str | None, out
         for event in job.logs(follow=follow, timeout_s=timeout, notify=say):
             print_log_event(event, output=output)
     except KeyboardInterrupt:
-        say(f"\nstopped following: {reattach_hint(name)}")
-        raise SystemExit(130) from None
+        raise Interrupted("stopped following", hint=reattach_hint(name)) from None
 
 
 @click.command("stop")

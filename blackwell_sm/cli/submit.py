@@ -9,6 +9,14 @@ from typing import Any
 import click
 
 from blackwell_sm.cli.output import OUTPUT_OPTION, emit_json, say
+from blackwell_sm.errors import BsmError
+
+
+class Interrupted(BsmError):
+    """Ctrl-C while waiting or following: the job keeps running (exit 130)."""
+
+    exit_code = 130
+    kind = "interrupted"
 
 
 def reattach_hint(name: str) -> str:
@@ -120,8 +128,7 @@ def submit(
                 on_status=lambda i: say(f"{i.name}: {i.status} / {i.secondary_status}"),
             )
         except KeyboardInterrupt:
-            say(f"\nstopped waiting: {reattach_hint(job.name)}")
-            raise SystemExit(130) from None
+            raise Interrupted("stopped waiting", hint=reattach_hint(job.name)) from None
         result["status"] = final.model_dump(mode="json")
         say(f"{job.name} ended {final.status}")
     if output == "json":
