@@ -212,11 +212,8 @@ Consent = bool | Confirm | None
 
 
 def require_consent(what: str, *, consent: Consent) -> None:
-    """Raise ConsentRequiredError unless consent was given: True, or a callable that says yes.
-
-    The AWS layer never prompts: the caller passes True (`--yes`, `yes=True`) or a callable
-    that asks a person (the CLI passes a terminal prompt; None/False when there is no one).
-    """
+    """Raise ConsentRequiredError unless `consent` is True or a callable that says yes (the AWS
+    layer never prompts: the CLI passes its terminal prompt, or None when there is no one)."""
     if consent is True:
         return
     if not callable(consent):
@@ -237,8 +234,7 @@ def reserve(
     consent: Consent = None,
     tags: dict[str, str] | None = None,
 ) -> TrainingPlanInfo:
-    """CreateTrainingPlan for `offering`, only after `consent` (True, or a callable that asks).
-    Returns the plan described."""
+    """CreateTrainingPlan for `offering` after `consent`; returns the plan described."""
     require_consent(f"Training plan {name!r}: {offering.describe()}", consent=consent)
     kw: dict[str, Any] = {"TrainingPlanName": name, "TrainingPlanOfferingId": offering.offering_id}
     if tags:
