@@ -22,7 +22,7 @@ def upload_for_sdk(boto_session: Any, req: JobRequest) -> None:
     from blackwell_sm.aws.session import check_settings, client_config, install_deadline
 
     check_settings()
-    s3 = boto_session.client("s3", config=client_config("s3"))
+    s3 = boto_session.client("s3", config=client_config())
     install_deadline(s3)
     check_bucket_region(s3, req.bundle_s3_uri, req.region)
     upload_bundle(s3, req.bundle.data, req.bundle_s3_uri, sha256=req.bundle.sha256)

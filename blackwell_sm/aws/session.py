@@ -110,7 +110,7 @@ def check_settings() -> None:
             )
 
 
-def client_config(service: str = "") -> Any:
+def client_config() -> Any:
     """The botocore Config every client of this toolkit uses."""
     from botocore.config import Config
 
@@ -119,7 +119,8 @@ def client_config(service: str = "") -> Any:
         retries={"mode": "standard", "total_max_attempts": max_attempts()},
         user_agent_extra=USER_AGENT,
         connect_timeout=t.connect_s,
-        read_timeout=t.read_s * (3 if service == "s3" else 1),  # a large PUT answers late
+        # per attempt; a PUT's body is sent before this clock starts, so uploads need no more
+        read_timeout=t.read_s,
     )
 
 
@@ -274,9 +275,7 @@ class AwsContext:
             )
 
     def client(self, service: str) -> Any:
-        client = self.session.client(
-            service, region_name=self.region, config=client_config(service)
-        )
+        client = self.session.client(service, region_name=self.region, config=client_config())
         install_deadline(client)
         return client
 
