@@ -79,7 +79,9 @@ class Attention(nn.Module):
         self.q_norm = nn.RMSNorm(spec.head_dim, eps=spec.norm_eps) if "q_norm" in norms else None
         self.k_norm = nn.RMSNorm(spec.head_dim, eps=spec.norm_eps) if "k_norm" in norms else None
 
-    def forward(self, x: torch.Tensor, rope: torch.Tensor) -> torch.Tensor:
+    def forward(
+        self, x: torch.Tensor, rope: torch.Tensor, mask: torch.Tensor | None = None
+    ) -> torch.Tensor:
         b, s, _ = x.shape
         q = self.q_proj(x).view(b, s, self.n_heads, self.head_dim)
         k = self.k_proj(x).view(b, s, self.n_kv_heads, self.head_dim)
@@ -87,7 +89,10 @@ class Attention(nn.Module):
         if self.q_norm is not None:
             q, k = self.q_norm(q), self.k_norm(k)
         q, k = apply_rope(q.transpose(1, 2), rope), apply_rope(k.transpose(1, 2), rope)
-        out = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
+        if mask is None:
+            out = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
+        else:  # packed samples: causal within each, nothing across (block-diagonal)
+            out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=True)
         return self.o_proj(out.transpose(1, 2).reshape(b, s, -1))
 
 
@@ -113,17 +118,21 @@ class Block(nn.Module):
         self.ac_mode = "none"
         self.ac_context_fn = None
 
-    def _forward(self, x: torch.Tensor, rope: torch.Tensor) -> torch.Tensor:
-        h = x + self.self_attn(self.input_layernorm(x), rope)
+    def _forward(
+        self, x: torch.Tensor, rope: torch.Tensor, mask: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        h = x + self.self_attn(self.input_layernorm(x), rope, mask)
         return h + self.mlp(self.post_attention_layernorm(h))
 
-    def forward(self, x: torch.Tensor, rope: torch.Tensor) -> torch.Tensor:
+    def forward(
+        self, x: torch.Tensor, rope: torch.Tensor, mask: torch.Tensor | None = None
+    ) -> torch.Tensor:
         if self.ac_mode == "none" or not torch.is_grad_enabled():
-            return self._forward(x, rope)
+            return self._forward(x, rope, mask)
         from torch.utils.checkpoint import checkpoint
 
         kwargs = {"context_fn": self.ac_context_fn} if self.ac_context_fn else {}
-        return checkpoint(self._forward, x, rope, use_reentrant=False, **kwargs)
+        return checkpoint(self._forward, x, rope, mask, use_reentrant=False, **kwargs)
 
 
 class Transformer(nn.Module):
@@ -141,13 +150,19 @@ class Transformer(nn.Module):
         self.rope_len = max_seq_len or spec.max_seq_len
         self.register_buffer("rope", rope_cache(spec, self.rope_len), persistent=False)
 
-    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
-        """tokens (batch, seq) -> logits (batch, seq, vocab)."""
+    def forward(self, tokens: torch.Tensor, doc_ids: torch.Tensor | None = None) -> torch.Tensor:
+        """tokens (batch, seq) -> logits (batch, seq, vocab).
+
+        `doc_ids` (batch, seq): packed samples; a token attends only to earlier tokens with the same
+        id (a block-diagonal causal mask). RoPE needs no restart: its scores depend on relative
+        positions only, so a packed sample's logits equal its logits alone.
+        """
         s = tokens.shape[1]
         rope = self.rope[:, :s]
+        mask = None if doc_ids is None else document_mask(doc_ids)
         h = self.embed_tokens(tokens)
         for layer in self.layers:
-            h = layer(h, rope)
+            h = layer(h, rope, mask)
         h = self.norm(h)
         if self.lm_head is None:
             return F.linear(h, self.embed_tokens.weight)
@@ -182,6 +197,13 @@ class Transformer(nn.Module):
     def init_rope(self) -> None:
         """Compute the RoPE table on the model's device (after `to_empty`, or loading weights)."""
         self.rope = rope_cache(self.spec, self.rope_len, device=self.rope.device)
+
+
+def document_mask(doc_ids: torch.Tensor) -> torch.Tensor:
+    """(batch, 1, seq, seq) bool: causal, and only within the same document."""
+    s = doc_ids.shape[1]
+    causal = torch.ones(s, s, dtype=torch.bool, device=doc_ids.device).tril()
+    return ((doc_ids[:, :, None] == doc_ids[:, None, :]) & causal)[:, None]
 
 
 def _local(p: torch.Tensor) -> torch.Tensor:
