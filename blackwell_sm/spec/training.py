@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Literal, Self
 
 from pydantic import (
@@ -59,6 +60,12 @@ class CheckpointSpec(_Strict):
 class DataSpec(_Strict):
     """Where training tokens come from."""
 
+    sequences: PositiveInt | None = Field(
+        None,
+        description="Training sequences in the prepared data (its manifest's `sequences`); "
+        "needed to train for `epochs`.",
+    )
+
     source: Literal["synthetic", "channel"] = Field(
         "channel", description="'channel': token shards in a SageMaker channel; 'synthetic'."
     )
@@ -79,8 +86,17 @@ class PlannerPins(_Strict):
     reshard_after_forward: bool | None = Field(None, description="Free gathered params after fwd.")
 
 
+FINETUNE_LR = 2e-5  # the default peak lr of `task: finetune` (pretraining: OptimizerSpec's 3e-4)
+
+
 class TrainingSpec(_Strict):
     """The run: sequence length, batch, length of training, optimizer, precision, checkpoints."""
+
+    task: Literal["pretrain", "finetune"] = Field(
+        "pretrain",
+        description="finetune: default lr 2e-5 instead of 3e-4 (norms and biases never decay "
+        "in either), and `epochs` may set the length.",
+    )
 
     seq_len: PositiveInt = Field(
         4096,
@@ -92,6 +108,11 @@ class TrainingSpec(_Strict):
     global_batch_seqs: PositiveInt | None = Field(None, description="Sequences per optimizer step.")
     total_tokens: PositiveInt | None = Field(None, description="Tokens to train on.")
     total_steps: PositiveInt | None = Field(None, description="Optimizer steps to train for.")
+    epochs: PositiveFloat | None = Field(
+        None,
+        description="Passes over the data (with data.sequences): total_steps = ceil(epochs x "
+        "sequences / sequences per step).",
+    )
     optimizer: OptimizerSpec = Field(default_factory=OptimizerSpec)
     schedule: ScheduleSpec = Field(default_factory=ScheduleSpec)
     precision: PrecisionChoice = Field("auto", description="Matmul precision; auto: planner picks.")
@@ -133,6 +154,22 @@ class TrainingSpec(_Strict):
             raise ValueError("set global_batch_tokens or global_batch_seqs, not both")
         if self.total_tokens is not None and self.total_steps is not None:
             raise ValueError("set total_tokens or total_steps, not both")
+        if self.task == "finetune" and "lr" not in self.optimizer.model_fields_set:
+            self.optimizer.lr = FINETUNE_LR
+        if self.epochs is not None:
+            if self.data.sequences is None:
+                raise ValueError(
+                    "epochs needs data.sequences (the `sequences` of the data's manifest.json)"
+                )
+            if self.total_tokens is not None:
+                raise ValueError("set epochs or total_tokens, not both")
+            steps = math.ceil(self.epochs * self.data.sequences / self.global_batch_sequences)
+            if self.total_steps is not None and self.total_steps != steps:
+                raise ValueError(
+                    f"set epochs or total_steps, not both (epochs gives {steps} steps)"
+                )
+            # Derived, like seq_len's default: the planner and the loop read total_steps.
+            object.__setattr__(self, "total_steps", steps)
         return self
 
     @property
