@@ -14,7 +14,6 @@ from pathlib import Path
 import numpy as np
 import torch
 import torch.distributed as dist
-import torch.nn.functional as F
 
 from blackwell_sm.errors import BsmError
 from blackwell_sm.planner.plan import Plan
@@ -26,6 +25,7 @@ from blackwell_sm.train.data import (
     SyntheticDataset,
 )
 from blackwell_sm.train.distributed import Env, all_agree, build_mesh, init_distributed
+from blackwell_sm.train.loss import counted_targets, loss_sum
 from blackwell_sm.train.metrics_log import MetricsLog, log
 from blackwell_sm.train.model import Transformer
 from blackwell_sm.train.optim import build_optimizer, clip_grad_norm, lr_at, set_lr
@@ -115,26 +115,32 @@ class Trainer:
     def _tensor(self, rows: np.ndarray) -> torch.Tensor:
         return torch.from_numpy(rows).to(self.env.device, non_blocking=True)
 
-    def _micro_batches(self, step: int) -> list[torch.Tensor]:
+    def _rows(self, rows) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
+        """(tokens, loss mask, document ids) on the device: a dataset's rows are a token array,
+        or (tokens, loss_mask, doc_ids) arrays for fine-tuning shards."""
+        if isinstance(rows, np.ndarray):
+            return self._tensor(rows), None, None
+        tokens, mask, docs = rows
+        return (self._tensor(tokens), None if mask is None else self._tensor(mask),
+                None if docs is None else self._tensor(docs))  # fmt: skip
+
+    def _micro_batches(self, step: int) -> list[tuple]:
         return [
-            self._tensor(self.train_data.batch(self.layout.positions(step, m, self.env.rank), self.tr.seed))
+            self._rows(self.train_data.batch(self.layout.positions(step, m, self.env.rank), self.tr.seed))
             for m in range(self.cfg.grad_accum_steps)
         ]  # fmt: skip
 
-    def _loss_sum(self, batch: torch.Tensor) -> torch.Tensor:
-        logits = self.model(batch[:, :-1])
-        v = logits.shape[-1]
-        return F.cross_entropy(
-            logits.float().reshape(-1, v), batch[:, 1:].reshape(-1), reduction="sum"
-        )
+    def _loss_sum(self, batch: tuple) -> torch.Tensor:
+        return loss_sum(self.model, *batch)
 
     def train_step(self, step: int) -> tuple[float, float]:
         """One optimizer step (0-based `step`); returns (mean token loss, grad norm)."""
         batches = self._micro_batches(step)
         # Normalise by the tokens of the whole step on all ranks, so every token weighs the same
         # however the batch is cut into micro-batches and ranks.
-        n_tok = torch.tensor(float(sum(b[:, 1:].numel() for b in batches)), device=self.env.device)
+        n_tok = torch.tensor(sum(counted_targets(*b) for b in batches), device=self.env.device)
         dist.all_reduce(n_tok)
+        n_tok = n_tok.clamp(min=1.0)  # a step of prompts only (or padding) counts nothing
         # FSDP averages gradients over the data-parallel ranks; undo that to get a sum.
         scale = self.env.world_size / n_tok
         loss_total = torch.zeros((), device=self.env.device)
@@ -163,12 +169,12 @@ class Trainer:
         n_tok = torch.zeros((), device=self.env.device)
         for i in range(self.tr.data.validation_steps):
             pos = self.layout.positions(i, 0, self.env.rank) + offset
-            batch = self._tensor(self.val_data.batch(pos, self.tr.seed + 1))
+            batch = self._rows(self.val_data.batch(pos, self.tr.seed + 1))
             total += self._loss_sum(batch)
-            n_tok += batch[:, 1:].numel()
+            n_tok += counted_targets(*batch)
         dist.all_reduce(total)
         dist.all_reduce(n_tok)
-        return float(total / n_tok)
+        return float(total / n_tok.clamp(min=1.0))
 
     # -- the run -----------------------------------------------------------------------------
     def run(self) -> dict:
