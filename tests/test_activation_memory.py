@@ -157,3 +157,38 @@ def test_state_bytes_exact_after_a_real_adamw_step():
     assert (params, grads, states) == memory.state_bytes(spec, 1)
     # ... and sharding divides each exactly by the shard degree.
     assert memory.state_bytes(spec, 4) == tuple(x / 4 for x in (params, grads, states))
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_document_mask_bytes_match_the_real_model(mode):
+    """Packed fine-tuning rows: the block-diagonal mask adds `arch.document_mask_bytes`."""
+    from blackwell_sm.spec import arch
+
+    spec, b, s = SHAPES[4]  # qwen3
+    model = Transformer(spec, max_seq_len=s)
+    model.init_weights(0)
+    model.to(torch.bfloat16)
+    tokens = torch.randint(0, spec.vocab_size, (b, s))
+    docs = (torch.arange(s) // 20).expand(b, s).contiguous()
+    plain = _measure_saved_bytes(model, tokens, mode)
+    forward = model.forward
+    model.forward = lambda x: forward(x, doc_ids=docs)
+    packed = _measure_saved_bytes(model, tokens, mode)
+    assert packed - plain == arch.document_mask_bytes(spec, b, s, mode)
+    terms = [
+        memory.memory_terms(
+            spec,
+            shard_degree=1,
+            replicate_degree=1,
+            micro_batch=b,
+            seq_len=s,
+            precision="bf16",
+            mode=mode,
+            compile=False,
+            reshard_after_forward=True,
+            kind="cpu",
+            packed=p,
+        )
+        for p in (False, True)
+    ]
+    assert terms[1].activations - terms[0].activations == packed - plain

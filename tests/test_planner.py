@@ -224,3 +224,16 @@ def test_every_preset_on_every_instance_type_plans_without_error():
                                                           "instance_count": "auto"}})  # fmt: skip
             p = make_plan(spec)
             assert p.feasible, (name, itype)
+
+
+def test_packed_rows_pay_the_full_score_matrix():
+    """A block-diagonal mask goes to a dense-mask kernel: no causal half skipped."""
+    from blackwell_sm.hardware import get_instance
+    from blackwell_sm.planner import calibration as C
+    from blackwell_sm.planner.step_time import compute_time_per_token
+
+    m, inst = PRESETS["qwen3-8b"], get_instance("ml.p6-b200.48xlarge")
+    a, b = (compute_time_per_token(m, inst, 4096, "bf16", "selective-op", True, packed=p)
+            for p in (False, True))  # fmt: skip
+    extra = 12.0 * m.n_layers * m.q_dim * 4096 * (1 - C.ATTENTION_CAUSAL_FRACTION)
+    assert b - a == pytest.approx(extra / (inst.gpu.peak_flops("bf16") * C.ATTENTION_EFFICIENCY))

@@ -261,8 +261,10 @@ def memory_terms(
     reshard_after_forward: bool,
     kind: str = "cuda",
     compiled_loss: bool = False,
+    packed: bool = False,
 ) -> MemoryTerms:
-    """All terms for one configuration on one GPU."""
+    """All terms for one configuration on one GPU (`packed`: fine-tuning rows of packed samples,
+    whose block-diagonal attention mask adds `arch.document_mask_bytes` to the activations)."""
     model = shape(model) if isinstance(model, ModelSpec) else model
     params, grads, optim = state_bytes(model, shard_degree)
     single = shard_degree * replicate_degree == 1
@@ -271,6 +273,8 @@ def memory_terms(
     grad_t = grad_transient_bytes(model)
     fused = kind != "cpu"
     acts = activation_bytes(model, micro_batch, seq_len, mode, compile=compile, fused_norm=fused)
+    if packed:
+        acts += arch.document_mask_bytes(model.spec, micro_batch, seq_len, mode)
     logits = logits_and_loss_bytes(model, micro_batch, seq_len, compiled_loss=compiled_loss)
     lowp = fp8_extra_bytes(model, precision)
     n_groups = 0 if single else (1 if replicate_degree == 1 or shard_degree == 1 else 2)

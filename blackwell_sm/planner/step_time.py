@@ -30,8 +30,12 @@ def compute_time_per_token(
     precision: str,
     mode: str,
     compile: bool,
+    packed: bool = False,
 ) -> float:
-    """Seconds of compute per token on one GPU (forward + backward + recompute)."""
+    """Seconds of compute per token on one GPU (forward + backward + recompute).
+
+    `packed` (fine-tuning rows with a block-diagonal mask): the attention kernel takes a dense
+    mask and computes every score block, where the causal kernel skips the upper half."""
     model = shape(model) if isinstance(model, ModelSpec) else model
     gpu = instance.gpu
     bf16_peak = gpu.peak_flops("bf16")
@@ -43,8 +47,9 @@ def compute_time_per_token(
     rec_lin, rec_attn = recompute_flops_per_token(model, seq_len, mode)
     t_lin = (6.0 * lin_params + rec_lin) / (lowp_peak * eff_lin)
     t_head = 6.0 * head_params / (bf16_peak * eff_bf16)  # the output head stays bf16
-    attn = 12.0 * model.n_layers * model.spec.q_dim * seq_len * C.ATTENTION_CAUSAL_FRACTION
-    t_attn = (attn + rec_attn * C.ATTENTION_CAUSAL_FRACTION) / (bf16_peak * C.ATTENTION_EFFICIENCY)
+    frac = 1.0 if packed else C.ATTENTION_CAUSAL_FRACTION
+    attn = 12.0 * model.n_layers * model.spec.q_dim * seq_len * frac
+    t_attn = (attn + rec_attn * frac) / (bf16_peak * C.ATTENTION_EFFICIENCY)
     a, b = C.ELEMENTWISE_BYTES[compile]
     t_elem = (
         model.n_layers
@@ -88,11 +93,14 @@ def step_time(
     mode: str,
     compile: bool,
     reshard_after_forward: bool,
+    packed: bool = False,
 ) -> StepTime:
     """Predicted time of one optimizer step on every GPU (they run in lock-step)."""
     model = shape(model) if isinstance(model, ModelSpec) else model
     tokens = micro_batch * seq_len
-    t_comp = tokens * compute_time_per_token(model, instance, seq_len, precision, mode, compile)
+    t_comp = tokens * compute_time_per_token(
+        model, instance, seq_len, precision, mode, compile, packed
+    )
     gpn = instance.gpus_per_instance
     n = shard_degree
     # Per micro-batch FSDP traffic: all-gather forward (+ again in backward when resharding),

@@ -226,6 +226,17 @@ def block_saved_bytes_per_token(
     return norms + d * sum(inputs.values()) + qkv + attention + swiglu
 
 
+def document_mask_bytes(spec: ModelSpec, micro_batch: int, seq_len: int, mode: str) -> int:
+    """Bytes the block-diagonal mask of packed samples keeps (fine-tuning rows).
+
+    The boolean (b, 1, s, s) mask is made once per forward; with checkpointing it is each block's
+    saved input (one storage); without, each block's attention keeps its own bf16 additive copy
+    instead (measured: tests/test_activation_memory.py).
+    """
+    per = micro_batch * seq_len * seq_len
+    return per if mode != "none" else 2 * spec.n_layers * per
+
+
 def recompute_flops_per_token(spec: ModelSpec, seq_len: int, mode: str) -> tuple[float, float]:
     """(linear, attention) FLOPs per token that checkpointing redoes in backward, all blocks.
 
