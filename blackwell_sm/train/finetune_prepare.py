@@ -1,0 +1,187 @@
+"""`bsm data prepare --format chat|prompt-completion`: fine-tuning samples -> packed rows (v2).
+
+Input: JSONL, one sample per line: `{"messages": [{"role": ..., "content": ...}, ...]}` (chat,
+rendered with the tokenizer's chat template) or `{"prompt": ..., "completion": ...}`. The loss
+counts the assistant turns (chat) or the completion and its end token (prompt-completion); the
+rest is prompt, masked out.
+
+Samples are packed, in order, into rows of exactly `seq_len` tokens (a sample never crosses a
+row; the rest of a row is padding), or padded one per row (`packing: pad`). Each token carries
+flags (shard format v2): LOSS (it counts as a target) and START (it begins a sample or a padding
+run, so attention never crosses into it: the loop's block-diagonal mask). A sample longer than
+seq_len is cut to it (counted in the manifest); one with no loss token left is dropped.
+
+numpy, and transformers' tokenizer inside the functions that need it: no torch.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, Literal, NamedTuple
+
+import numpy as np
+
+from blackwell_sm.errors import SpecError
+
+FLAG_LOSS = 1  # this token counts as a target
+FLAG_START = 2  # this token begins a sample (or a padding run)
+Format = Literal["chat", "prompt-completion"]
+
+
+class Sample(NamedTuple):
+    tokens: list[int]
+    loss: list[int]  # 1 where the token counts as a target
+
+
+def load_tokenizer(path: Path):
+    """A Hugging Face tokenizer folder (tokenizer.json, tokenizer_config.json, chat template)."""
+    try:
+        from transformers import AutoTokenizer
+    except ImportError as e:
+        raise SpecError(
+            "--format chat|prompt-completion needs the `transformers` package",
+            field="--tokenizer",
+            hint="pip install transformers",
+        ) from e
+    try:
+        return AutoTokenizer.from_pretrained(str(path))
+    except Exception as e:  # transformers raises many kinds on a bad folder
+        raise SpecError(f"cannot load a tokenizer from {path}: {e}", field="--tokenizer") from e
+
+
+def _ids(x: Any) -> list[int]:
+    return list(x["input_ids"] if isinstance(x, dict) or hasattr(x, "keys") else x)
+
+
+def chat_sample(tok, messages: list[dict[str, str]], where: str) -> Sample:
+    """The conversation through the chat template; the assistant turns count, nothing else.
+
+    Each assistant turn's tokens are those between the conversation rendered up to it (with the
+    generation prompt) and up to its end; the template must render turns as prefixes of the
+    whole conversation, which is checked.
+    """
+    if not getattr(tok, "chat_template", None):
+        raise SpecError(f"{where}: the tokenizer has no chat template", field="--tokenizer")
+    full = _ids(tok.apply_chat_template(messages, tokenize=True, return_dict=False))
+    loss = [0] * len(full)
+    for i, m in enumerate(messages):
+        if m.get("role") != "assistant":
+            continue
+        start = _ids(
+            tok.apply_chat_template(
+                messages[:i], tokenize=True, add_generation_prompt=True, return_dict=False
+            )
+        )
+        end = _ids(tok.apply_chat_template(messages[: i + 1], tokenize=True, return_dict=False))
+        if end[: len(start)] != start or full[: len(end)] != end:
+            raise SpecError(
+                f"{where}: the chat template does not render turn {i} as a prefix of the "
+                "conversation, so its tokens cannot be told from the prompt's",
+                field="INPUT",
+            )
+        loss[len(start) : len(end)] = [1] * (len(end) - len(start))
+    return Sample(full, loss)
+
+
+def prompt_completion_sample(tok, prompt: str, completion: str) -> Sample:
+    """prompt (with the tokenizer's special tokens) + completion + end token; the completion
+    and its end token count."""
+    p = _ids(tok(prompt, add_special_tokens=True))
+    c = _ids(tok(completion, add_special_tokens=False))
+    if tok.eos_token_id is not None:
+        c.append(tok.eos_token_id)
+    return Sample(p + c, [0] * len(p) + [1] * len(c))
+
+
+def iter_samples(path: Path, fmt: Format, tok) -> Iterator[Sample]:
+    """The samples of a JSONL file, each checked (the line number in every error)."""
+    with open(path, encoding="utf-8") as f:
+        for n, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            where = f"{path}:{n}"
+            try:
+                obj = json.loads(line)
+            except json.JSONDecodeError as e:
+                raise SpecError(f"{where}: not valid JSON ({e.msg})", field="INPUT") from e
+            if fmt == "chat":
+                msgs = obj.get("messages") if isinstance(obj, dict) else None
+                ok = isinstance(msgs, list) and msgs and all(
+                    isinstance(m, dict) and isinstance(m.get("role"), str)
+                    and isinstance(m.get("content"), str) for m in msgs
+                )  # fmt: skip
+                if not ok:
+                    raise SpecError(
+                        f"{where}: --format chat needs 'messages': a list of "
+                        "{role: str, content: str}",
+                        field="INPUT",
+                    )
+                if not any(m["role"] == "assistant" for m in msgs):
+                    raise SpecError(f"{where}: no assistant turn to learn from", field="INPUT")
+                yield chat_sample(tok, msgs, where)
+            else:
+                if not (
+                    isinstance(obj, dict)
+                    and isinstance(obj.get("prompt"), str)
+                    and isinstance(obj.get("completion"), str)
+                ):
+                    raise SpecError(
+                        f"{where}: --format prompt-completion needs string fields 'prompt' and "
+                        "'completion'",
+                        field="INPUT",
+                    )
+                yield prompt_completion_sample(tok, obj["prompt"], obj["completion"])
+
+
+class PackStats(NamedTuple):
+    rows: int
+    samples: int
+    truncated: int
+    dropped: int
+    loss_tokens: int
+
+
+def pack_rows(
+    samples: Iterator[Sample], seq_len: int, pad_id: int, packing: str = "pack"
+) -> tuple[np.ndarray, np.ndarray, PackStats]:
+    """(tokens, flags) of rows of exactly `seq_len` tokens, one after another, and the counts."""
+    tokens: list[int] = []
+    flags: list[int] = []
+    row = 0  # tokens in the current row
+    n = truncated = dropped = loss_tokens = 0
+
+    def pad_row() -> None:
+        nonlocal row
+        if row:
+            tokens.extend([pad_id] * (seq_len - row))
+            flags.extend([FLAG_START] + [0] * (seq_len - row - 1))
+            row = 0
+
+    for s in samples:
+        toks, loss = s.tokens, s.loss
+        if len(toks) > seq_len:
+            toks, loss = toks[:seq_len], loss[:seq_len]
+            truncated += 1
+        if not any(loss[1:]):  # the first token is never a target
+            dropped += 1
+            continue
+        if packing == "pad" or row + len(toks) > seq_len:
+            pad_row()
+        tokens.extend(toks)
+        flags.extend(
+            (FLAG_START if i == 0 else 0) | (FLAG_LOSS if (loss[i] and i) else 0)
+            for i in range(len(toks))
+        )
+        loss_tokens += sum(loss[1:])
+        row = (row + len(toks)) % seq_len
+        n += 1
+    pad_row()
+    stats = PackStats(len(tokens) // seq_len, n, truncated, dropped, loss_tokens)
+    return np.asarray(tokens, dtype=np.int64), np.asarray(flags, dtype=np.uint8), stats
+
+
+def sha256_file(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
