@@ -1,14 +1,20 @@
 """Token shards and the data order: which sequences each rank trains on at each step.
 
-Shard format (version 1), one file per shard, little-endian:
+Shard format (version 1, or 2 with flags), one file per shard, little-endian:
 
     offset  size  field
     0       8     magic  b"BSMTOKS\\0"
-    8       4     version (uint32) = 1
+    8       4     version (uint32): 1, or 2 when per-token flags follow the tokens
     12      4     bytes per token (uint32): 2 (uint16 tokens) or 4 (uint32 tokens)
     16      8     token count (uint64)
     24      8     reserved (zero)
     32      ...   tokens, flat
+    ...     count version 2 only: one uint8 of flags per token — bit 0 LOSS (the token counts
+                  as a target), bit 1 START (it begins a sample: attention does not cross it)
+
+Version 2 shards hold fine-tuning rows (`bsm data prepare --format chat|prompt-completion`):
+samples packed into rows of the manifest's `seq_len`; a version 1 shard still reads, as plain
+tokens where every target counts.
 
 A channel directory holds `*.bin` shards (read in name order) and optionally `manifest.json`
 (written by `bsm data prepare`). A training sequence is `seq_len + 1` consecutive tokens from one
@@ -34,6 +40,9 @@ from blackwell_sm.errors import BsmError
 FORMAT_NAME = "bsm-tokens-v1"
 MAGIC = b"BSMTOKS\0"
 VERSION = 1
+VERSION_FLAGS = 2
+FLAG_LOSS = 1  # this token counts as a target
+FLAG_START = 2  # this token begins a sample (or a padding run)
 HEADER = struct.Struct("<8sIIQQ")
 HEADER_BYTES = HEADER.size  # 32
 _DTYPES = {2: np.dtype("<u2"), 4: np.dtype("<u4")}
@@ -44,8 +53,17 @@ def token_dtype(vocab_size: int) -> np.dtype:
     return _DTYPES[2] if vocab_size <= 65536 else _DTYPES[4]
 
 
-def write_shard(path: str | Path, tokens: np.ndarray, *, dtype: np.dtype | None = None) -> None:
-    """Write `tokens` as one shard (atomically: temp file, then rename)."""
+def write_shard(
+    path: str | Path,
+    tokens: np.ndarray,
+    *,
+    dtype: np.dtype | None = None,
+    flags: np.ndarray | None = None,
+) -> None:
+    """Write `tokens` as one shard (atomically: temp file, then rename); with `flags` (one uint8
+    per token), a version 2 shard."""
+    if flags is not None and len(flags) != len(tokens):
+        raise ValueError(f"{len(flags)} flags for {len(tokens)} tokens")
     dtype = np.dtype(dtype) if dtype is not None else token_dtype(int(tokens.max(initial=0)) + 1)
     if dtype.itemsize not in _DTYPES:
         raise ValueError(f"token dtype must be uint16 or uint32, not {dtype}")
@@ -55,14 +73,25 @@ def write_shard(path: str | Path, tokens: np.ndarray, *, dtype: np.dtype | None 
     path = Path(path)
     tmp = path.with_name(path.name + ".tmp")
     with open(tmp, "wb") as f:
-        f.write(HEADER.pack(MAGIC, VERSION, dtype.itemsize, arr.size, 0))
+        version = VERSION if flags is None else VERSION_FLAGS
+        f.write(HEADER.pack(MAGIC, version, dtype.itemsize, arr.size, 0))
         f.write(arr.tobytes())
+        if flags is not None:
+            f.write(np.ascontiguousarray(flags, dtype=np.uint8).tobytes())
     tmp.replace(path)
 
 
 def read_shard(path: str | Path) -> np.ndarray:
-    """The tokens of a shard as a read-only memory map."""
-    path = Path(path)
+    """The tokens of a shard (version 1 or 2) as a read-only memory map."""
+    return _read(Path(path))[0]
+
+
+def read_flags(path: str | Path) -> np.ndarray | None:
+    """The per-token flags of a version 2 shard (memory map), or None for version 1."""
+    return _read(Path(path))[1]
+
+
+def _read(path: Path) -> tuple[np.ndarray, np.ndarray | None]:
     with open(path, "rb") as f:
         raw = f.read(HEADER_BYTES)
     if len(raw) < HEADER_BYTES:
@@ -73,14 +102,20 @@ def read_shard(path: str | Path) -> np.ndarray:
             f"{path}: not a blackwell_sm token shard (magic {magic!r})",
             hint="make shards with `bsm data prepare INPUT... --out DIR`",
         )
-    if version != VERSION or width not in _DTYPES:
+    if version not in (VERSION, VERSION_FLAGS) or width not in _DTYPES:
         raise BsmError(f"{path}: unsupported shard version {version} / token width {width}")
-    expected = HEADER_BYTES + count * width
+    has_flags = version == VERSION_FLAGS
+    expected = HEADER_BYTES + count * (width + (1 if has_flags else 0))
     if path.stat().st_size != expected:
         raise BsmError(f"{path}: size {path.stat().st_size} != header's {expected} bytes")
     if count == 0:
-        return np.zeros(0, dtype=_DTYPES[width])
-    return np.memmap(path, dtype=_DTYPES[width], mode="r", offset=HEADER_BYTES, shape=(count,))
+        return np.zeros(0, dtype=_DTYPES[width]), (np.zeros(0, np.uint8) if has_flags else None)
+    tokens = np.memmap(path, dtype=_DTYPES[width], mode="r", offset=HEADER_BYTES, shape=(count,))
+    flags = None
+    if has_flags:
+        at = HEADER_BYTES + count * width
+        flags = np.memmap(path, dtype=np.uint8, mode="r", offset=at, shape=(count,))
+    return tokens, flags
 
 
 @dataclass(frozen=True)
@@ -114,20 +149,39 @@ class ShardDataset:
                 hint="point the channel at the output of `bsm data prepare`, or use "
                 "training.data.source: synthetic",
             )
-        self._check_manifest(directory, vocab_size)
+        self._check_manifest(directory, vocab_size, seq_len)
         self.seq_len = seq_len
-        self.shards = [read_shard(f) for f in files]
+        read = [_read(f) for f in files]
+        self.shards = [tokens for tokens, _ in read]
+        self.flags = [flags for _, flags in read]
+        if len({f is None for f in self.flags}) > 1:
+            raise BsmError(
+                f"{directory}: mixes plain (version 1) and fine-tuning (version 2) shards",
+                hint="prepare pretraining and fine-tuning data into separate channels",
+            )
+        self.has_flags = self.flags[0] is not None
         counts = [max(0, (len(s) - 1) // seq_len) for s in self.shards]
         self.offsets = np.cumsum([0, *counts])
         if self.offsets[-1] == 0:
             raise BsmError(f"{directory}: fewer than seq_len+1 = {seq_len + 1} tokens in any shard")
 
     @staticmethod
-    def _check_manifest(directory: Path, vocab_size: int | None) -> None:
+    def _check_manifest(directory: Path, vocab_size: int | None, seq_len: int) -> None:
         manifest = directory / "manifest.json"
-        if vocab_size is None or not manifest.exists():
+        if not manifest.exists():
             return
-        shard_vocab = json.loads(manifest.read_text()).get("vocab_size")
+        data = json.loads(manifest.read_text())
+        rows = data.get("seq_len")
+        if rows is not None and rows != seq_len:
+            raise BsmError(
+                f"{directory}: fine-tuning rows were packed to seq_len {rows}, the plan trains "
+                f"at seq_len {seq_len}",
+                hint=f"set training.seq_len: {rows}, or prepare the data again with "
+                f"--seq-len {seq_len}",
+            )
+        if vocab_size is None:
+            return
+        shard_vocab = data.get("vocab_size")
         if shard_vocab is not None and shard_vocab > vocab_size:
             raise BsmError(
                 f"{directory}: shards use a vocabulary of {shard_vocab} tokens but the model's "
@@ -143,17 +197,31 @@ class ShardDataset:
         start = (index - int(self.offsets[shard])) * self.seq_len
         return np.asarray(self.shards[shard][start : start + self.seq_len + 1], dtype=np.int64)
 
-    def batch(self, positions: np.ndarray, seed: int) -> np.ndarray:
-        """(len(positions), seq_len + 1) tokens for stream positions under seed's order."""
+    def row_flags(self, index: int) -> np.ndarray:
+        """The flags of `sequence(index)` (version 2 shards)."""
+        shard = int(np.searchsorted(self.offsets, index, side="right") - 1)
+        start = (index - int(self.offsets[shard])) * self.seq_len
+        return np.asarray(self.flags[shard][start : start + self.seq_len + 1])
+
+    def batch(self, positions: np.ndarray, seed: int):
+        """(len(positions), seq_len + 1) tokens for stream positions under seed's order; for
+        version 2 shards, (tokens, loss_mask, doc_ids): 0/1 per token, and the sample each token
+        belongs to (counted from the row's start)."""
         n = len(self)
-        rows = []
         perms: dict[int, np.ndarray] = {}
+        index = []
         for p in positions.tolist():
             epoch, i = divmod(p, n)
             if epoch not in perms:
                 perms[epoch] = np.random.Generator(np.random.PCG64([seed, epoch])).permutation(n)
-            rows.append(self.sequence(int(perms[epoch][i])))
-        return np.stack(rows)
+            index.append(int(perms[epoch][i]))
+        tokens = np.stack([self.sequence(i) for i in index])
+        if not self.has_flags:
+            return tokens
+        flags = np.stack([self.row_flags(i) for i in index])
+        loss_mask = (flags & FLAG_LOSS).astype(np.int64)
+        doc_ids = np.cumsum((flags & FLAG_START) > 0, axis=1, dtype=np.int64)
+        return tokens, loss_mask, doc_ids
 
 
 class SyntheticDataset:

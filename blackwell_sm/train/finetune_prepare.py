@@ -25,9 +25,10 @@ from typing import Any, Literal, NamedTuple
 import numpy as np
 
 from blackwell_sm.errors import SpecError
+from blackwell_sm.train.data import FLAG_LOSS, FLAG_START, token_dtype, write_shard
+from blackwell_sm.train.prepare import DEFAULT_SHARD_TOKENS, Manifest, ShardInfo
 
-FLAG_LOSS = 1  # this token counts as a target
-FLAG_START = 2  # this token begins a sample (or a padding run)
+FORMAT_NAME = "bsm-tokens-v2"
 Format = Literal["chat", "prompt-completion"]
 
 
@@ -183,5 +184,71 @@ def pack_rows(
     return np.asarray(tokens, dtype=np.int64), np.asarray(flags, dtype=np.uint8), stats
 
 
-def sha256_file(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
+class FinetuneManifest(Manifest):
+    """`manifest.json` of fine-tuning rows: the text manifest's fields and how rows were made."""
+
+    format: str = FORMAT_NAME
+    data_format: str
+    seq_len: int
+    packing: str
+    sequences: int  # rows: what `training.data.sequences` (for epochs) takes
+    samples: int
+    loss_tokens: int
+    truncated: int
+    dropped: int
+
+
+def prepare_finetune(
+    inputs: list[Path],
+    out_dir: Path,
+    *,
+    fmt: Format,
+    tokenizer: Path,
+    seq_len: int,
+    packing: str = "pack",
+    shard_tokens: int = DEFAULT_SHARD_TOKENS,
+) -> FinetuneManifest:
+    """JSONL samples -> version 2 shards of whole rows under `out_dir`, and its manifest."""
+    missing = [str(p) for p in inputs if not p.is_file()]
+    if missing:
+        raise SpecError(f"input file(s) not found: {', '.join(missing)}", field="INPUT")
+    tok = load_tokenizer(tokenizer)
+    pad = tok.pad_token_id if tok.pad_token_id is not None else (tok.eos_token_id or 0)
+    samples = (s for path in inputs for s in iter_samples(path, fmt, tok))
+    tokens, flags, st = pack_rows(samples, seq_len, pad, packing)
+    if st.rows == 0:
+        raise SpecError("no sample with a token to learn from", field="INPUT")
+    vocab = len(tok)
+    dtype = token_dtype(vocab)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    rows_per_shard = max(1, shard_tokens // seq_len)
+    shards = []
+    for k, first in enumerate(range(0, st.rows, rows_per_shard)):
+        lo, hi = first * seq_len, min(st.rows, first + rows_per_shard) * seq_len
+        # one padding token after the last row: a row is read with the next token as its last
+        # target (never counted: it starts a new sample)
+        t = np.append(tokens[lo:hi], pad)
+        f = np.append(flags[lo:hi], np.uint8(FLAG_START))
+        path = out_dir / f"shard-{k:05d}.bin"
+        write_shard(path, t, dtype=dtype, flags=f)
+        digest = hashlib.sha256(path.read_bytes()).hexdigest()
+        shards.append(ShardInfo(file=path.name, tokens=len(t), sha256=digest))
+    manifest = FinetuneManifest(
+        tokenizer=str(tokenizer),
+        vocab_size=vocab,
+        eos_id=tok.eos_token_id,
+        dtype=dtype.name,
+        documents=st.samples,
+        tokens=sum(s.tokens for s in shards),
+        shards=shards,
+        data_format=fmt,
+        seq_len=seq_len,
+        packing=packing,
+        sequences=st.rows,
+        samples=st.samples,
+        loss_tokens=st.loss_tokens,
+        truncated=st.truncated,
+        dropped=st.dropped,
+    )
+    (out_dir / "manifest.json").write_text(manifest.model_dump_json(indent=2) + "\n")
+    return manifest
