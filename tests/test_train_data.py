@@ -10,15 +10,8 @@ from click.testing import CliRunner
 
 from blackwell_sm.cli import cli
 from blackwell_sm.errors import BsmError, SpecError
-from blackwell_sm.train.data import (
-    HEADER_BYTES,
-    MAGIC,
-    BatchLayout,
-    ShardDataset,
-    SyntheticDataset,
-    read_shard,
-    write_shard,
-)
+from blackwell_sm.data.shards import HEADER_BYTES, MAGIC, read_shard, write_shard
+from blackwell_sm.train.data import BatchLayout, ShardDataset, SyntheticDataset
 
 
 @pytest.mark.parametrize(("dtype", "top"), [(np.uint16, 65535), (np.uint32, 2**32 - 1)])
@@ -134,7 +127,7 @@ def test_bsm_data_prepare_text_and_jsonl(tmp_path):
 def test_prepare_splits_shards_and_uses_a_hf_tokenizer(tmp_path):
     from tokenizers import Tokenizer, models, pre_tokenizers, trainers
 
-    from blackwell_sm.train.prepare import prepare
+    from blackwell_sm.data.prepare import prepare
 
     text = "the cat sat on the mat. " * 50
     (tmp_path / "t.txt").write_text(text)
@@ -151,7 +144,7 @@ def test_prepare_splits_shards_and_uses_a_hf_tokenizer(tmp_path):
 
 
 def test_prepare_reports_bad_input(tmp_path):
-    from blackwell_sm.train.prepare import prepare
+    from blackwell_sm.data.prepare import prepare
 
     (tmp_path / "bad.jsonl").write_text('{"body": "no text field"}\n')
     with pytest.raises(SpecError, match="'text'"):

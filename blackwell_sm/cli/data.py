@@ -40,7 +40,7 @@ def data() -> None:
 def prepare(inputs: tuple[Path, ...], out_dir: Path, tokenizer: Path | None, shard_tokens: int,
             output: str) -> None:  # fmt: skip
     """Tokenize INPUT files (.txt: one document each; .jsonl: a `text` field per line)."""
-    from blackwell_sm.train.prepare import prepare as run_prepare
+    from blackwell_sm.data.prepare import prepare as run_prepare
 
     manifest = run_prepare(list(inputs), out_dir, tokenizer=tokenizer, shard_tokens=shard_tokens)
     if output == "json":
