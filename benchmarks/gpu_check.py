@@ -8,7 +8,7 @@ print what was measured beside what the planner predicted.
 GPU mode: llama-3.2-1b, bf16, seq 4096, torch.compile, 40 steps of synthetic data, one process,
 planned with `hardware.local_instance(nproc=1, device="cuda", gpu=<catalog GpuSpec chosen from
 torch.cuda.get_device_name()>)`. The plan is laid out as an /opt/ml directory and
-`python -m blackwell_sm.train.launch` (the container's launcher, then torchrun, then the worker)
+`python -m blackwell_sm.launch` (the container's launcher, then torchrun, then the worker)
 runs it. Goals: MFU >= 40%, peak reserved memory within 10% of the predicted allocator peak
 (`memory_gib.allocator_reserved`: the total less the CUDA context, which the allocator does not
 see), tokens/s

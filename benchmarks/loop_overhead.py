@@ -150,12 +150,13 @@ def _keep_signal_handlers():
 
 def run_real(plan, workdir: Path, warmup: int):
     """The worker's own loop; returns (rates, trainer)."""
+    from blackwell_sm.opt_ml import OptMl
     from blackwell_sm.train.distributed import init_distributed
-    from blackwell_sm.train.loop import Paths, Trainer
+    from blackwell_sm.train.loop import Trainer
 
     shutil.rmtree(workdir, ignore_errors=True)
     with _keep_signal_handlers():
-        trainer = Trainer(plan, Paths(workdir), init_distributed())
+        trainer = Trainer(plan, OptMl(workdir), init_distributed())
     # Stamp the clocks at each step's metric record (written right after the step, as in a job).
     stamps: list[tuple[float, float]] = []
     record = trainer.metrics.step
@@ -239,7 +240,8 @@ def checkpoint_roundtrip(trainer, workdir: Path) -> dict:
     """Time one save and one restore (into a freshly built model) through the real Checkpointer."""
     import torch
 
-    from blackwell_sm.train.loop import Paths, Trainer
+    from blackwell_sm.opt_ml import OptMl
+    from blackwell_sm.train.loop import Trainer
 
     step = trainer.total_steps
     t0 = time.perf_counter()
@@ -247,7 +249,7 @@ def checkpoint_roundtrip(trainer, workdir: Path) -> dict:
     save_s = time.perf_counter() - t0
     n_bytes = sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
     with _keep_signal_handlers():
-        fresh = Trainer(trainer.plan, Paths(workdir), trainer.env)
+        fresh = Trainer(trainer.plan, OptMl(workdir), trainer.env)
     t0 = time.perf_counter()
     restored_step = fresh.ckpt.load(fresh.model, fresh.optimizer, path)
     load_s = time.perf_counter() - t0

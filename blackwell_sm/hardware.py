@@ -13,6 +13,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from blackwell_sm.errors import SpecError
+from blackwell_sm.opt_ml import LOCAL_INSTANCE_PREFIX
 
 PrecisionName = Literal["bf16", "fp8", "mxfp8"]
 
@@ -160,7 +161,7 @@ def local_instance(
         g = GpuSpec(name="cpu", kind="cpu", memory_gib=mem / nproc, hbm_tb_s=0.02,
                     peak_tflops={"bf16": 0.1})  # fmt: skip
     return InstanceType(
-        name=f"local-{device}", gpu=g, gpus_per_instance=nproc, intra_node_gb_s=5.0,
+        name=f"{LOCAL_INSTANCE_PREFIX}{device}", gpu=g, gpus_per_instance=nproc, intra_node_gb_s=5.0,
         inter_node_gbps=10.0, vcpus=os.cpu_count() or 1, host_memory_gib=memory_gib or 0.0,
         supports_training_plans=False, efa_provider_env=False,
     )  # fmt: skip

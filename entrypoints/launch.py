@@ -10,7 +10,7 @@ from pathlib import Path
 BUNDLE_ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(BUNDLE_ROOT))
 
-from blackwell_sm.train.launch import main  # noqa: E402
+from blackwell_sm.launch.main import main  # noqa: E402
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -29,9 +29,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from blackwell_sm.launch import WORKER_MODULE
+from blackwell_sm.launch.supervise import child_pids
 from blackwell_sm.local import free_port, host_names, launcher_command, launcher_env, layout_opt_ml
 from blackwell_sm.planner.plan import Plan
-from blackwell_sm.train.launch import WORKER_MODULE, child_pids
 
 __all__ = [
     "Launch",

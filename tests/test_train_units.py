@@ -15,6 +15,7 @@ import torch
 from train_support import async_checkpoint_worker, free_port, local_plan, spawn
 
 from blackwell_sm.errors import CapabilityError
+from blackwell_sm.hardware import H100
 from blackwell_sm.spec import PRESETS, ScheduleSpec, get_preset
 from blackwell_sm.spec.training import CheckpointSpec
 from blackwell_sm.train.activation_checkpoint import apply_activation_checkpointing
@@ -75,7 +76,7 @@ def test_fp8_and_mxfp8_are_refused_on_cpu_with_the_reason():
 
 
 def test_an_fp8_plan_fails_before_step_0(tmp_path):
-    plan = local_plan(nproc=1, precision="fp8")
+    plan = local_plan(nproc=1, precision="fp8", gpu=H100)  # an H100 plan, run on a CPU worker
     (tmp_path / "plan.json").write_text(plan.to_json())
     env = os.environ | {"RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0", "BSM_DEVICE": "cpu",
                         "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port())}  # fmt: skip

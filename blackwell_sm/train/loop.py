@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -17,6 +16,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 
 from blackwell_sm.errors import BsmError
+from blackwell_sm.opt_ml import OptMl
 from blackwell_sm.planner.plan import Plan
 from blackwell_sm.train.checkpoint import Checkpointer, run_identity
 from blackwell_sm.train.data import (
@@ -34,29 +34,7 @@ from blackwell_sm.train.precision import after_optimizer_step, check_precision
 from blackwell_sm.train.triggers import Triggers
 
 
-@dataclass(frozen=True)
-class Paths:
-    """The /opt/ml-shaped directory the worker reads and writes."""
-
-    root: Path
-
-    def channel(self, name: str) -> Path:
-        return self.root / "input" / "data" / name
-
-    @property
-    def checkpoints(self) -> Path:
-        return self.root / "checkpoints"
-
-    @property
-    def model(self) -> Path:
-        return self.root / "model"
-
-    @property
-    def output_data(self) -> Path:
-        return self.root / "output" / "data"
-
-
-def _datasets(plan: Plan, paths: Paths):
+def _datasets(plan: Plan, paths: OptMl):
     """(train, validation or None) datasets the plan's data spec names."""
     d, spec, seq = plan.spec.training.data, plan.spec.model, plan.config.seq_len
     seed = plan.spec.training.seed
@@ -78,7 +56,7 @@ def _datasets(plan: Plan, paths: Paths):
 class Trainer:
     """One worker's share of the run."""
 
-    def __init__(self, plan: Plan, paths: Paths, env: Env) -> None:
+    def __init__(self, plan: Plan, paths: OptMl, env: Env) -> None:
         self.plan, self.paths, self.env = plan, paths, env
         cfg, tr = plan.config, plan.spec.training
         self.cfg, self.tr = cfg, tr
@@ -230,7 +208,7 @@ class Trainer:
         summary = self.metrics.summary(status=status, final_step=step, resumed_from=resumed_from)
         if env.is_main:
             self.paths.output_data.mkdir(parents=True, exist_ok=True)
-            (self.paths.output_data / "summary.json").write_text(json.dumps(summary, indent=2))
+            self.paths.summary.write_text(json.dumps(summary, indent=2))
         return summary
 
 
@@ -238,7 +216,7 @@ def train(plan: Plan, opt_ml: Path) -> dict:
     """Run `plan` as this torchrun worker; returns the run summary (same on every rank)."""
     env = init_distributed()
     try:
-        return Trainer(plan, Paths(opt_ml), env).run()
+        return Trainer(plan, OptMl(opt_ml), env).run()
     finally:
         if dist.is_initialized():
             dist.destroy_process_group()
