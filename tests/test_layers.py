@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ast
 import re
+import subprocess
 import sys
 from pathlib import Path
 from typing import NamedTuple
@@ -223,6 +224,23 @@ def test_a_module_outside_every_layer_fails(tmp_path: Path) -> None:
     assert violations(tmp_path) == [
         f"{PKG}.newthing: no layer in tests/test_layers.py LAYERS covers it"
     ]
+
+
+def test_container_side_never_imports_aws_libraries() -> None:
+    """At run time too: importing every train/ and launch/ module loads no AWS library."""
+    code = (
+        "import sys, pkgutil, importlib, blackwell_sm.train as t, blackwell_sm.launch as l\n"
+        "for p in (t, l):\n"
+        "    for m in pkgutil.iter_modules(p.__path__):\n"
+        "        if m.name != '__main__':\n"
+        "            importlib.import_module(p.__name__ + '.' + m.name)\n"
+        "bad = sorted(m for m in sys.modules if m.split('.')[0] in ('boto3', 'botocore', 'sagemaker'))\n"
+        "print(bad)\n"
+    )  # fmt: skip
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO,
+                       timeout=120)  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip().splitlines()[-1] == "[]"
 
 
 if __name__ == "__main__":

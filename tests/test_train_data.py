@@ -9,8 +9,8 @@ import pytest
 from click.testing import CliRunner
 
 from blackwell_sm.cli import cli
-from blackwell_sm.errors import BsmError, SpecError
 from blackwell_sm.data.shards import HEADER_BYTES, MAGIC, read_shard, write_shard
+from blackwell_sm.errors import BsmError, SpecError
 from blackwell_sm.train.data import BatchLayout, ShardDataset, SyntheticDataset
 
 

@@ -105,8 +105,9 @@ class Trainer:
             logits.float().reshape(-1, v), batch[:, 1:].reshape(-1), reduction="sum"
         )
 
-    def train_step(self, step: int) -> tuple[float, float]:
-        """One optimizer step (0-based `step`); returns (mean token loss, grad norm)."""
+    def train_step(self, step: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """One optimizer step (0-based `step`); returns (mean token loss, grad norm) as 0-d
+        tensors on the device: reading them waits for the GPU, so only logged steps do."""
         batches = self._micro_batches(step)
         # Normalise by the tokens of the whole step on all ranks, so every token weighs the same
         # however the batch is cut into micro-batches and ranks.
@@ -125,7 +126,7 @@ class Trainer:
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
         after_optimizer_step(self.model, self.cfg.precision)
-        return float(loss_total / n_tok), grad_norm
+        return loss_total / n_tok, grad_norm
 
     def lr(self, step: int) -> float:
         return lr_at(step, peak=self.tr.optimizer.lr, total_steps=self.total_steps,
@@ -172,17 +173,23 @@ class Trainer:
 
         tokens_per_step = self.layout.global_batch * cfg.seq_len
         step, status, last_saved = start, "completed", start if found else None
+        # Step time is the mean over the steps since the last logged one (validation and saves
+        # left out): the host waits for the GPU only when it logs.
+        window_t0, window_steps, paused = time.perf_counter(), 0, 0.0
         while step < self.total_steps:
-            t0 = time.perf_counter()
             loss, grad_norm = self.train_step(step)
-            if env.device.type == "cuda":
-                torch.cuda.synchronize()
-            dt = time.perf_counter() - t0
             step += 1
+            window_steps += 1
             if step % self.tr.log_interval_steps == 0 or step == self.total_steps:
-                self.metrics.step(step, loss=loss, lr=self.lr(step - 1), grad_norm=grad_norm,
+                loss_v, grad_norm_v = float(loss), float(grad_norm)  # the host sync
+                if env.device.type == "cuda":
+                    torch.cuda.synchronize()
+                dt = (time.perf_counter() - window_t0 - paused) / window_steps
+                self.metrics.step(step, loss=loss_v, lr=self.lr(step - 1), grad_norm=grad_norm_v,
                                   tokens=tokens_per_step, step_time_s=dt,
                                   n_gpus=env.world_size)  # fmt: skip
+                window_t0, window_steps, paused = time.perf_counter(), 0, 0.0
+            side_t0 = time.perf_counter()
             vi = self.tr.data.validation_interval_steps
             if self.val_data is not None and vi and step % vi == 0:
                 self.metrics.validation(step, self.validate())
@@ -197,6 +204,8 @@ class Trainer:
                 status = f"stopped ({self.triggers.stop_reason or 'signal on another rank'})"
                 log(f"{status} after step {step}; exiting cleanly", is_main=env.is_main)
                 break
+            if save or (self.val_data is not None and vi and step % vi == 0):
+                paused += time.perf_counter() - side_t0
         if status == "completed" and last_saved != step:
             self.ckpt.save(self.model, self.optimizer, step)
         self.ckpt.wait()
