@@ -9,6 +9,14 @@ from typing import Any
 import click
 
 from blackwell_sm.cli.output import OUTPUT_OPTION, emit_json, say
+from blackwell_sm.errors import BsmError
+
+
+class Interrupted(BsmError):
+    """Ctrl-C while waiting or following: the job keeps running (exit 130)."""
+
+    exit_code = 130
+    kind = "interrupted"
 
 
 def reattach_hint(name: str) -> str:
@@ -23,6 +31,14 @@ def aws_context(region: str | None) -> Any:
     from blackwell_sm.aws.session import AwsContext
 
     return AwsContext(region)
+
+
+def consent_prompt() -> Any:
+    """A y/N prompt on the terminal for spending money, or None when there is no one to ask
+    (CI, pipes): the AWS layer then refuses with exit 5 unless --yes was given."""
+    if not (sys.stdin.isatty() and sys.stderr.isatty()):
+        return None
+    return lambda text: click.confirm(text, default=False, err=True)
 
 
 def print_log_event(event: Any, *, output: str) -> None:
@@ -71,10 +87,15 @@ def submit(
     the existing job instead of creating a second one; --new forces a fresh job, which resumes
     from the spec's checkpoints.
     """
+    from blackwell_sm.aws.session import check_settings
+    from blackwell_sm.aws.submit import region_choice
     from blackwell_sm.aws.submit import submit as do_submit
     from blackwell_sm.spec import load_spec, with_overrides
 
+    check_settings()  # bad AWS_* settings are exit 2 before anything else happens
     spec = load_spec(spec_path)
+    choice = region_choice(spec, region)
+    say(choice.describe())
     if region:
         spec = with_overrides(spec, {"job.region": region})
     job = do_submit(
@@ -85,6 +106,7 @@ def submit(
         dry_run=dry_run,
         allow_partial=allow_partial,
         aws=None if dry_run else aws_context(region or (spec.job.region if spec.job else None)),
+        confirm=consent_prompt(),
         notify=say,
     )
     if dry_run:
@@ -106,8 +128,7 @@ def submit(
                 on_status=lambda i: say(f"{i.name}: {i.status} / {i.secondary_status}"),
             )
         except KeyboardInterrupt:
-            say(f"\nstopped waiting: {reattach_hint(job.name)}")
-            raise SystemExit(130) from None
+            raise Interrupted("stopped waiting", hint=reattach_hint(job.name)) from None
         result["status"] = final.model_dump(mode="json")
         say(f"{job.name} ended {final.status}")
     if output == "json":
@@ -128,6 +149,7 @@ def _show_dry_run(job: Any, output: str) -> None:
                 "dry_run": True,
                 "job_name": jr.job_name,
                 "region": jr.region,
+                "region_source": job.region_source,
                 "spec_hash": jr.spec_hash,
                 "bundle_s3_uri": jr.bundle_s3_uri,
                 "bundle": jr.bundle.model_dump(mode="json"),
