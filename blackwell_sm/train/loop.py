@@ -154,9 +154,9 @@ class Trainer:
         log(
             f"model {spec.name} ({spec.n_params:,} params) on {env.world_size} x {env.device.type}; "
             f"mesh {dict(zip(self.mesh.mesh_dim_names, self.mesh.shape, strict=True))}, "
-            f"{cfg.precision}, AC {cfg.activation_checkpointing}, compile {cfg.compile}, "
-            f"micro-batch {cfg.micro_batch_size} x accum {cfg.grad_accum_steps}, seq {cfg.seq_len}, "
-            f"{self.total_steps} steps",
+            f"precision {cfg.precision}, activation_checkpointing {cfg.activation_checkpointing}, "
+            f"compile {cfg.compile}, micro_batch_size {cfg.micro_batch_size} x grad_accum_steps "
+            f"{cfg.grad_accum_steps}, seq_len {cfg.seq_len}, {self.total_steps} steps",
             is_main=env.is_main,
         )
         start, resumed_from = 0, None
