@@ -33,6 +33,7 @@ H100_96GB_500W = GpuSpec(
     name="H100 96GB HBM2e 500W",
     memory_gib=C.H100_96GB_USABLE_GIB,
     hbm_tb_s=3.35,
+    compute_capability=(9, 0),
     peak_tflops={
         p: v * C.H100_500W_CLOCK_DERATE
         for p, v in CATALOG["ml.p5.48xlarge"].gpu.peak_tflops.items()

@@ -26,6 +26,7 @@ class GpuSpec(BaseModel):
     memory_gib: float = Field(description="Usable device memory per GPU, GiB.")
     peak_tflops: dict[str, float] = Field(description="Dense peak TFLOP/s by precision.")
     hbm_tb_s: float = Field(description="Memory bandwidth, TB/s.")
+    compute_capability: tuple[int, int] | None = None
 
     def supports(self, precision: str) -> bool:
         return precision in self.peak_tflops
@@ -69,21 +70,24 @@ H100 = GpuSpec(
     name="H100 SXM 80GB",
     memory_gib=79.65,
     hbm_tb_s=3.35,
+    compute_capability=(9, 0),
     peak_tflops={"bf16": 989.0, "fp8": 1979.0},
 )
 H200 = GpuSpec(
     name="H200 141GB",
     memory_gib=139.81,
     hbm_tb_s=4.8,
+    compute_capability=(9, 0),
     peak_tflops={"bf16": 989.0, "fp8": 1979.0},
 )
 B200 = GpuSpec(
     name="B200 180GB",
     memory_gib=179.06,
     hbm_tb_s=8.0,
+    compute_capability=(10, 0),
     peak_tflops={"bf16": 2250.0, "fp8": 4500.0, "mxfp8": 4500.0},
 )
-B300 = GpuSpec(name="B300 288GB", memory_gib=267.0, hbm_tb_s=8.0,
+B300 = GpuSpec(name="B300 288GB", memory_gib=267.0, hbm_tb_s=8.0, compute_capability=(10, 3),
                peak_tflops={"bf16": 2250.0, "fp8": 4500.0, "mxfp8": 4500.0})  # fmt: skip
 
 # Price table: USD per instance-hour. SageMaker `ml.` prices for these types were not published

@@ -48,7 +48,7 @@ LAYERS: dict[str, Layer] = {
     "hardware": Layer(("hardware",), "instance catalog: GPUs, memory, peak FLOP/s, links, prices", _l("errors", "opt_ml"), TRAINING_STACK | AWS_STACK),
     "plan": Layer(("planner.plan",), "the Plan schema: the planner's output, the container's input", _l("spec"), TRAINING_STACK | AWS_STACK),
     "planner": Layer(("planner",), "memory model, step-time model, search, explanations (pure)", _l("spec", "hardware", "plan", "errors", "opt_ml"), TRAINING_STACK | AWS_STACK),
-    "job": Layer(("job",), "Plan + spec → CreateTrainingJob request, bundle, SDK view (pure)", _l("package", "spec", "hardware", "plan", "planner", "metrics", "errors", "opt_ml"), TRAINING_STACK | {"boto3"}, _l("botocore", "sagemaker")),
+    "job": Layer(("job",), "Plan + spec → CreateTrainingJob request, bundle (with the container's wheels), SDK view", _l("package", "spec", "hardware", "plan", "planner", "metrics", "errors", "opt_ml"), TRAINING_STACK | {"boto3"}, _l("botocore", "sagemaker")),
     "aws": Layer(("aws",), "every network call (boto3): S3, jobs, logs, training plans", _l("package", "job", "spec", "plan", "planner", "metrics", "errors"), TRAINING_STACK | {"click", "sagemaker"}, _l("boto3", "botocore")),
     "data": Layer(("data",), "the token shard format and `bsm data prepare`", _l("errors"), TRAINING_STACK | AWS_STACK, _l("tokenizers")),
     "local": Layer(("local",), "`bsm run-local`: an /opt/ml tree here, the real launcher", _l("spec", "hardware", "plan", "planner", "errors", "opt_ml"), TRAINING_STACK | AWS_STACK),

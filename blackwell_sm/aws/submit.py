@@ -64,6 +64,7 @@ def prepare(
 ) -> tuple[RunSpec, Plan, Any]:
     """(spec, plan, JobRequest) without any AWS call: what a dry run shows."""
     from blackwell_sm.job.request import build_job_request
+    from blackwell_sm.job.wheels import fetch_for
     from blackwell_sm.planner.api import make_plan
     from blackwell_sm.spec.run import with_overrides
 
@@ -78,7 +79,8 @@ def prepare(
             plan=plan,
             hint="; ".join(plan.advice) or "see `bsm plan SPEC`",
         )
-    return rs, plan, build_job_request(rs, plan, new=new, region=_region(rs))
+    wheels = fetch_for(rs, plan)  # the container's wheels: downloaded once, then cached
+    return rs, plan, build_job_request(rs, plan, new=new, region=_region(rs), wheelhouse=wheels)
 
 
 def submit(
@@ -166,7 +168,10 @@ def submit(
             allow_partial=allow_partial,
             say=say,
         )
-        jr = build_job_request(rs, plan, new=new, training_plan_arn=plan_info.arn, region=jr.region)
+        jr = build_job_request(
+            rs, plan, new=new, training_plan_arn=plan_info.arn, region=jr.region,
+            wheelhouse=jr.wheelhouse,
+        )  # fmt: skip
         warnings = list(jr.warnings) + fit.warnings
 
     check_bucket_region(aws.s3, jr.bundle_s3_uri, aws.region)

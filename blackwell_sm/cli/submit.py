@@ -170,6 +170,7 @@ def _show_dry_run(job: Any, output: str) -> None:
             f"# code bundle: {jr.bundle.size_bytes} bytes, {len(jr.bundle.files)} files, "
             f"→ {jr.bundle_s3_uri}"
         )
+        _show_carried(jr.bundle)
     for w in jr.warnings:
         say(f"warning: {w}")
     if placeholders:
@@ -177,3 +178,16 @@ def _show_dry_run(job: Any, output: str) -> None:
             "dry run OK, but `bsm submit` will refuse until these REPLACE-ME placeholders are "
             "set: " + ", ".join(placeholders)
         )
+
+
+def _show_carried(bundle: Any) -> None:
+    """What the container's bootstrap checks and what the bundle carries for it, and why."""
+    click.echo(f"# container requirements (wheels for {bundle.target}):")
+    for r in bundle.requirements:
+        where = "carried" if r.carried else "the image's"
+        click.echo(f"#   {r.name}{r.spec or ' (any)'}: {where}; {r.why}")
+    for w in bundle.carried:
+        click.echo(
+            f"#   wheel {w.file} ({w.size_bytes / 2**20:.2f} MiB) for {', '.join(w.needed_by)}"
+        )
+    click.echo(f"# carried wheels: {len(bundle.carried)}, {bundle.wheels_bytes / 2**20:.2f} MiB")

@@ -22,6 +22,7 @@ from blackwell_sm.job.images import default_image_uri
 from blackwell_sm.job.limits import MAX_RUNTIME_S
 from blackwell_sm.job.names import base_job_name, sha256_hex, spec_hash, unique_suffix
 from blackwell_sm.job.validate import validate_request
+from blackwell_sm.job.wheels import Wheelhouse, requirements_for
 from blackwell_sm.metrics import METRIC_REGEXES
 from blackwell_sm.opt_ml import DEFAULT_ROOT, ENV_MAX_RUNTIME_S, ENV_OPT_ML, OptMl
 from blackwell_sm.planner.plan import Plan
@@ -53,6 +54,9 @@ class JobRequest(BaseModel):
     region: str
     request: dict[str, Any] = Field(description="The exact CreateTrainingJob kwargs.")
     bundle: CodeBundle
+    wheelhouse: Wheelhouse = Field(
+        description="The container's requirements and carried wheels (fetch once, reuse)."
+    )
     bundle_s3_uri: str = Field(description="<code prefix>/<sha256>/bundle.tar.gz")
     checkpoint_s3_uri: str
     max_runtime_s: int
@@ -195,11 +199,14 @@ def build_job_request(
     new: bool = False,
     training_plan_arn: str | None = None,
     region: str | None = None,
+    wheelhouse: Wheelhouse | None = None,
 ) -> JobRequest:
     """Build and validate the CreateTrainingJob request for `spec` run as `plan`.
 
     `training_plan_arn` is the ARN the AWS layer resolved `compute.training_plan` (a name or
     'auto') into; `region` fills in `job.region` when the spec leaves it to the session.
+    `wheelhouse` is `job.wheels.fetch_wheels`'s result for this spec's requirements (the one
+    network-touching step, done by the caller); without it the bundle carries no wheels.
     Raises SpecError (naming the field and the limit) before anything is sent.
     """
     job = spec.job
@@ -222,9 +229,15 @@ def build_job_request(
     for path in placeholders:
         warnings.append(f"{path} is a REPLACE-ME placeholder: set it before submitting")
 
+    target, requirements, target_warnings = requirements_for(spec, plan)
+    warnings += target_warnings
+    if wheelhouse is None:
+        wheelhouse = Wheelhouse(target=target, requirements=requirements, wheels=[])
+    elif wheelhouse.requirements != requirements or wheelhouse.target != target:
+        raise ValueError("the wheelhouse was fetched for other requirements than this spec's")
     plan_json = plan.to_json()
     plan_sha = sha256_hex(plan_json.encode())
-    bundle = build_bundle(plan_json)
+    bundle = build_bundle(plan_json, wheelhouse)
     digest = spec_hash(spec, plan)
     base = base_job_name(spec.model.name, digest)
     name = base + unique_suffix() if new else base
@@ -331,6 +344,12 @@ def build_job_request(
     if job.max_retry_attempts is not None:
         request["RetryStrategy"] = {"MaximumRetryAttempts": job.max_retry_attempts}
 
+    if not wheelhouse.wheels:
+        warnings.append(
+            "the code bundle carries no wheels (none were fetched): the container stops at its "
+            "first second unless the image has "
+            + ", ".join(r.pip_spec for r in requirements if r.carried)
+        )
     validate_request(request, nvme_only=nvme_only)
     return JobRequest(
         job_name=name,
@@ -339,6 +358,7 @@ def build_job_request(
         region=region,
         request=request,
         bundle=bundle,
+        wheelhouse=wheelhouse,
         bundle_s3_uri=bundle_uri,
         checkpoint_s3_uri=checkpoint_uri,
         max_runtime_s=runtime_s,

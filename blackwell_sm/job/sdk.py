@@ -109,9 +109,12 @@ def model_trainer_and_request(
         boto_session = boto3.Session(region_name=region or os.environ.get("AWS_REGION"))
     else:
         boto_session = sagemaker_session.boto_session
+    from blackwell_sm.job.wheels import fetch_for
+
     req = build_job_request(
-        run, plan, training_plan_arn=training_plan_arn, region=boto_session.region_name
-    )
+        run, plan, training_plan_arn=training_plan_arn, region=boto_session.region_name,
+        wheelhouse=fetch_for(run, plan),
+    )  # fmt: skip
     refuse_placeholders(req)
     try:
         from sagemaker.core.helper.session_helper import Session
