@@ -10,7 +10,9 @@ from __future__ import annotations
 import re
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, PositiveInt, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from blackwell_sm.spec.types import Bool, Float, Int, PosInt
 
 PLACEHOLDER = "REPLACE-ME"
 MAX_RUNTIME_HOURS = 28 * 24  # CreateTrainingJob's MaxRuntimeInSeconds ceiling (28 days)
@@ -18,14 +20,61 @@ MAX_RUNTIME_HOURS = 28 * 24  # CreateTrainingJob's MaxRuntimeInSeconds ceiling (
 ROLE_ARN_RE = re.compile(r"^arn:aws[a-z\-]*:iam::\d{12}:role/[a-zA-Z_0-9+=,.@\-/]{1,512}$")
 REGION_RE = re.compile(r"^[a-z]{2}(-[a-z]+)+-\d$")
 S3_URI_RE = re.compile(r"^s3://(?P<bucket>[^/]+)(?P<key>/.*)?$")
-BUCKET_RE = re.compile(r"^(?!xn--)(?!.*\.\.)[a-z0-9][a-z0-9.\-]{1,61}[a-z0-9]$")
+# S3 general purpose bucket naming rules (Amazon S3 User Guide, "Bucket naming rules").
+BUCKET_RE = re.compile(r"^[a-z0-9][a-z0-9.\-]{1,61}[a-z0-9]$")
+BUCKET_RULES_SOURCE = "Amazon S3 User Guide, general purpose bucket naming rules"
+_BUCKET_IP_RE = re.compile(r"^\d{1,3}(\.\d{1,3}){3}$")
+_BUCKET_RESERVED_PREFIXES = ("xn--", "sthree-", "amzn-s3-demo-")
+_BUCKET_RESERVED_SUFFIXES = ("-s3alias", "--ol-s3", ".mrap", "--x-s3", "--table-s3")
+# ECR image reference: ACCOUNT.dkr.ecr[-fips].REGION.amazonaws.com[.cn]/REPO[:TAG|@sha256:DIGEST].
+# The repository part is ECR's RepositoryName pattern (botocore ecr model; a test compares).
+ECR_REPOSITORY_PATTERN = r"[a-z0-9]+((\.|_|__|-+)[a-z0-9]+)*(\/[a-z0-9]+((\.|_|__|-+)[a-z0-9]+)*)*"
+ECR_IMAGE_RE = re.compile(
+    r"^(?P<account>\d{12})\.dkr\.ecr(?:-fips)?\.(?P<region>[a-z]{2}(?:-[a-z]+)+-\d)"
+    r"\.amazonaws\.com(?:\.cn)?/(?P<repo>" + ECR_REPOSITORY_PATTERN + r")"
+    r"(?::(?P<tag>[A-Za-z0-9_][A-Za-z0-9_.\-]{0,127})|@sha256:(?P<digest>[a-f0-9]{64}))?$"
+)
 # SageMaker's ChannelName pattern and length (botocore model: ChannelName).
 CHANNEL_NAME_RE = re.compile(r"^[A-Za-z0-9.\-_]{1,64}$")
 ENV_KEY_RE = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]{0,511}$")
 KMS_KEY_RE = re.compile(r"^[a-zA-Z0-9:/_-]{1,2048}$")
 VPC_ID_RE = re.compile(r"^[-0-9a-zA-Z]{1,32}$")
-# Credentials never travel in a job's environment: the job role provides them.
-FORBIDDEN_ENV_KEYS = frozenset({"AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN"})
+# Credentials never travel in a job's environment: the job role provides them. Names (compared
+# upper-cased) from the AWS SDKs and Tools reference guide (environment variables), boto3's
+# credential providers and the legacy EC2 API tools; the container-credential and profile
+# variables are included because they would replace the role's credentials.
+FORBIDDEN_ENV_KEYS = frozenset(
+    {
+        "AWS_ACCESS_KEY_ID",
+        "AWS_SECRET_ACCESS_KEY",
+        "AWS_SESSION_TOKEN",
+        "AWS_SECURITY_TOKEN",
+        "AWS_ACCESS_KEY",
+        "AWS_SECRET_KEY",
+        "AWS_CREDENTIAL_EXPIRATION",
+        "AWS_CREDENTIAL_FILE",
+        "AWS_SHARED_CREDENTIALS_FILE",
+        "AWS_CONFIG_FILE",
+        "AWS_PROFILE",
+        "AWS_DEFAULT_PROFILE",
+        "AWS_ROLE_ARN",
+        "AWS_WEB_IDENTITY_TOKEN_FILE",
+        "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI",
+        "AWS_CONTAINER_CREDENTIALS_FULL_URI",
+        "AWS_CONTAINER_AUTHORIZATION_TOKEN",
+        "AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE",
+        "EC2_ACCESS_KEY",
+        "EC2_SECRET_KEY",
+    }
+)
+# Published credential formats: access key ids are 20 characters, a 4-letter prefix (AKIA
+# long-term, ASIA temporary; ABIA, ACCA, A3T* older) then 16 base32 characters (IAM User Guide,
+# "Unique identifiers"); secret access keys are 40 characters of base64.
+ACCESS_KEY_ID_RE = re.compile(
+    r"(?<![A-Z0-9])(?:AKIA|ASIA|ABIA|ACCA|A3T[A-Z0-9])[A-Z2-7]{16}(?![A-Z0-9])"
+)
+SECRET_KEY_RE = re.compile(r"(?<![A-Za-z0-9/+=])[A-Za-z0-9/+]{40}(?![A-Za-z0-9/+=])")
+_SECRETISH_NAME = re.compile(r"SECRET|KEY|TOKEN|CRED|PASS", re.IGNORECASE)
 RESERVED_CHANNELS = frozenset({"code"})  # the code bundle's channel
 RESERVED_ENV_PREFIX = "BSM_"  # set by the builder (BSM_MAX_RUNTIME_S, ...)
 
@@ -42,12 +91,71 @@ def check_s3_uri(v: str, *, strip: bool = True) -> str:
     if not m:
         raise ValueError(f"expected an S3 URI like s3://bucket/prefix, got {v!r}")
     bucket = m["bucket"]
-    if not is_placeholder(bucket) and not BUCKET_RE.match(bucket):
-        raise ValueError(
-            f"invalid S3 bucket name {bucket!r}: 3-63 lowercase letters, digits, dots and "
-            "hyphens, starting and ending with a letter or digit"
-        )
+    problem = None if is_placeholder(bucket) else bucket_problem(bucket)
+    if problem:
+        raise ValueError(f"invalid S3 bucket name {bucket!r}: {problem} ({BUCKET_RULES_SOURCE})")
     return v.rstrip("/") if strip else v
+
+
+def bucket_problem(bucket: str) -> str | None:
+    """Why S3 would refuse `bucket` as a general purpose bucket name, or None."""
+    if not BUCKET_RE.match(bucket):
+        return (
+            "3-63 lowercase letters, digits, dots and hyphens, starting and ending with a "
+            "letter or digit"
+        )
+    if ".." in bucket:
+        return "two adjacent dots"
+    if _BUCKET_IP_RE.match(bucket):
+        return "formatted as an IP address"
+    for prefix in _BUCKET_RESERVED_PREFIXES:
+        if bucket.startswith(prefix):
+            return f"the prefix {prefix!r} is reserved"
+    for suffix in _BUCKET_RESERVED_SUFFIXES:
+        if bucket.endswith(suffix):
+            return f"the suffix {suffix!r} is reserved"
+    return None
+
+
+def check_image_uri(v: str) -> str:
+    """An ECR image reference; anything else gets a message saying where the image must live."""
+    if is_placeholder(v) or ECR_IMAGE_RE.match(v):
+        return v
+    first = v.split("/", 1)[0]
+    if "/" not in v or ("." not in first and ":" not in first and first != "localhost"):
+        where = "a Docker Hub image"
+    elif "amazonaws.com" in first and ".dkr.ecr" not in first:
+        where = "an AWS address that is not an ECR registry"
+    elif ".dkr.ecr" in first:
+        where = "not a well-formed ECR image reference"
+    else:
+        where = f"an image on another registry ({first})"
+    raise ValueError(
+        f"job.image_uri {v!r} is {where}: SageMaker training pulls its image from Amazon ECR; "
+        "push the image to an ECR repository and give ACCOUNT.dkr.ecr.REGION.amazonaws.com/"
+        "REPOSITORY[:TAG|@sha256:DIGEST] (12-digit account, lowercase repository)"
+    )
+
+
+def credential_problem(env: dict[str, str]) -> str | None:
+    """The first environment entry that carries AWS credentials, as a message naming its key."""
+    tail = (
+        "must not be set in the job environment: the job's IAM role (job.role_arn) provides "
+        "credentials inside the container, and the environment is visible to anyone who can "
+        "call DescribeTrainingJob"
+    )
+    has_key_id = any(ACCESS_KEY_ID_RE.search(value) for value in env.values())
+    for key, value in env.items():
+        if key.upper() in FORBIDDEN_ENV_KEYS:
+            return f"{key} {tail}"
+        if ACCESS_KEY_ID_RE.search(value):
+            return f"job.environment.{key} holds an AWS access key id; credentials {tail}"
+        if SECRET_KEY_RE.search(value) and (has_key_id or _SECRETISH_NAME.search(key)):
+            return (
+                f"job.environment.{key} looks like an AWS secret access key (40 characters of "
+                f"base64); credentials {tail}"
+            )
+    return None
 
 
 class ChannelSpec(BaseModel):
@@ -100,21 +208,25 @@ class JobSpec(BaseModel):
         description="Training image; default: the pinned SageMaker PyTorch image for the region "
         "(PyTorch >= 2.7 with CUDA >= 12.8, needed for B200).",
     )
-    volume_size_gb: PositiveInt = Field(
-        100, description="EBS volume per instance (ignored on NVMe-only instances such as p6)."
+    volume_size_gb: PosInt = Field(
+        100,
+        le=16384,
+        description="EBS volume per instance in GB, 1..16384 (EBS gp3 maximum; ignored on "
+        "NVMe-only instances such as p6).",
     )
-    max_runtime_hours: float | None = Field(
+    max_runtime_hours: Float | None = Field(
         None,
         gt=0,
         le=MAX_RUNTIME_HOURS,
-        description="Stop the job after this long; default: the plan's predicted hours x "
-        "runtime_margin + 0.5 h, capped at 28 days.",
+        description="Stop the job after this long, in (0, 672] hours (SageMaker's 28-day "
+        "MaxRuntimeInSeconds maximum); default: the plan's predicted hours x runtime_margin + "
+        "0.5 h, capped at 28 days.",
     )
-    runtime_margin: float = Field(
-        1.5, ge=1.0, le=10.0, description="Multiplier on the predicted run time for the default."
+    runtime_margin: Float = Field(
+        1.5, ge=1.0, le=10.0, description="Multiplier on the predicted run time, in [1, 10]."
     )
-    max_retry_attempts: int | None = Field(
-        None, ge=1, le=30, description="SageMaker RetryStrategy: retries on internal errors."
+    max_retry_attempts: Int | None = Field(
+        None, ge=1, le=30, description="SageMaker RetryStrategy: retries on internal errors, 1..30."
     )
     tags: dict[str, str] = Field(
         default_factory=dict,
@@ -127,12 +239,16 @@ class JobSpec(BaseModel):
     volume_kms_key_id: str | None = Field(
         None, description="KMS key for the EBS volume (not allowed on NVMe-only instances)."
     )
-    enable_network_isolation: bool = Field(False, description="No network access in the container.")
-    encrypt_inter_container_traffic: bool = Field(
+    enable_network_isolation: Bool = Field(False, description="No network access in the container.")
+    encrypt_inter_container_traffic: Bool = Field(
         False, description="Encrypt traffic between instances (slower collectives)."
     )
-    keep_alive_minutes: int | None = Field(
-        None, ge=0, le=360, description="Warm pool: keep instances this long after the job."
+    keep_alive_minutes: Int | None = Field(
+        None,
+        ge=0,
+        le=360,
+        description="Warm pool: keep instances this long after the job, 0..360 minutes "
+        "(ResourceConfig.KeepAlivePeriodInSeconds max 21600, botocore model).",
     )
     output_compression: Literal["NONE", "GZIP"] = Field(
         "NONE", description="model.tar.gz compression; NONE saves hours on large checkpoints."
@@ -149,6 +265,11 @@ class JobSpec(BaseModel):
                 f"expected an IAM role ARN like arn:aws:iam::123456789012:role/NAME, got {v!r}"
             )
         return v
+
+    @field_validator("image_uri")
+    @classmethod
+    def _image(cls, v: str | None) -> str | None:
+        return None if v is None else check_image_uri(v)
 
     @field_validator("region")
     @classmethod
@@ -178,12 +299,10 @@ class JobSpec(BaseModel):
     @field_validator("environment")
     @classmethod
     def _env(cls, v: dict[str, str]) -> dict[str, str]:
+        problem = credential_problem(v)
+        if problem:
+            raise ValueError(problem)
         for key in v:
-            if key in FORBIDDEN_ENV_KEYS:
-                raise ValueError(
-                    f"{key} must not be set in the job environment: the job role provides "
-                    "credentials, and the environment is visible in DescribeTrainingJob"
-                )
             if not ENV_KEY_RE.match(key):
                 raise ValueError(
                     f"invalid environment variable name {key!r}: letters, digits and '_', "

@@ -120,23 +120,16 @@ def parse_spec(data: Any, *, source: str = "spec") -> RunSpec:
 
 
 def load_spec(path: str | Path) -> RunSpec:
-    """Read a YAML spec file into a RunSpec; any problem is a SpecError naming the field."""
-    import yaml
+    """Read a YAML (or JSON) spec file into a RunSpec: the one spec-loading path.
 
-    p = Path(path)
-    try:
-        text = p.read_text()
-    except OSError as e:
-        raise SpecError(f"cannot read spec file {p}: {e.strerror}", field="SPEC") from None
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as e:
-        where = getattr(e, "problem_mark", None)
-        at = f" at line {where.line + 1}, column {where.column + 1}" if where else ""
-        raise SpecError(
-            f"{p} is not valid YAML{at}: {getattr(e, 'problem', e)}", field="SPEC"
-        ) from None
-    return parse_spec(data, source=str(p))
+    The file goes through `blackwell_sm.safe_load` (regular file, size cap, UTF-8, YAML 1.2
+    scalars, no duplicate keys, depth and integer limits); any problem is a SpecError naming
+    the field.
+    """
+    from blackwell_sm.safe_load import load_mapping
+
+    data = load_mapping(path, field="SPEC")
+    return parse_spec(data, source=str(path))
 
 
 def spec_from_preset(name: str) -> RunSpec:
