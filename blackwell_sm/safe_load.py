@@ -184,7 +184,7 @@ def parse_yaml(text: str, *, name: str = "<string>", field: str = "SPEC") -> Any
 
 def parse_scalar(raw: str, *, field: str) -> Any:
     """A YAML scalar typed by the same rules (for `--set KEY=VALUE`); plain text stays text."""
-    value = parse_yaml(raw, name=f"{field}={raw[:40]!r}", field=field)
+    value = parse_yaml(raw, name=f"the value of --set {field}", field=field)
     if isinstance(value, (dict, list)):
         raise SpecError(f"{field}: value must be a scalar, got {raw!r}", field=field)
     return value

@@ -72,8 +72,16 @@ def submit(
     from the spec's checkpoints.
     """
     from blackwell_sm.aws.submit import submit as do_submit
+    from blackwell_sm.errors import SpecError
     from blackwell_sm.spec import load_spec, with_overrides
 
+    for flag, on, what in (("--wait", wait, "wait for"), ("--logs", follow_logs, "follow")):
+        if dry_run and on:
+            raise SpecError(
+                f"--dry-run and {flag} conflict: a dry run creates no job to {what}",
+                field=flag,
+                hint=f"drop {flag} for a dry run, or --dry-run to submit",
+            )
     spec = load_spec(spec_path)
     if region:
         spec = with_overrides(spec, {"job.region": region})

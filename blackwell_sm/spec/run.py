@@ -77,6 +77,17 @@ def _allowed_keys(model: type[BaseModel], loc: tuple[Any, ...]) -> list[str] | N
     return None
 
 
+_YAML11_WORDS = {"yes", "no", "on", "off", "y", "n"}
+
+
+def _shown(value: Any) -> str:
+    """A short literal view of a refused value (with the YAML 1.1 trap explained)."""
+    text = repr(value) if not isinstance(value, str) or len(value) <= 40 else repr(value[:40] + "…")
+    if isinstance(value, str) and value.lower() in _YAML11_WORDS:
+        text += ", text: YAML 1.2 reads yes/no/on/off as strings; write true/false or a number"
+    return text
+
+
 def spec_error(
     err: ValidationError, *, root: type[BaseModel] = RunSpec, source: str = "spec"
 ) -> SpecError:
@@ -101,6 +112,8 @@ def spec_error(
             if loc == ("model",):
                 msg += f"; or a preset name: {', '.join(PRESETS)}"
             msg += f" (got {type(e.get('input')).__name__})"
+        elif "input" in e and isinstance(e["input"], (str, int, float, bool)):
+            msg += f" (got {_shown(e['input'])})"
         lines.append(f"  {path}: {msg}")
     return SpecError(f"invalid {source}:\n" + "\n".join(lines), field=first_field)
 
@@ -140,6 +153,24 @@ def spec_from_preset(name: str) -> RunSpec:
 _CONFIG_KEYS_ON_TRAINING = {"seq_len", "precision", "activation_checkpointing"}
 
 
+def override_path(key: str) -> str:
+    """The dotted spec path an override key sets (`seq_len` -> `training.seq_len`)."""
+    from blackwell_sm.spec.training import PlannerPins
+
+    if key in _CONFIG_KEYS_ON_TRAINING:
+        return f"training.{key}"
+    if key in PlannerPins.model_fields:
+        return f"training.pins.{key}"
+    if "." in key and all(key.split(".")):
+        return key
+    allowed = sorted(_CONFIG_KEYS_ON_TRAINING | set(PlannerPins.model_fields))
+    raise SpecError(
+        f"unknown --set key {key!r}; allowed: {', '.join(allowed)} or a dotted spec path "
+        "such as training.optimizer.lr",
+        field=key,
+    )
+
+
 def with_overrides(spec: RunSpec, overrides: dict[str, Any]) -> RunSpec:
     """Apply `--set key=value` style overrides (plan `config` keys or dotted spec paths).
 
@@ -148,21 +179,8 @@ def with_overrides(spec: RunSpec, overrides: dict[str, Any]) -> RunSpec:
     that field. The result is validated again.
     """
     data = spec.model_dump(mode="python", exclude_none=False)
-    pin_keys = set(type(spec.training.pins).model_fields)
     for key, value in overrides.items():
-        if key in _CONFIG_KEYS_ON_TRAINING:
-            path = ["training", key]
-        elif key in pin_keys:
-            path = ["training", "pins", key]
-        elif "." in key:
-            path = key.split(".")
-        else:
-            allowed = sorted(_CONFIG_KEYS_ON_TRAINING | pin_keys)
-            raise SpecError(
-                f"unknown --set key {key!r}; allowed: {', '.join(allowed)} or a dotted spec path "
-                "such as training.optimizer.lr",
-                field=key,
-            )
+        path = override_path(key).split(".")
         node = data
         for part in path[:-1]:
             if not isinstance(node.get(part), dict):
