@@ -12,7 +12,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from blackwell_sm.spec.types import Bool, Float, Int, PosInt
+from blackwell_sm.spec.types import Bool, Float, Int, KeyedValueError, PosInt
 
 PLACEHOLDER = "REPLACE-ME"
 MAX_RUNTIME_HOURS = 28 * 24  # CreateTrainingJob's MaxRuntimeInSeconds ceiling (28 days)
@@ -131,14 +131,14 @@ def check_image_uri(v: str) -> str:
     else:
         where = f"an image on another registry ({first})"
     raise ValueError(
-        f"job.image_uri {v!r} is {where}: SageMaker training pulls its image from Amazon ECR; "
+        f"{v!r} is {where}: SageMaker training pulls its image from Amazon ECR; "
         "push the image to an ECR repository and give ACCOUNT.dkr.ecr.REGION.amazonaws.com/"
         "REPOSITORY[:TAG|@sha256:DIGEST] (12-digit account, lowercase repository)"
     )
 
 
-def credential_problem(env: dict[str, str]) -> str | None:
-    """The first environment entry that carries AWS credentials, as a message naming its key."""
+def credential_problem(env: dict[str, str]) -> tuple[str, str] | None:
+    """(key, message) for the first environment entry that carries AWS credentials."""
     tail = (
         "must not be set in the job environment: the job's IAM role (job.role_arn) provides "
         "credentials inside the container, and the environment is visible to anyone who can "
@@ -147,12 +147,12 @@ def credential_problem(env: dict[str, str]) -> str | None:
     has_key_id = any(ACCESS_KEY_ID_RE.search(value) for value in env.values())
     for key, value in env.items():
         if key.upper() in FORBIDDEN_ENV_KEYS:
-            return f"{key} {tail}"
+            return key, f"{key} is an AWS credential variable and {tail}"
         if ACCESS_KEY_ID_RE.search(value):
-            return f"job.environment.{key} holds an AWS access key id; credentials {tail}"
+            return key, f"the value of {key} holds an AWS access key id; credentials {tail}"
         if SECRET_KEY_RE.search(value) and (has_key_id or _SECRETISH_NAME.search(key)):
-            return (
-                f"job.environment.{key} looks like an AWS secret access key (40 characters of "
+            return key, (
+                f"the value of {key} looks like an AWS secret access key (40 characters of "
                 f"base64); credentials {tail}"
             )
     return None
@@ -288,12 +288,15 @@ class JobSpec(BaseModel):
     def _channel_names(cls, v: dict[str, ChannelSpec]) -> dict[str, ChannelSpec]:
         for name in v:
             if not CHANNEL_NAME_RE.match(name):
-                raise ValueError(
+                raise KeyedValueError(
                     f"invalid channel name {name!r}: 1-64 characters of letters, digits, "
-                    "'.', '-' and '_' (SageMaker ChannelName)"
+                    "'.', '-' and '_' (SageMaker ChannelName)",
+                    key=name,
                 )
             if name in RESERVED_CHANNELS:
-                raise ValueError(f"channel name {name!r} is reserved for the code bundle")
+                raise KeyedValueError(
+                    f"channel name {name!r} is reserved for the code bundle", key=name
+                )
         return v
 
     @field_validator("environment")
@@ -301,15 +304,18 @@ class JobSpec(BaseModel):
     def _env(cls, v: dict[str, str]) -> dict[str, str]:
         problem = credential_problem(v)
         if problem:
-            raise ValueError(problem)
+            raise KeyedValueError(problem[1], key=problem[0])
         for key in v:
             if not ENV_KEY_RE.match(key):
-                raise ValueError(
+                raise KeyedValueError(
                     f"invalid environment variable name {key!r}: letters, digits and '_', "
-                    "not starting with a digit"
+                    "not starting with a digit",
+                    key=key,
                 )
             if key.startswith(RESERVED_ENV_PREFIX):
-                raise ValueError(f"{key}: names starting with BSM_ are set by the toolkit")
+                raise KeyedValueError(
+                    f"{key}: names starting with BSM_ are set by the toolkit", key=key
+                )
         return v
 
     @field_validator("tags")
@@ -317,7 +323,9 @@ class JobSpec(BaseModel):
     def _tags(cls, v: dict[str, str]) -> dict[str, str]:
         for key in v:
             if key.lower().startswith(("aws:", "bsm:")):
-                raise ValueError(f"tag key {key!r}: the aws: and bsm: prefixes are reserved")
+                raise KeyedValueError(
+                    f"tag key {key!r}: the aws: and bsm: prefixes are reserved", key=key
+                )
         return v
 
     @field_validator("subnets", "security_group_ids")

@@ -13,6 +13,7 @@ from blackwell_sm.spec.job import JobSpec
 from blackwell_sm.spec.model import ModelSpec
 from blackwell_sm.spec.presets import PRESETS, get_preset
 from blackwell_sm.spec.training import TrainingSpec
+from blackwell_sm.spec.types import KeyedValueError
 
 
 class RunSpec(BaseModel):
@@ -96,6 +97,9 @@ def spec_error(
     first_field = None
     for e in err.errors():
         loc = tuple(p for p in e["loc"] if not (isinstance(p, str) and p.startswith("function-")))
+        cause = (e.get("ctx") or {}).get("error")
+        if isinstance(cause, KeyedValueError):  # one entry of a mapping: name its key
+            loc = (*loc, cause.key)
         path = ".".join(str(p) for p in loc) or "(top level)"
         first_field = first_field or path
         msg = e["msg"].removeprefix("Value error, ")
@@ -112,7 +116,7 @@ def spec_error(
             if loc == ("model",):
                 msg += f"; or a preset name: {', '.join(PRESETS)}"
             msg += f" (got {type(e.get('input')).__name__})"
-        elif "input" in e and isinstance(e["input"], (str, int, float, bool)):
+        elif e["type"] != "value_error" and isinstance(e.get("input"), (str, int, float, bool)):
             msg += f" (got {_shown(e['input'])})"
         lines.append(f"  {path}: {msg}")
     return SpecError(f"invalid {source}:\n" + "\n".join(lines), field=first_field)

@@ -37,3 +37,11 @@ TokenCount = Annotated[int, Strict(), Gt(0), Le(FLOAT64_EXACT)]
 StepCount = Annotated[int, Strict(), Gt(0), Le(INT32_MAX)]
 NonNegStepCount = Annotated[int, Strict(), Ge(0), Le(INT32_MAX)]
 Beta = Annotated[float, Strict(), AllowInfNan(False), Ge(0), Lt(1)]
+
+
+class KeyedValueError(ValueError):
+    """A validation error about one entry of a mapping field; the spec path gets `.KEY`."""
+
+    def __init__(self, message: str, *, key: str) -> None:
+        super().__init__(message)
+        self.key = key
