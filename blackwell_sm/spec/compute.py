@@ -21,7 +21,9 @@ class ComputeSpec(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     instance_type: str = Field(
-        "ml.p6-b200.48xlarge", max_length=64, description="SageMaker instance type (the catalog's)."
+        "ml.p6-b200.48xlarge",
+        max_length=64,
+        description="SageMaker instance type (the catalog's; at most 64 characters).",
     )
     instance_count: PosInt | Literal["auto"] = Field(
         1,
@@ -29,7 +31,7 @@ class ComputeSpec(BaseModel):
         "type), or 'auto': the fewest that fit (or meet deadline_hours).",
     )
     deadline_hours: PosFloat | None = Field(
-        None, le=1e6, description="Finish within this many hours, in (0, 1e6]."
+        None, le=1e6, description="Finish within this many hours, in (0, 1000000]."
     )
     training_plan: str | None = Field(
         None, description="Flexible Training Plan: an ARN, a plan name, or 'auto' to search."
@@ -37,7 +39,7 @@ class ComputeSpec(BaseModel):
     price_per_hour: PosFloat | None = Field(
         None,
         le=1e6,
-        description="USD per instance-hour, in (0, 1e6]; overrides the catalog's price table.",
+        description="USD per instance-hour, in (0, 1000000]; overrides the catalog's price table.",
     )
 
     @field_validator("training_plan")

@@ -40,7 +40,7 @@ class ModelSpec(BaseModel):
         le=MAX_HEADS, description=f"Attention (query) heads, 1..{MAX_HEADS}; must divide d_model."
     )
     n_kv_heads: PosInt = Field(
-        le=MAX_HEADS, description="Key/value heads (GQA); must divide n_heads."
+        le=MAX_HEADS, description=f"Key/value heads (GQA), 1..{MAX_HEADS}; must divide n_heads."
     )
     ffn_dim: PosInt = Field(
         le=MAX_WIDTH, description=f"SwiGLU inner size (w1, w3: d_model->ffn_dim), 1..{MAX_WIDTH}."

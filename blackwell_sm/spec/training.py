@@ -70,12 +70,14 @@ class ScheduleSpec(_Strict):
 class CheckpointSpec(_Strict):
     """When and how checkpoints are written under /opt/ml/checkpoints."""
 
-    interval_steps: StepCount | None = Field(500, description="Save every N steps; null: off.")
+    interval_steps: StepCount | None = Field(
+        500, description=f"Save every N steps, 1..{INT32_MAX}; null: off."
+    )
     interval_minutes: PosFloat | None = Field(30.0, description="Save every M minutes (> 0).")
     keep_last: PosInt = Field(2, le=1000, description="Complete checkpoints to keep, 1..1000.")
     async_save: Bool = Field(True, description="Save asynchronously on GPU when the plan allows.")
     expiry_margin_s: PosFloat = Field(
-        600.0, description="Save this long before capacity expiry or max runtime."
+        600.0, description="Save this long (seconds, > 0) before capacity expiry or max runtime."
     )
 
 
@@ -87,17 +89,23 @@ class DataSpec(_Strict):
     )
     train_channel: str = Field("train", description="Channel holding the training shards.")
     validation_channel: str | None = Field(None, description="Channel for validation shards.")
-    validation_interval_steps: StepCount | None = Field(None, description="Validate every N.")
-    validation_steps: StepCount = Field(10, description="Batches per validation pass.")
+    validation_interval_steps: StepCount | None = Field(
+        None, description=f"Validate every N steps, 1..{INT32_MAX}."
+    )
+    validation_steps: StepCount = Field(
+        10, description=f"Batches per validation pass, 1..{INT32_MAX}."
+    )
 
 
 class PlannerPins(_Strict):
     """Fix any planner knob; unset knobs are searched. Keys are the plan's `config` keys."""
 
-    shard_degree: PosInt | None = Field(None, description="GPUs each parameter is sharded on.")
-    replicate_degree: PosInt | None = Field(None, description="HSDP replica groups.")
-    micro_batch_size: PosInt | None = Field(None, description="Sequences per GPU per pass.")
-    grad_accum_steps: PosInt | None = Field(None, description="Micro-batches per step.")
+    shard_degree: PosInt | None = Field(
+        None, description="GPUs each parameter is sharded on (>= 1)."
+    )
+    replicate_degree: PosInt | None = Field(None, description="HSDP replica groups (>= 1).")
+    micro_batch_size: PosInt | None = Field(None, description="Sequences per GPU per pass (>= 1).")
+    grad_accum_steps: PosInt | None = Field(None, description="Micro-batches per step (>= 1).")
     compile: Bool | None = Field(None, description="torch.compile each block.")
     reshard_after_forward: Bool | None = Field(None, description="Free gathered params after fwd.")
 
@@ -109,12 +117,12 @@ class TrainingSpec(_Strict):
         4096,
         le=MAX_SEQ,
         description="Tokens per sequence (default 4096, or the model's max_seq_len if shorter); "
-        "at most the model's max_seq_len.",
+        f"1..{MAX_SEQ} and at most the model's max_seq_len.",
     )
     global_batch_tokens: TokenCount | None = Field(
         None,
         description="Tokens per optimizer step (default 4,194,304 = 4Mi when neither is set); "
-        f"at most {FLOAT64_EXACT} (2**53, exact in the planner's float64 arithmetic).",
+        f"1..{FLOAT64_EXACT} (2**53, exact in the planner's float64 arithmetic).",
     )
     global_batch_seqs: StepCount | None = Field(
         None, description=f"Sequences per optimizer step, 1..{INT32_MAX}."
@@ -138,7 +146,9 @@ class TrainingSpec(_Strict):
         description=f"Seed for init, data order and dropout-free RNG, 0..{SEED_MAX} "
         "(numpy.random.seed's range).",
     )
-    log_interval_steps: StepCount = Field(1, description="Log metrics every N steps.")
+    log_interval_steps: StepCount = Field(
+        1, description=f"Log metrics every N steps, 1..{INT32_MAX}."
+    )
     export_model: Bool = Field(True, description="Write safetensors + config.json at the end.")
     pins: PlannerPins = Field(default_factory=PlannerPins)
 
