@@ -40,7 +40,7 @@ def _parse_sets(items: tuple[str, ...]) -> dict[str, Any]:
         path = override_path(key)
         if path in seen and out[seen[path]] != value:
             raise SpecError(
-                f"--set {seen[path]}={out[seen[path]]!r} and --set {key}={value!r} both set "
+                f"--set {seen[path]}={out[seen[path]]} and --set {key}={value} both set "
                 f"{path}; give it once",
                 field=path,
             )
@@ -72,7 +72,7 @@ def check_flag_conflicts(flags: dict[str, Any], sets: dict[str, Any]) -> None:
             hit = next((p for p in FLAG_PATHS[flag] if path == p), None)
             if hit:
                 raise SpecError(
-                    f"{flag} {value} and --set {key}={set_value!r} both set {hit}; give one",
+                    f"{flag} {value} and --set {key}={set_value} both set {hit}; give one",
                     field=hit,
                     hint=f"drop {flag} or the --set {key}",
                 )

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from types import UnionType
+from typing import Annotated, Any, Union, get_args, get_origin
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
@@ -78,6 +79,45 @@ def _allowed_keys(model: type[BaseModel], loc: tuple[Any, ...]) -> list[str] | N
     return None
 
 
+def _unwrap(annotation: Any) -> Any:
+    """The model, dict or tuple type inside `X | None` / `Annotated[X, ...]`, else `annotation`."""
+    while get_origin(annotation) is Annotated:
+        annotation = get_args(annotation)[0]
+    if get_origin(annotation) in (Union, UnionType):
+        inner = [a for a in get_args(annotation) if a is not type(None)]
+        if len(inner) == 1:
+            return _unwrap(inner[0])
+    return annotation
+
+
+def _clean_loc(root: type[BaseModel], loc: tuple[Any, ...]) -> tuple[Any, ...]:
+    """The spec path of an error location: field names, mapping keys and list indexes only.
+
+    pydantic also puts the tag of a union member (`constrained-int`, `literal['auto']`) or of a
+    validator (`function-after[...]`) in `loc`; those are not places in the spec.
+    """
+    out: list[Any] = []
+    current: Any = root
+    for part in loc:
+        if isinstance(part, str) and part.startswith("function-"):
+            continue
+        if isinstance(current, type) and issubclass(current, BaseModel):
+            field = current.model_fields.get(str(part))
+            out.append(part)
+            current = _unwrap(field.annotation) if field is not None else None
+        elif get_origin(current) is dict:
+            out.append(part)
+            current = _unwrap(get_args(current)[1])
+        elif get_origin(current) in (tuple, list) and isinstance(part, int):
+            out.append(part)
+            args = get_args(current)
+            current = _unwrap(args[min(part, len(args) - 1)]) if args else None
+        elif current is None:
+            out.append(part)
+        # else: a union member's tag, not a path
+    return tuple(out)
+
+
 _YAML11_WORDS = {"yes", "no", "on", "off", "y", "n"}
 
 
@@ -96,7 +136,7 @@ def spec_error(
     lines = []
     first_field = None
     for e in err.errors():
-        loc = tuple(p for p in e["loc"] if not (isinstance(p, str) and p.startswith("function-")))
+        loc = _clean_loc(root, e["loc"])
         cause = (e.get("ctx") or {}).get("error")
         if isinstance(cause, KeyedValueError):  # one entry of a mapping: name its key
             loc = (*loc, cause.key)
