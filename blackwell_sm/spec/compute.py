@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import re
-from typing import Literal
+from typing import Annotated, Literal
 
+from annotated_types import Le
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from blackwell_sm.spec.types import PosFloat, PosInt
+from blackwell_sm.spec.types import MAX_INSTANCES, PosFloat, PosInt
 
 TRAINING_PLAN_ARN_RE = re.compile(
     r"^arn:aws[a-z\-]*:sagemaker:[a-z0-9\-]+:\d{12}:training-plan/[a-zA-Z0-9](-*[a-zA-Z0-9]){0,63}$"
@@ -25,10 +26,10 @@ class ComputeSpec(BaseModel):
         max_length=64,
         description="SageMaker instance type (the catalog's; at most 64 characters).",
     )
-    instance_count: PosInt | Literal["auto"] = Field(
+    instance_count: Annotated[PosInt, Le(MAX_INSTANCES)] | Literal["auto"] = Field(
         1,
-        description="Instances (a whole number >= 1; the planner checks it against the instance "
-        "type), or 'auto': the fewest that fit (or meet deadline_hours).",
+        description=f"Instances, 1..{MAX_INSTANCES} (toolkit bound; the account's SageMaker "
+        "quota is usually lower), or 'auto': the fewest that fit (or meet deadline_hours).",
     )
     deadline_hours: PosFloat | None = Field(
         None, le=1e6, description="Finish within this many hours, in (0, 1000000]."

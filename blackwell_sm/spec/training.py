@@ -10,6 +10,8 @@ from blackwell_sm.spec.types import (
     FLOAT64_EXACT,
     INT32_MAX,
     LR_MAX,
+    MAX_GPUS,
+    MAX_PIN,
     MAX_SEQ,
     SEED_MAX,
     Beta,
@@ -101,11 +103,17 @@ class PlannerPins(_Strict):
     """Fix any planner knob; unset knobs are searched. Keys are the plan's `config` keys."""
 
     shard_degree: PosInt | None = Field(
-        None, description="GPUs each parameter is sharded on (>= 1)."
+        None, le=MAX_GPUS, description=f"GPUs each parameter is sharded on, 1..{MAX_GPUS}."
     )
-    replicate_degree: PosInt | None = Field(None, description="HSDP replica groups (>= 1).")
-    micro_batch_size: PosInt | None = Field(None, description="Sequences per GPU per pass (>= 1).")
-    grad_accum_steps: PosInt | None = Field(None, description="Micro-batches per step (>= 1).")
+    replicate_degree: PosInt | None = Field(
+        None, le=MAX_GPUS, description=f"HSDP replica groups, 1..{MAX_GPUS}."
+    )
+    micro_batch_size: PosInt | None = Field(
+        None, le=MAX_PIN, description=f"Sequences per GPU per pass, 1..{MAX_PIN}."
+    )
+    grad_accum_steps: PosInt | None = Field(
+        None, le=MAX_PIN, description=f"Micro-batches per step, 1..{MAX_PIN}."
+    )
     compile: Bool | None = Field(None, description="torch.compile each block.")
     reshard_after_forward: Bool | None = Field(None, description="Free gathered params after fwd.")
 

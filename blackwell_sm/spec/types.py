@@ -30,6 +30,9 @@ MAX_WIDTH = 2**17  # toolkit bound on d_model / ffn_dim (131,072; llama-3.1-405b
 MAX_HEADS = 1024  # toolkit bound (llama-3.1-405b: 128)
 MAX_VOCAB = 2**32  # token shards store ids as uint16 or uint32 (blackwell_sm.train.data)
 MAX_SEQ = 2**24  # toolkit bound: 16 Mi tokens, 128x the longest preset context
+MAX_INSTANCES = 1024  # toolkit bound: the planner's models are not validated past 1024 nodes
+MAX_GPUS = MAX_INSTANCES * 8  # shard / replicate degrees cannot exceed the GPUs of the run
+MAX_PIN = 2**20  # toolkit bound on micro-batch and accumulation pins
 LR_MAX = 1.0  # toolkit bound; torch.optim.AdamW itself requires 0 <= lr
 
 SeedInt = Annotated[int, Strict(), Ge(0), Le(SEED_MAX)]

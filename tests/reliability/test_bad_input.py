@@ -658,7 +658,8 @@ def test_long_mode_fuzz_python_api():
     """Generate N specs (mutations of every template), load each from a file and plan it.
 
     Only SpecError / InfeasiblePlanError may come out. Run by hand:
-    `BSM_FUZZ=10000 .venv/bin/python -m pytest tests/reliability/test_bad_input.py -k long_mode -s`
+    `BSM_FUZZ=10000 .venv/bin/python -m pytest tests/reliability/test_bad_input.py -k long_mode -s
+    -o timeout=0`. A spec that takes over 5 s (a hang in the making) is a finding too.
     """
     import os
     import random
@@ -681,22 +682,28 @@ def test_long_mode_fuzz_python_api():
     ]  # fmt: skip
     counts = {"ok": 0, "spec_error": 0, "infeasible": 0}
     findings: list[str] = []
+    slowest = 0.0
     start = time.perf_counter()
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "spec.yaml"
         for i in range(n):
             data = copy.deepcopy(rng.choice(templates))
             paths = sorted({*_leaf_paths(data), *_PATHS})
-            for _ in range(rng.randint(1, 4)):
-                value = rng.choice(nasty) if rng.random() < 0.8 else DELETE
-                data = _with(data, rng.choice(paths), value)
-            if rng.random() < 0.3:
-                text = yaml.safe_dump(data)
-            else:  # YAML 1.1 words, duplicates and odd scalars as text
-                text = yaml.safe_dump(data) + rng.choice(
-                    ["", "model: tiny\n", "x: yes\n", "seed: 1_000\n", "a: !!binary aGk=\n"]
-                )
+            for _ in range(rng.randint(1, 3)):
+                path_ = rng.choice(paths)
+                roll = rng.random()
+                if roll < 0.45:  # near the old value: most of these should plan
+                    value = _nudge(rng, _get(data, path_))
+                elif roll < 0.9:
+                    value = rng.choice(nasty)
+                else:
+                    value = DELETE
+                data = _with(data, path_, value)
+            text = yaml.safe_dump(data)
+            if rng.random() < 0.1:  # YAML 1.1 words, duplicates and odd scalars as text
+                text += rng.choice(["model: tiny\n", "x: yes\n", "a: !!binary aGk=\n"])
             path.write_text(text)
+            t0 = time.perf_counter()
             try:
                 make_plan(load_spec(path))
                 counts["ok"] += 1
@@ -706,9 +713,33 @@ def test_long_mode_fuzz_python_api():
                 counts["infeasible"] += 1
             except Exception as e:  # a finding: anything else is a bug
                 findings.append(f"{i}: {type(e).__name__}: {e}\n{text[:400]}")
+            took_one = time.perf_counter() - t0
+            slowest = max(slowest, took_one)
+            if took_one > 5:
+                findings.append(f"{i}: took {took_one:.1f} s\n{text[:400]}")
     took = time.perf_counter() - start
-    print(f"\nBSM_FUZZ={n}: {counts}, {len(findings)} findings, {took:.1f} s")
+    print(
+        f"\nBSM_FUZZ={n}: {counts}, {len(findings)} findings, {took:.1f} s "
+        f"(slowest spec {slowest:.2f} s)"
+    )
     assert not findings, "\n\n".join(findings[:5])
+
+
+def _get(data: dict[str, Any], path: str) -> Any:
+    node: Any = data
+    for p in path.split("."):
+        node = node.get(p) if isinstance(node, dict) else None
+    return node
+
+
+def _nudge(rng: Any, value: Any) -> Any:
+    """A value near `value`: numbers scaled or shifted, other values kept."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return value if rng.random() < 0.5 else rng.choice([1, 2, 8, 0.5, "auto"])
+    factor = rng.choice([0.5, 2, 4, 10, 1000])
+    if isinstance(value, int):
+        return max(0, int(value * factor) + rng.choice([-1, 0, 1]))
+    return value * factor
 
 
 def _with(data: dict[str, Any], path: str, value: Any) -> dict[str, Any]:
