@@ -247,13 +247,17 @@ def parse_json(text: str, *, name: str = "<string>", field: str = "FILE") -> Any
     return data
 
 
-def read_text(path: str | Path, *, field: str = "FILE", max_bytes: int = MAX_BYTES) -> str:
-    """A regular file's text: at most `max_bytes`, strict UTF-8 (a leading BOM is dropped)."""
+def read_text(
+    path: str | Path, *, field: str = "FILE", max_bytes: int = MAX_BYTES, label: str = "file"
+) -> str:
+    """A regular file's text: at most `max_bytes`, strict UTF-8 (a leading BOM is dropped).
+
+    `label` names the file in messages ("spec file", "plan file")."""
     p = Path(path)
     try:
         st = os.stat(p)
     except OSError as e:
-        raise SpecError(f"cannot read {p}: {e.strerror}", field=field) from None
+        raise SpecError(f"cannot read {label} {p}: {e.strerror}", field=field) from None
     if not stat.S_ISREG(st.st_mode):
         kind = "a directory" if stat.S_ISDIR(st.st_mode) else "not a regular file"
         raise SpecError(f"{p} is {kind}; expected a regular file", field=field)
@@ -269,7 +273,7 @@ def read_text(path: str | Path, *, field: str = "FILE", max_bytes: int = MAX_BYT
                 raise SpecError(f"{p} is not a regular file", field=field)
             data = f.read(max_bytes + 1)
     except OSError as e:
-        raise SpecError(f"cannot read {p}: {e.strerror}", field=field) from None
+        raise SpecError(f"cannot read {label} {p}: {e.strerror}", field=field) from None
     if len(data) > max_bytes:
         raise SpecError(f"{p} is over {max_bytes:,} bytes", field=field)
     try:
@@ -289,10 +293,11 @@ def load_mapping(
     field: str = "FILE",
     fmt: str | None = None,
     max_bytes: int = MAX_BYTES,
+    label: str = "file",
 ) -> dict[str, Any]:
     """Read a YAML or JSON file (by suffix, or `fmt`) that must hold a mapping at the top."""
     p = Path(path)
-    text = read_text(p, field=field, max_bytes=max_bytes)
+    text = read_text(p, field=field, max_bytes=max_bytes, label=label)
     kind = fmt or ("json" if p.suffix.lower() == ".json" else "yaml")
     data = (
         parse_json(text, name=str(p), field=field)

@@ -185,7 +185,7 @@ def load_spec(path: str | Path) -> RunSpec:
     """
     from blackwell_sm.safe_load import load_mapping
 
-    data = load_mapping(path, field="SPEC")
+    data = load_mapping(path, field="SPEC", label="spec file")
     return parse_spec(data, source=str(path))
 
 

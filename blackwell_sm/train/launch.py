@@ -143,7 +143,9 @@ def read_plan(path: Path) -> Plan:
     from blackwell_sm.safe_load import load_mapping
 
     try:
-        return Plan.model_validate(load_mapping(path, field="plan.json", fmt="json"))
+        return Plan.model_validate(
+            load_mapping(path, field="plan.json", fmt="json", label="plan file")
+        )
     except ValidationError as e:
         raise BsmError(f"{path} is not a valid plan: {e.errors()[0]['msg']}") from None
 
