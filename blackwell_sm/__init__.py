@@ -25,7 +25,7 @@ _LAZY: dict[str, str] = {
     "Plan": "blackwell_sm.planner.plan:Plan",
     "plan": "blackwell_sm.planner.api:plan",
     "submit": "blackwell_sm.aws.submit:submit",
-    "to_model_trainer": "blackwell_sm.job.sdk:to_model_trainer",
+    "to_model_trainer": "blackwell_sm.aws.sdk:to_model_trainer",
     "BsmError": "blackwell_sm.errors:BsmError",
 }
 

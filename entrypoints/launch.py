@@ -1,16 +1,34 @@
 """Container entrypoint: `python entrypoints/launch.py --plan plan.json --opt-ml /opt/ml`.
 
-The code bundle is unpacked to /opt/ml/code with `blackwell_sm/` beside this directory; put that
-root first on sys.path so the bundle's package is the one imported, then run the launcher.
+The code bundle is unpacked to /opt/ml/code with `blackwell_sm/` beside this directory. First the
+stdlib-only bootstrap (`bootstrap.py` beside this file) checks the image against the bundle's
+`wheels/manifest.json` and installs what is missing from the carried wheels (offline); then the
+bundle root goes first on sys.path, so the bundle's package is the one imported, and the
+launcher runs.
 """
 
+import os
 import sys
 from pathlib import Path
 
-BUNDLE_ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(BUNDLE_ROOT))
+import bootstrap  # entrypoints/ is sys.path[0]: stdlib only, imports nothing of ours
 
-from blackwell_sm.train.launch import main  # noqa: E402
+
+def _opt_ml(argv: list[str]) -> Path:
+    """The launcher's own rule: --opt-ml, else $BSM_OPT_ML, else /opt/ml."""
+    for i, arg in enumerate(argv):
+        if arg == "--opt-ml" and i + 1 < len(argv):
+            return Path(argv[i + 1])
+        if arg.startswith("--opt-ml="):
+            return Path(arg.split("=", 1)[1])
+    return Path(os.environ.get("BSM_OPT_ML") or "/opt/ml")
+
+
+BUNDLE_ROOT = Path(__file__).resolve().parent.parent
 
 if __name__ == "__main__":
+    bootstrap.ensure(BUNDLE_ROOT, failure=_opt_ml(sys.argv[1:]) / "output" / "failure")
+    sys.path.insert(0, str(BUNDLE_ROOT))
+    from blackwell_sm.train.launch import main
+
     sys.exit(main())

@@ -157,7 +157,7 @@ class HttpFaults:
         self,
         client: Any,
         operation: str,
-        faults: list[tuple[int, str, str]],
+        faults: list[tuple],  # (status, code, message[, raw body[, content type]])
         monkeypatch: Any = None,  # accepted for symmetry; the wrapper passes unmarked requests
     ) -> None:
         _wrap_moto_once()
@@ -172,8 +172,10 @@ class HttpFaults:
         self.calls += 1
         if not self.faults:
             return
-        status, code, message = self.faults.pop(0)
-        if self.protocol in ("rest-xml", "query"):
+        status, code, message, *raw = self.faults.pop(0)
+        if raw:  # a body that is not the protocol's error document (an HTML page, XML on JSON)
+            body, headers = raw[0], {"Content-Type": raw[1] if len(raw) > 1 else "text/html"}
+        elif self.protocol in ("rest-xml", "query"):
             body = f"<Error><Code>{code}</Code><Message>{message}</Message></Error>".encode()
             headers = {"Content-Type": "application/xml"}
         else:

@@ -138,7 +138,7 @@ def test_resource_limit_exceeded_names_the_quota(aws):
         )
         with pytest.raises(AwsError) as e:
             submit(spec_dict(), aws=aws)
-    assert e.value.code == "ResourceLimitExceeded" and e.value.exit_code == 4
+    assert e.value.code == "quota" and e.value.exit_code == 4
     assert f"'{P6} for training job usage'" in e.value.hint
     assert "Service Quotas" in e.value.hint
 
@@ -197,7 +197,7 @@ def test_dropped_training_plan_arn_is_detected_and_the_job_stopped(aws):
         with pytest.raises(AwsError) as e:
             submit(spec_dict(training_plan=PLAN_ARN), aws=aws)
         sm.assert_no_pending_responses()
-    assert e.value.code == "CapacityMismatch"
+    assert e.value.code == "capacity_mismatch"
     assert "TrainingPlanArn" in str(e.value) and PLAN_ARN in str(e.value)
     assert "was stopped" in str(e.value)
 

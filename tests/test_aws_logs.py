@@ -71,7 +71,8 @@ def test_follow_with_no_events_stops_at_the_deadline_with_backoff(aws):
     assert events == []
     assert clock.now <= 300 and max(clock.sleeps) == POLL_MAX_S
     assert clock.sleeps[:4] == [4.0, 8.0, 16.0, 30.0]
-    assert "stopped following" in notes[0] and "--follow" in notes[0]
+    assert "no log stream yet" in notes[0]
+    assert "stopped following" in notes[-1] and "--follow" in notes[-1]
 
 
 def test_follow_reads_new_events_then_drains_and_stops_when_the_job_ends(aws):
@@ -116,7 +117,7 @@ def test_handle_status_wait_metrics_and_list(aws):
     assert attached.status().name == job.name
     with pytest.raises(AwsError, match="no training job named") as e:
         TrainingJob.attach("missing-job", aws=aws)
-    assert e.value.code == "NotFound"
+    assert e.value.code == "not_found"
 
 
 def test_metrics_fall_back_to_the_step_lines_in_the_logs(aws):
@@ -150,4 +151,4 @@ def test_failed_job_wait_raises_with_the_explanation(aws):
         sm.add_response("describe_training_job", failed)
         with pytest.raises(AwsError, match="InsufficientCapacityError") as e:
             TrainingJob(jr.job_name, aws=aws).wait(poll_s=0)
-    assert e.value.code == "TrainingJobFailed" and "2 days" in e.value.hint
+    assert e.value.code == "job_failed" and "2 days" in e.value.hint

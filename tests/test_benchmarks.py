@@ -41,46 +41,93 @@ def test_check_parses_targets():
     assert _common.check(None, "< 1") is None
 
 
-@pytest.mark.timeout(180)
-def test_gpu_check_cpu_dry_runs_the_real_launcher_end_to_end(tmp_path):
+def _rows(text: str) -> list[dict]:
+    return [json.loads(line) for line in text.splitlines()]
+
+
+@pytest.fixture(scope="module")
+def local_wheels(tmp_path_factory):
+    """A wheels folder for this interpreter, as `gpu_check.sh --prepare-wheels --target
+    this-machine` makes it (downloaded once per machine, then read from the wheel cache)."""
+    from blackwell_sm.job.wheels import (
+        container_requirements,
+        fetch_wheels,
+        this_machine_target,
+        write_folder,
+    )
+
+    target = this_machine_target()
+    out = tmp_path_factory.mktemp("whl")
+    write_folder(fetch_wheels(container_requirements(target, precision="fp8"), target), out)
+    return out
+
+
+@pytest.mark.timeout(240)
+def test_gpu_check_cpu_dry_runs_the_real_launcher_end_to_end(tmp_path, local_wheels):
+    """Through the bootstrap (nothing to install here), then the checkpoint/resume/export run
+    (two launches) and the fp8 run (skipped on CPU, saying why). The other runs differ only in
+    the spec they plan: the plan-only test below covers them."""
     out = tmp_path / "run"
     proc = subprocess.run(
-        ["bash", "benchmarks/gpu_check.sh", "--cpu-dry", "--out", str(out)],
-        cwd=REPO, capture_output=True, text=True, timeout=170,
+        ["bash", "benchmarks/gpu_check.sh", "--cpu-dry", "--out", str(out),
+         "--runs", "ckpt-resume-export,fp8"],
+        cwd=REPO, capture_output=True, text=True, timeout=230,
+        env={**os.environ, "BSM_GPU_CHECK_WHEELS": str(local_wheels)},
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-3000:]
-    recs = _records(proc.stdout)
-    assert set(recs) == {
-        "gpu_check.tokens_per_s_per_gpu",
-        "gpu_check.mfu",
-        "gpu_check.peak_reserved_gib",
-        "gpu_check.wall_s",
-    }
-    for rec in recs.values():
-        assert rec["mode"] == "cpu-dry" and rec["model"] == "tiny"
-        assert rec["ok"] is None and "goal_on_gpu" in rec  # goals shown, not applied on CPU
-    assert recs["gpu_check.tokens_per_s_per_gpu"]["value"] > 0
-    assert recs["gpu_check.tokens_per_s_per_gpu"]["reference"]["predicted"] > 0
-    assert 0 < recs["gpu_check.mfu"]["value"] < 1
-    assert recs["gpu_check.peak_reserved_gib"]["reference"]["memory_kind"] == "cpu_max_rss"
-    wall = recs["gpu_check.wall_s"]
-    assert wall["status"] == "completed" and math.isfinite(wall["final_loss"])
-    assert wall["config"]["precision"] == "bf16" and wall["config"]["compile"] is False
-    # The real launcher and worker ran: the step lines are on stderr, the files in --out.
-    assert "[bsm-step] step=3 " in proc.stderr
-    summary = json.loads((out / "output" / "data" / "summary.json").read_text())
-    assert summary["final_step"] == 3
+    assert "[bsm-bootstrap] pydantic " in proc.stderr  # the container's bootstrap ran first
+    ckpt, fp8 = _rows(proc.stdout)
+    assert ckpt["name"] == fp8["name"] == "gpu_check.run" and ckpt["run"] == "ckpt-resume-export"
+    assert ckpt["mode"] == "cpu-dry" and ckpt["model"] == "tiny" and ckpt["ok"] is None
+    m, p = ckpt["measured"], ckpt["predicted"]
+    assert m["tokens_per_s_per_gpu"] > 0 and p["tokens_per_s_per_gpu"] > 0 and 0 < m["mfu"] < 1
+    assert m["memory_kind"] == "cpu_max_rss" and m["step_time_s"] > 0
+    lo, hi = ckpt["goal_band"]["tokens_per_s_per_gpu"]
+    assert lo < p["tokens_per_s_per_gpu"] < hi
+    assert ckpt["status"] == "completed" and math.isfinite(ckpt["final_loss"])
+    assert 3 <= ckpt["stopped_at_step"] == ckpt["resumed_from_step"] < ckpt["final_step"] == 6
+    assert ckpt["export"]["loaded"] is True and ckpt["export"]["params"] > 0
+    assert ckpt["config"]["precision"] == "bf16" and ckpt["config"]["compile"] is False
+    assert fp8["run"] == "fp8" and "CUDA" in fp8["skipped"] and fp8["value"] is None
+    assert "[bsm-step] step=6 " in proc.stderr  # the real launcher and worker ran
+    summary = json.loads((out / "ckpt-resume-export" / "output/data/summary.json").read_text())
+    assert summary["final_step"] == 6
+
+
+def test_gpu_check_without_prepared_wheels_says_how(tmp_path):
+    proc = subprocess.run(
+        ["bash", "benchmarks/gpu_check.sh", "--cpu-dry"], cwd=REPO, capture_output=True,
+        text=True, env={**os.environ, "BSM_GPU_CHECK_WHEELS": str(tmp_path / "none")},
+    )  # fmt: skip
+    assert proc.returncode == 2 and "--prepare-wheels" in proc.stderr
+
+
+def test_gpu_check_lists_every_ac_mode_fp8_near_limit_and_checkpointing():
+    from typing import get_args
+
+    from blackwell_sm.spec.training import Checkpointing
+
+    names = [r.name for r in gpu_check.runs()]
+    assert names[: len(get_args(Checkpointing))] == [
+        f"bf16-ac-{m}" for m in get_args(Checkpointing)
+    ]
+    assert names[-3:] == ["fp8", "near-limit", "ckpt-resume-export"]
 
 
 @pytest.mark.parametrize("gpu", ["H100", "H200", "B200"])
-def test_gpu_check_plans_a_feasible_1b_run_for_each_gpu(gpu, capsys):
+def test_gpu_check_plans_every_run_feasibly_for_each_gpu(gpu, capsys):
     assert gpu_check.main(["--plan-only", "--gpu", gpu]) == 0
-    rec = _records(capsys.readouterr().out)["gpu_check.plan"]
-    cfg, pred = rec["config"], rec["predicted"]
-    assert rec["value"] == "llama-3.2-1b"
+    rows = {r["run"]: r for r in _rows(capsys.readouterr().out)}
+    assert list(rows) == [r.name for r in gpu_check.runs()]
+    assert all(r["feasible"] for r in rows.values()), {k: r["feasible"] for k, r in rows.items()}
+    cfg, pred = rows["bf16-ac-none"]["config"], rows["bf16-ac-none"]["predicted"]
+    assert rows["bf16-ac-none"]["value"] == "llama-3.2-1b"
     assert cfg["seq_len"] == 4096 and cfg["precision"] == "bf16" and cfg["compile"] is True
     assert cfg["shard_degree"] == 1 and cfg["micro_batch_size"] * cfg["grad_accum_steps"] == 8
     assert 0 < pred["mfu"] < 1 and 0 < pred["reserved_gib"] <= pred["total_gib"]
+    assert rows["fp8"]["config"]["precision"] == "fp8"
+    assert rows["bf16-ac-full"]["config"]["activation_checkpointing"] == "full"
+    assert rows["near-limit"]["value"] == "llama-3.2-3b"
 
 
 @pytest.mark.timeout(180)

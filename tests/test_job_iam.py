@@ -10,7 +10,7 @@ import pytest
 from job_plans import run_spec
 
 from blackwell_sm.cli import main
-from blackwell_sm.job.iam import iam_policies
+from blackwell_sm.job.iam import BUY_ACTIONS, iam_policies
 
 ROLE = "arn:aws:iam::123456789012:role/bsm-test-role"
 TEMPLATE = Path(__file__).resolve().parents[1] / "templates" / "llama-3.1-8b.yaml"
@@ -27,9 +27,10 @@ def _resources(stmt):
 
 def test_caller_policy_is_narrowed_to_the_spec():
     caller = _statements(iam_policies(run_spec())["caller"])
-    create = caller["CreateTrainingJobsOnTheSpecsInstanceType"]
+    create = caller["CreateTheSpecsTrainingJobs"]
+    assert create["Action"] == ["sagemaker:CreateTrainingJob"]
     assert create["Resource"] == [
-        "arn:aws:sagemaker:us-east-1:123456789012:training-job/llama-3-1-8b-*"
+        "arn:aws:sagemaker:us-east-1:123456789012:training-job/bsm-llama-3-1-8b-*"
     ]
     assert create["Condition"]["ForAllValues:StringEquals"]["sagemaker:InstanceTypes"] == [
         "ml.p6-b200.48xlarge"
@@ -37,13 +38,18 @@ def test_caller_policy_is_narrowed_to_the_spec():
     passrole = caller["PassTheJobRoleToSageMaker"]
     assert passrole["Action"] == ["iam:PassRole"] and passrole["Resource"] == [ROLE]
     assert passrole["Condition"]["StringEquals"]["iam:PassedToService"] == "sagemaker.amazonaws.com"
-    assert set(caller["UploadCodeReadOutputs"]["Resource"]) == {
-        "arn:aws:s3:::bsm-test-bucket/runs/code/*",
-        "arn:aws:s3:::bsm-test-bucket/runs/output/*",
-    }
+    assert caller["UploadAndCheckTheCodeBundle"]["Resource"] == [
+        "arn:aws:s3:::bsm-test-bucket/runs/code/*"
+    ]
+    # issue 12: `bsm list` reads tags of every bsm-* job; tagging a reserved plan needs AddTags
+    assert caller["ManageTheToolkitsTrainingJobs"]["Resource"] == [
+        "arn:aws:sagemaker:us-east-1:123456789012:training-job/bsm-*"
+    ]
+    assert "sagemaker:AddTags" in caller["UseAndReserveTrainingPlans"]["Action"]
+    assert caller["ReserveTrainingPlans"]["Action"] == ["sagemaker:CreateTrainingPlan"]
     # only calls without resource-level permissions get "*"
     wide = {s["Sid"] for s in caller.values() if "*" in _resources(s)}
-    assert wide == {"ListJobsAndPlansSearchOfferings", "ReadJobMetrics"}
+    assert wide == {"ListJobsAndPlansSearchOfferings"}
 
 
 def test_job_role_reads_code_and_channels_writes_output_and_pulls_the_image():
@@ -60,18 +66,22 @@ def test_job_role_reads_code_and_channels_writes_output_and_pulls_the_image():
     assert role["PullTheTrainingImage"]["Resource"] == [
         "arn:aws:ecr:us-east-1:763104351884:repository/pytorch-training"
     ]
-    assert "UseTheSpecsKmsKeys" not in role and "RunInTheVpc" not in role
+    assert "UseTheSpecsKmsKeys" not in role
     listing = role["ListInputsAndCheckpoints0"]
     assert listing["Resource"] == "arn:aws:s3:::bsm-test-bucket"
     assert "runs/code/*" in listing["Condition"]["StringLike"]["s3:prefix"]
 
 
-def test_kms_and_vpc_only_when_the_spec_uses_them():
+def test_kms_only_when_the_spec_uses_it_and_vpc_actions_always():
     key = "arn:aws:kms:us-east-1:123456789012:key/abc"
     spec = run_spec(output_kms_key_id=key, subnets=["subnet-1"], security_group_ids=["sg-1"])
     role = _statements(iam_policies(spec)["job_role"])
     assert role["UseTheSpecsKmsKeys"]["Resource"] == [key]
-    assert "ec2:CreateNetworkInterface" in role["RunInTheVpc"]["Action"]
+    # VPC jobs need them, and the SageMaker SDK's role check simulates them for every role
+    vpc = _statements(iam_policies(run_spec())["job_role"])[
+        "VpcNetworkInterfacesAndTheSdkRoleCheck"
+    ]
+    assert "ec2:CreateNetworkInterface" in vpc["Action"] and vpc["Resource"] == "*"
 
 
 @pytest.mark.parametrize("spec", [None, "spec"])
@@ -89,6 +99,7 @@ def test_every_action_is_a_real_api_operation(spec):
         "s3:PutObject",
         "s3:ListBucket",
         "s3:DeleteObject",
+        "s3:GetBucketLocation",
     }  # IAM names, not API names
     for doc in (policies["caller"], policies["job_role"]):
         for stmt in doc["Statement"]:
@@ -96,7 +107,8 @@ def test_every_action_is_a_real_api_operation(spec):
                 prefix, op = action.split(":")
                 if prefix in service_of:
                     model = session.get_service_model(service_of[prefix])
-                    assert op in model.operation_names, action
+                    # CreateReservedCapacity is an IAM-only action that CreateTrainingPlan needs
+                    assert op in model.operation_names or action in BUY_ACTIONS, action
                 else:
                     assert action in s3_actions | {"iam:PassRole", "kms:Decrypt",
                         "kms:GenerateDataKey", "kms:CreateGrant"} or prefix == "ec2", action  # fmt: skip

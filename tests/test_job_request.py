@@ -14,6 +14,7 @@ from job_plans import plan_for, run_spec
 from blackwell_sm.errors import InfeasiblePlanError, SpecError
 from blackwell_sm.job import bundle as bundle_mod
 from blackwell_sm.job.limits import MAX_RUNTIME_S
+from blackwell_sm.job.names import spec_hash
 from blackwell_sm.job.request import CONTAINER_ENTRYPOINT, build_job_request
 from blackwell_sm.job.validate import validate_request
 from blackwell_sm.metrics import METRIC_REGEXES
@@ -37,7 +38,7 @@ def test_same_spec_same_name_hash_request_and_bundle_bytes(built):
     assert a.spec_hash == b.spec_hash and len(a.spec_hash) == 12
     assert a.bundle.data == b.bundle.data and a.bundle.sha256 == b.bundle.sha256
     assert a.request == b.request
-    assert a.job_name == f"llama-3-1-8b-{a.spec_hash}"
+    assert a.job_name == f"bsm-llama-3-1-8b-{a.spec_hash}"
     assert a.bundle_s3_uri == f"s3://bsm-test-bucket/runs/code/{a.bundle.sha256}/bundle.tar.gz"
 
 
@@ -51,13 +52,21 @@ def test_new_adds_a_unique_suffix_but_keeps_the_checkpoints(built):
     assert n1.request["TrainingJobName"] == n1.job_name
 
 
-def test_a_changed_spec_changes_the_hash_but_not_a_training_plan(built):
+def test_a_changed_spec_or_capacity_changes_the_hash(built):
+    """Capacity is part of the identity: on-demand, a plan ARN, a plan name and 'auto' are four
+    jobs (a plan request must never reattach to the on-demand job, issue 12)."""
     spec, plan, a = built
     lr = parse_spec({**spec.model_dump(), "training": {**spec.training.model_dump(), "seed": 7}})
     assert build_job_request(lr, plan_for(lr)).spec_hash != a.spec_hash
-    on_plan = run_spec()
-    on_plan.compute.training_plan = ARN
-    assert build_job_request(on_plan, plan).spec_hash == a.spec_hash
+    hashes = {a.spec_hash}
+    for ref in (ARN, "bsm-test-plan", "auto"):
+        on_plan = run_spec()
+        on_plan.compute.training_plan = ref
+        hashes.add(spec_hash(on_plan, plan))
+    assert len(hashes) == 4
+    priced = run_spec()
+    priced.compute.price_per_hour = 99.0  # steers the planner only: same job
+    assert spec_hash(priced, plan) == a.spec_hash
 
 
 def test_long_or_odd_model_names_fit_sagemakers_alphabet():
@@ -69,7 +78,7 @@ def test_long_or_odd_model_names_fit_sagemakers_alphabet():
     )
     req = build_job_request(spec, plan_for(spec), new=True)
     assert len(req.job_name) <= 63
-    assert req.job_name.startswith("My-Model-v2-x")
+    assert req.job_name.startswith("bsm-My-Model-v2-x")
     tags = {t["Key"]: t["Value"] for t in req.request["Tags"]}
     assert tags["bsm:model"].startswith("My_Model.v2 xxx")
     assert all(c.isalnum() or c == "-" for c in req.job_name) and "--" not in req.job_name
@@ -113,18 +122,20 @@ def test_request_fields(built):
     assert len(q["HyperParameters"]) <= 5
     tags = {t["Key"]: t["Value"] for t in q["Tags"]}
     assert tags["bsm:model"] == "llama-3.1-8b" and tags["bsm:spec-hash"] == r.spec_hash
-    assert "TrainingPlanArn" not in q["ResourceConfig"] and r.warnings == []
+    assert "TrainingPlanArn" not in q["ResourceConfig"]
+    assert [w for w in r.warnings if "carries no wheels" not in w] == []  # built without fetching
     json.dumps(r.model_dump(mode="json"))  # the dry run prints it: JSON-safe, bundle bytes left out
 
 
-def test_bundle_holds_only_package_entrypoints_and_plan(built):
+def test_bundle_holds_only_package_entrypoints_plan_and_wheel_manifest(built):
     _, plan, r = built
     with tarfile.open(fileobj=io.BytesIO(r.bundle.data), mode="r:gz") as tar:
         members = tar.getmembers()
         plan_text = tar.extractfile("plan.json").read().decode()
     names = [m.name for m in members]
-    assert names == r.bundle.files == [*sorted(names[:-1]), "plan.json"]
-    assert all(n.startswith(("blackwell_sm/", "entrypoints/")) or n == "plan.json" for n in names)
+    # Built without fetching: the manifest (what the bootstrap checks) but no wheels.
+    assert names == r.bundle.files == [*sorted(names[:-2]), "plan.json", "wheels/manifest.json"]
+    assert all(n.startswith(("blackwell_sm/", "entrypoints/")) for n in names[:-2])
     assert "entrypoints/launch.py" in names and "blackwell_sm/train/launch.py" in names
     assert not [n for n in names if "__pycache__" in n or n.endswith(".pyc") or "/." in n]
     assert all(m.mtime == 0 and m.uid == 0 and m.uname == "" for m in members)

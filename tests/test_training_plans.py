@@ -60,10 +60,10 @@ def test_reserving_without_consent_is_impossible(aws):
     offer = tp.Offering.from_api(offering(OFFER_A, start=NOW, hours=24, fee="900.00"))
     with Stubber(aws.plans) as st:  # no CreateTrainingPlan response queued: a call would fail
         with pytest.raises(ConsentRequiredError, match=r"900\.00 USD") as e:
-            tp.reserve(aws.plans, offer, "my-plan", yes=False, confirm=None)
+            tp.reserve(aws.plans, offer, "my-plan", consent=False)
         assert e.value.exit_code == 5 and "--yes" in e.value.hint
         with pytest.raises(ConsentRequiredError, match="declined"):
-            tp.reserve(aws.plans, offer, "my-plan", confirm=lambda text: False)
+            tp.reserve(aws.plans, offer, "my-plan", consent=lambda text: False)
         st.assert_no_pending_responses()
 
 
@@ -81,7 +81,7 @@ def test_reserve_with_consent_creates_and_describes(aws):
             plan_response(status="Scheduled"),
             {"TrainingPlanName": PLAN_NAME},
         )
-        info = tp.reserve(aws.plans, offer, PLAN_NAME, confirm=lambda t: asked.append(t) or True)
+        info = tp.reserve(aws.plans, offer, PLAN_NAME, consent=lambda t: asked.append(t) or True)
         st.assert_no_pending_responses()
     assert info.arn == PLAN_ARN and info.status == "Scheduled"
     assert "upfront fee 900.00 USD" in asked[0]

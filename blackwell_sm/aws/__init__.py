@@ -2,5 +2,5 @@
 
 session (clients, retries, env), errors (actionable messages), s3 (code bundle), jobs
 (create/describe/list/stop), logs (CloudWatch), training_plans (Flexible Training Plans),
-submit (`submit(spec) -> TrainingJob`) and handle (`TrainingJob`).
+submit (`submit(spec) -> TrainingJob`), handle (`TrainingJob`) and sdk (the SDK view's upload).
 """

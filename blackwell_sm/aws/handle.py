@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 import time
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
@@ -16,6 +17,10 @@ if TYPE_CHECKING:
     from blackwell_sm.aws.training_plans import PlanFit, TrainingPlanInfo
     from blackwell_sm.job.request import JobRequest
     from blackwell_sm.planner.plan import Plan
+
+
+def _stderr(msg: str) -> None:
+    print(msg, file=sys.stderr)
 
 
 class TrainingJob:
@@ -54,6 +59,9 @@ class TrainingJob:
         self.training_plan = training_plan
         self.plan_fit = plan_fit
         self.warnings = list(warnings or [])
+        self.region_source = (
+            aws.region_choice.source if aws is not None and hasattr(aws, "region_choice") else None
+        )
 
     @classmethod
     def attach(
@@ -101,7 +109,8 @@ class TrainingJob:
         Raises AwsError for a Failed job (with its reason explained) unless
         `raise_on_failure=False`; raises BsmError when `timeout_s` passes first.
         """
-        start = time.monotonic()
+        clock = time.monotonic
+        start = clock()
         last = None
         while True:
             info = self.status()
@@ -113,25 +122,45 @@ class TrainingJob:
                 if info.status == "Failed" and raise_on_failure:
                     raise AwsError(
                         f"training job {self.name} failed: {info.failure_reason}",
-                        code="TrainingJobFailed",
+                        code="job_failed",
                         hint=info.failure_explanation or f"`bsm logs {self.name}` shows why",
                     )
                 return info
-            if timeout_s is not None and time.monotonic() - start + poll_s > timeout_s:
-                raise BsmError(
-                    f"stopped waiting after {timeout_s:g} s: {self.name} is still {info.status}",
-                    hint=f"`bsm status {self.name}`; the job keeps running",
-                )
-            (sleep or time.sleep)(poll_s)
+            delay = poll_s
+            if timeout_s is not None:
+                remaining = timeout_s - (clock() - start)
+                if remaining <= 0:
+                    raise BsmError(
+                        f"stopped waiting after {clock() - start:.1f} s (timeout {timeout_s:g} s): "
+                        f"{self.name} is still {info.status}",
+                        code="wait_timeout",
+                        hint=f"`bsm status {self.name}`; the job keeps running",
+                    )
+                delay = min(poll_s, remaining)  # poll at most the time that remains
+            (sleep or time.sleep)(delay)
 
     def logs(
-        self, *, follow: bool = False, timeout_s: float | None = None, **kw: Any
+        self,
+        *,
+        follow: bool = False,
+        timeout_s: float | None = None,
+        notify: Callable[[str], None] | None = None,
+        **kw: Any,
     ) -> Iterator[LogEvent]:
-        """The job's CloudWatch log events, all instances interleaved by time."""
+        """The job's CloudWatch log events, all instances interleaved by time.
+
+        `notify` receives notices such as "no log stream yet" (default: printed on stderr).
+        """
         from blackwell_sm.aws.logs import iter_logs
 
         return iter_logs(
-            self.aws.sagemaker, self.aws.logs, self.name, follow=follow, timeout_s=timeout_s, **kw
+            self.aws.sagemaker,
+            self.aws.logs,
+            self.name,
+            follow=follow,
+            timeout_s=timeout_s,
+            notify=notify or _stderr,
+            **kw,
         )
 
     def stop(self) -> JobInfo:
@@ -157,6 +186,7 @@ class TrainingJob:
         out: dict[str, Any] = {
             "job_name": self.name,
             "region": self.region,
+            "region_source": self.region_source,
             "dry_run": self.dry_run,
             "created": self.created,
             "reattached": self.reattached,

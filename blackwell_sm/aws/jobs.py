@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from blackwell_sm.aws.errors import explain_failure, translate
 from blackwell_sm.errors import AwsError
+from blackwell_sm.job.names import JOB_NAME_PREFIX
 
 SPEC_HASH_TAG = "bsm:spec-hash"
 TERMINAL = frozenset({"Completed", "Failed", "Stopped"})
@@ -101,7 +102,7 @@ def describe_job(sm: Any, name: str) -> JobInfo:
         region = sm.meta.region_name
         raise AwsError(
             f"no training job named {name!r} in {region}",
-            code="NotFound",
+            code="not_found",
             hint="`bsm list` shows this toolkit's jobs; check AWS_REGION / job.region",
         )
     return JobInfo.from_describe(d)
@@ -127,20 +128,41 @@ def owned_by_spec(sm: Any, described: dict[str, Any], spec_hash: str) -> bool:
     return job_tags(sm, described["TrainingJobArn"]).get(SPEC_HASH_TAG) == spec_hash
 
 
+CAPACITY_KEYS = ("TrainingPlanArn", "InstanceType", "InstanceCount", "InstancePreferences")
+
+
+def capacity_differences(
+    live: dict[str, Any], asked: dict[str, Any], *, plan_ref: str | None = None
+) -> list[str]:
+    """How a job's ResourceConfig differs from the capacity asked for (empty: the same).
+
+    `asked` is the request's ResourceConfig. When it names no plan ARN yet, `plan_ref` (a plan
+    name, or a predicate-free 'auto') says which plan the job must be on: a name must match the
+    live ARN's name, 'auto' any plan; None means on-demand.
+    """
+    problems = []
+    want_arn, have_arn = asked.get("TrainingPlanArn"), live.get("TrainingPlanArn")
+    if want_arn is None and plan_ref is not None:
+        have_name = have_arn.rsplit("/", 1)[-1] if have_arn else None
+        if have_arn is None or (plan_ref != "auto" and have_name != plan_ref):
+            problems.append(
+                f"training plan: asked {plan_ref!r}, the job runs "
+                + (f"on {have_arn}" if have_arn else "on on-demand capacity")
+            )
+    elif want_arn != have_arn:
+        problems.append(
+            f"training plan: asked {want_arn or 'none (on-demand)'}, the job runs "
+            + (f"on {have_arn}" if have_arn else "on on-demand capacity")
+        )
+    for key in CAPACITY_KEYS[1:]:
+        if asked.get(key) != live.get(key):
+            problems.append(f"{key}: asked {asked.get(key)!r}, the job has {live.get(key)!r}")
+    return problems
+
+
 def check_created(described: dict[str, Any], request: dict[str, Any]) -> list[str]:
     """Differences between what was asked and what SageMaker kept (empty: all good)."""
-    asked = request["ResourceConfig"]
-    kept = described.get("ResourceConfig", {})
-    problems = []
-    if asked.get("TrainingPlanArn") != kept.get("TrainingPlanArn"):
-        problems.append(
-            f"TrainingPlanArn: asked {asked.get('TrainingPlanArn')!r}, the job has "
-            f"{kept.get('TrainingPlanArn')!r}"
-        )
-    for key in ("InstanceType", "InstanceCount"):
-        if asked.get(key) != kept.get(key):
-            problems.append(f"{key}: asked {asked.get(key)!r}, the job has {kept.get(key)!r}")
-    return problems
+    return capacity_differences(described.get("ResourceConfig", {}), request["ResourceConfig"])
 
 
 def create_job(sm: Any, request: dict[str, Any], *, spec_hash: str) -> tuple[dict[str, Any], bool]:
@@ -152,7 +174,7 @@ def create_job(sm: Any, request: dict[str, Any], *, spec_hash: str) -> tuple[dic
     from botocore.exceptions import ClientError
 
     name = request["TrainingJobName"]
-    instance_type = request["ResourceConfig"]["InstanceType"]
+    instance_type = request["ResourceConfig"].get("InstanceType")
     created = True
     with translate(f"creating training job {name}", instance_type=instance_type):
         try:
@@ -164,7 +186,7 @@ def create_job(sm: Any, request: dict[str, Any], *, spec_hash: str) -> tuple[dic
             if existing is None or not owned_by_spec(sm, existing, spec_hash):
                 raise AwsError(
                     f"a training job named {name} already exists and was not made from this spec",
-                    code="ResourceInUse",
+                    code="resource_in_use",
                     hint="submit with --new for a fresh job name",
                 ) from None
             created = False
@@ -172,7 +194,7 @@ def create_job(sm: Any, request: dict[str, Any], *, spec_hash: str) -> tuple[dic
     if described is None:
         raise AwsError(
             f"SageMaker accepted training job {name} but cannot describe it",
-            code="NotFound",
+            code="not_found",
             hint=f"run `bsm status {name}` in a minute",
         )
     problems = check_created(described, request)
@@ -186,7 +208,7 @@ def create_job(sm: Any, request: dict[str, Any], *, spec_hash: str) -> tuple[dic
                 if stopped
                 else f". Stopping it failed: stop it now with `bsm stop {name}`."
             ),
-            code="CapacityMismatch",
+            code="capacity_mismatch",
             hint="this is the silently dropped TrainingPlanArn fault; submit again with --new, "
             "and report it if it repeats",
         )
@@ -220,10 +242,15 @@ def list_jobs(
     limit: int = 20,
     only_ours: bool = True,
 ) -> list[dict[str, Any]]:
-    """Newest first: summaries of training jobs (only this toolkit's, by its spec-hash tag)."""
+    """Newest first: summaries of training jobs (only this toolkit's, by name and spec-hash tag).
+
+    The toolkit's jobs are found on the server (`NameContains` = the `bsm-` name prefix), and
+    tags are read only for those, so other teams' jobs cost no call and need no permission.
+    """
     kw: dict[str, Any] = {"SortBy": "CreationTime", "SortOrder": "Descending"}
-    if name_contains:
-        kw["NameContains"] = name_contains
+    needle = name_contains or (JOB_NAME_PREFIX if only_ours else None)
+    if needle:
+        kw["NameContains"] = needle
     if status:
         kw["StatusEquals"] = status
     out: list[dict[str, Any]] = []
@@ -231,6 +258,8 @@ def list_jobs(
         for page in sm.get_paginator("list_training_jobs").paginate(**kw):
             for s in page.get("TrainingJobSummaries", []):
                 if only_ours:
+                    if not s["TrainingJobName"].startswith(JOB_NAME_PREFIX):
+                        continue  # NameContains matches anywhere in the name
                     tags = job_tags(sm, s["TrainingJobArn"])
                     if SPEC_HASH_TAG not in tags:
                         continue

@@ -113,8 +113,16 @@ def iter_logs(
     deadline = clock() + timeout_s
     delay = POLL_MIN_S
     ended = info.terminal
+    told = False
     while True:
         events = read_new_events(logs, job, tokens)
+        if not tokens and not told and notify:
+            told = True
+            notify(
+                f"{job} has no log stream yet ({info.status} / {info.secondary_status}): "
+                "SageMaker creates one per instance once the instances start"
+                + ("" if follow else f"; `bsm logs {job} --follow` waits for them")
+            )
         yield from events
         if not follow or ended:
             return

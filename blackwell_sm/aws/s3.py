@@ -16,7 +16,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict
 
 from blackwell_sm.aws.errors import translate
-from blackwell_sm.errors import AwsError
+from blackwell_sm.errors import AwsError, SpecError
 
 HASH_METADATA = "bsm-sha256"  # x-amz-meta-bsm-sha256: the bundle's hex sha256
 
@@ -64,7 +64,7 @@ def upload_bundle(s3: Any, data: bytes, s3_uri: str, *, sha256: str | None = Non
     if sha256 is not None and sha256 != digest:
         raise AwsError(
             f"code bundle hash mismatch before upload: expected {sha256}, computed {digest}",
-            code="BundleHashMismatch",
+            code="bundle_hash_mismatch",
         )
     bucket, key = split_s3_uri(s3_uri)
     if _matches(_head(s3, bucket, key), digest, len(data)):
@@ -85,7 +85,29 @@ def upload_bundle(s3: Any, data: bytes, s3_uri: str, *, sha256: str | None = Non
         raise AwsError(
             f"the code bundle at {s3_uri} does not have the uploaded size/hash; it was removed "
             "and no job was created",
-            code="BundleVerifyFailed",
+            code="bundle_verify_failed",
             hint="run the command again",
         )
     return UploadResult(s3_uri=s3_uri, sha256=digest, size_bytes=len(data), uploaded=True)
+
+
+def bucket_region(s3: Any, bucket: str) -> str:
+    """GetBucketLocation, normalised (us-east-1 answers no constraint, old buckets say 'EU')."""
+    with translate(f"finding the region of bucket {bucket}", service="s3"):
+        constraint = s3.get_bucket_location(Bucket=bucket).get("LocationConstraint")
+    return {None: "us-east-1", "": "us-east-1", "EU": "eu-west-1"}.get(constraint, constraint)
+
+
+def check_bucket_region(s3: Any, s3_uri: str, region: str) -> None:
+    """Refuse (before any upload) a bucket that is not in the job's region."""
+    bucket, _ = split_s3_uri(s3_uri)
+    where = bucket_region(s3, bucket)
+    if where != region:
+        raise SpecError(
+            f"bucket {bucket} is in {where}, but the job runs in {region}: SageMaker reads "
+            "code, data and checkpoints only from buckets of the job's region",
+            field="job.s3_prefix",
+            code="bucket_region_mismatch",
+            hint=f"use a bucket in {region} for job.s3_prefix, or run the job in {where} "
+            f"(--region {where} or job.region: {where})",
+        )

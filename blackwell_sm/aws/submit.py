@@ -4,10 +4,13 @@ Order matters, so that no failure leaves partial state that a job would use:
 1. plan and build the request (pure; a dry run stops here: no AWS call, nothing uploaded);
 2. refuse REPLACE-ME placeholders before any call;
 3. reattach: a job with the spec's deterministic name and spec-hash tag is returned as is
-   (a CI rerun never duplicates a job or books a second plan);
+   (a CI rerun never duplicates a job or books a second plan), once its live ResourceConfig
+   is checked against the capacity asked for (capacity is part of the name's hash, so a
+   difference means the job was changed outside the toolkit: refused, never reused);
 4. resolve the training plan (ARN, name or 'auto' → search and reserve with consent) and check
    that the run fits it;
-5. upload the code bundle (once per content hash, verified) and only then create the job;
+5. check the bucket is in the job's region (GetBucketLocation), upload the code bundle (once
+   per content hash, verified) and only then create the job;
 6. describe the job and fail loudly if SageMaker did not keep the plan ARN or instance type.
 """
 
@@ -22,7 +25,7 @@ from blackwell_sm.errors import AwsError, InfeasiblePlanError, SpecError
 
 if TYPE_CHECKING:
     from blackwell_sm.aws.session import AwsContext
-    from blackwell_sm.aws.training_plans import Confirm, PlanFit, TrainingPlanInfo
+    from blackwell_sm.aws.training_plans import Confirm, Consent, PlanFit, TrainingPlanInfo
     from blackwell_sm.planner.plan import Plan
     from blackwell_sm.spec.run import RunSpec
 
@@ -42,10 +45,15 @@ def as_spec(spec: RunSpec | str | Path | dict[str, Any]) -> RunSpec:
     raise SpecError(f"submit() takes a RunSpec, a path or a mapping, not {type(spec).__name__}")
 
 
-def _region(spec: RunSpec) -> str | None:
-    from blackwell_sm.aws.session import resolve_region
+def region_choice(spec: RunSpec, flag: str | None = None) -> Any:
+    """The job's region and where it came from: --region, job.region, environment, profile."""
+    from blackwell_sm.aws.session import choose_region
 
-    return (spec.job.region if spec.job else None) or resolve_region()
+    return choose_region(flag, spec.job.region if spec.job else None)
+
+
+def _region(spec: RunSpec) -> str | None:
+    return region_choice(spec).region
 
 
 def prepare(
@@ -56,6 +64,7 @@ def prepare(
 ) -> tuple[RunSpec, Plan, Any]:
     """(spec, plan, JobRequest) without any AWS call: what a dry run shows."""
     from blackwell_sm.job.request import build_job_request
+    from blackwell_sm.job.wheels import fetch_for
     from blackwell_sm.planner.api import make_plan
     from blackwell_sm.spec.run import with_overrides
 
@@ -70,7 +79,8 @@ def prepare(
             plan=plan,
             hint="; ".join(plan.advice) or "see `bsm plan SPEC`",
         )
-    return rs, plan, build_job_request(rs, plan, new=new, region=_region(rs))
+    wheels = fetch_for(rs, plan)  # the container's wheels: downloaded once, then cached
+    return rs, plan, build_job_request(rs, plan, new=new, region=_region(rs), wheelhouse=wheels)
 
 
 def submit(
@@ -89,15 +99,14 @@ def submit(
 
     `training_plan` overrides `compute.training_plan` (ARN, name or 'auto'). `new` forces a fresh
     job name (it still resumes from the spec's checkpoints). `yes` agrees to reserving a plan
-    for 'auto' (otherwise a terminal prompt asks, and without one ConsentRequiredError is raised).
+    for 'auto'; otherwise `confirm` (a callable that asks a person, as the CLI's prompt does) is
+    asked, and without one ConsentRequiredError is raised. The AWS layer never prompts itself.
     `allow_partial` accepts a plan that ends before the predicted run does.
     """
-    from blackwell_sm.aws.training_plans import interactive_confirm
-
     say = notify or (lambda _msg: None)
     rs, plan, jr = prepare(spec, training_plan=training_plan, new=new)
     if dry_run:
-        return TrainingJob(
+        job = TrainingJob(
             jr.job_name,
             region=jr.region,
             plan=plan,
@@ -105,6 +114,8 @@ def submit(
             dry_run=True,
             warnings=jr.warnings,
         )
+        job.region_source = region_choice(rs).source
+        return job
     if jr.placeholders:
         raise SpecError(
             "the spec still has REPLACE-ME placeholders: " + ", ".join(jr.placeholders),
@@ -114,7 +125,7 @@ def submit(
         )
 
     from blackwell_sm.aws.jobs import JobInfo, create_job, find_job, owned_by_spec
-    from blackwell_sm.aws.s3 import upload_bundle
+    from blackwell_sm.aws.s3 import check_bucket_region, upload_bundle
     from blackwell_sm.aws.session import AwsContext
     from blackwell_sm.job.request import build_job_request
 
@@ -127,10 +138,11 @@ def submit(
                 raise AwsError(
                     f"a training job named {jr.job_name} exists but was not made from this spec "
                     "(its bsm:spec-hash tag differs)",
-                    code="ResourceInUse",
+                    code="resource_in_use",
                     hint="submit with --new for a fresh job name",
                 )
             info = JobInfo.from_describe(existing)
+            _require_same_capacity(existing, jr, rs.compute.training_plan)
             say(f"reattached to {jr.job_name} ({info.status}): the same spec was submitted before")
             if info.status in ("Failed", "Stopped"):
                 say(
@@ -152,14 +164,17 @@ def submit(
             rs,
             plan,
             base_name=jr.base_job_name,
-            yes=yes,
-            confirm=confirm if confirm is not None else interactive_confirm(),
+            consent=True if yes else confirm,
             allow_partial=allow_partial,
             say=say,
         )
-        jr = build_job_request(rs, plan, new=new, training_plan_arn=plan_info.arn, region=jr.region)
+        jr = build_job_request(
+            rs, plan, new=new, training_plan_arn=plan_info.arn, region=jr.region,
+            wheelhouse=jr.wheelhouse,
+        )  # fmt: skip
         warnings = list(jr.warnings) + fit.warnings
 
+    check_bucket_region(aws.s3, jr.bundle_s3_uri, aws.region)
     upload = upload_bundle(aws.s3, jr.bundle.data, jr.bundle_s3_uri, sha256=jr.bundle.sha256)
     say(
         ("uploaded" if upload.uploaded else "reusing")
@@ -190,8 +205,7 @@ def resolve_training_plan(
     plan: Plan,
     *,
     base_name: str,
-    yes: bool,
-    confirm: Confirm | None,
+    consent: Consent,
     allow_partial: bool,
     say: Notify,
 ) -> tuple[TrainingPlanInfo, PlanFit]:
@@ -235,16 +249,35 @@ def resolve_training_plan(
         raise AwsError(
             f"no training plan offerings for {plan.instance.count} x {plan.instance.type} for "
             f"{hours:.0f} h",
-            code="NoOfferings",
+            code="capacity",
             hint="try fewer instances, a shorter run (training.total_tokens), another region, "
             "or `bsm plans search` with a later window",
         )
     say("best training plan offerings:")
     for i, o in enumerate(offers[:AUTO_OFFERINGS_SHOWN], 1):
         say(f"  {i}. {o.describe()}")
-    info = tp.reserve(sm, offers[0], name, yes=yes, confirm=confirm, tags={"bsm:job": base_name})
+    info = tp.reserve(sm, offers[0], name, consent=consent, tags={"bsm:job": base_name})
     info = tp.wait_until_booked(sm, info)
     fit = tp.check_plan(info, **kw)
     tp.require_fit(fit, allow_partial=allow_partial)
     say(f"reserved training plan {info.name} ({info.arn})")
     return info, fit
+
+
+def _require_same_capacity(described: dict[str, Any], jr: Any, plan_ref: str | None) -> None:
+    """Refuse to reattach to a job whose live capacity is not the one asked for."""
+    from blackwell_sm.aws.jobs import capacity_differences
+
+    asked = jr.request["ResourceConfig"]
+    ref = plan_ref if asked.get("TrainingPlanArn") is None else None
+    problems = capacity_differences(described.get("ResourceConfig", {}), asked, plan_ref=ref)
+    if problems:
+        name = jr.job_name
+        raise AwsError(
+            f"training job {name} exists with other capacity than this submit asks for: "
+            + "; ".join(problems)
+            + ". It was not reattached.",
+            code="capacity_mismatch",
+            hint=f"submit with --new for a fresh job on the capacity asked for, or stop the "
+            f"other job first (`bsm stop {name}`)",
+        )

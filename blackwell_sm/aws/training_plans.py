@@ -10,7 +10,6 @@ before the plan's end (instances are reclaimed ~30 minutes before it).
 from __future__ import annotations
 
 import math
-import sys
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime
@@ -209,26 +208,21 @@ def list_plans(sm: Any, *, status: str | None = None) -> list[TrainingPlanInfo]:
                 return out
 
 
-def interactive_confirm() -> Confirm | None:
-    """A y/N prompt on the terminal, or None when there is no one to ask (CI, pipes)."""
-    if not (sys.stdin.isatty() and sys.stderr.isatty()):
-        return None
-    import click
-
-    return lambda text: click.confirm(text, default=False, err=True)
+Consent = bool | Confirm | None
 
 
-def require_consent(what: str, *, yes: bool, confirm: Confirm | None) -> None:
-    """Raise ConsentRequiredError unless the person said yes (flag or prompt)."""
-    if yes:
+def require_consent(what: str, *, consent: Consent) -> None:
+    """Raise ConsentRequiredError unless `consent` is True or a callable that says yes (the AWS
+    layer never prompts: the CLI passes its terminal prompt, or None when there is no one)."""
+    if consent is True:
         return
-    if confirm is None:
+    if not callable(consent):
         raise ConsentRequiredError(
             f"{what}\nRefusing without consent: this spends money and cannot be undone, and "
             "there is no terminal to ask on.",
             hint="run it again with --yes (Python: yes=True) to agree to the fee shown",
         )
-    if not confirm(f"{what}\nReserve it? This spends money and cannot be cancelled"):
+    if not consent(f"{what}\nReserve it? This spends money and cannot be cancelled"):
         raise ConsentRequiredError("not reserved: you declined", hint="nothing was bought")
 
 
@@ -237,12 +231,11 @@ def reserve(
     offering: Offering,
     name: str,
     *,
-    yes: bool = False,
-    confirm: Confirm | None = None,
+    consent: Consent = None,
     tags: dict[str, str] | None = None,
 ) -> TrainingPlanInfo:
-    """CreateTrainingPlan for `offering`, only after consent. Returns the plan described."""
-    require_consent(f"Training plan {name!r}: {offering.describe()}", yes=yes, confirm=confirm)
+    """CreateTrainingPlan for `offering` after `consent`; returns the plan described."""
+    require_consent(f"Training plan {name!r}: {offering.describe()}", consent=consent)
     kw: dict[str, Any] = {"TrainingPlanName": name, "TrainingPlanOfferingId": offering.offering_id}
     if tags:
         kw["Tags"] = [{"Key": k, "Value": v} for k, v in tags.items()]
@@ -250,7 +243,9 @@ def reserve(
         arn = sm.create_training_plan(**kw)["TrainingPlanArn"]
     info = describe_plan(sm, name)
     if info.arn != arn:
-        raise AwsError(f"CreateTrainingPlan returned {arn} but {name} is {info.arn}")
+        raise AwsError(
+            f"CreateTrainingPlan returned {arn} but {name} is {info.arn}", code="capacity_mismatch"
+        )
     return info
 
 
@@ -363,7 +358,7 @@ def require_fit(fit: PlanFit, *, allow_partial: bool = False) -> None:
 
 def auto_plan_name(base_job_name: str) -> str:
     """The plan name `training_plan: auto` books for a spec (so a rerun finds it)."""
-    return f"bsm-{base_job_name}"[:64].rstrip("-")
+    return base_job_name[:64].rstrip("-")  # already bsm-<model>-<hash>
 
 
 def find_plan(sm: Any, name: str) -> TrainingPlanInfo | None:
@@ -396,7 +391,7 @@ def wait_until_booked(
         if waited >= timeout_s:
             raise AwsError(
                 f"training plan {info.name} is still Pending after {timeout_s:.0f} s",
-                code="PlanPending",
+                code="plan_pending",
                 hint=f"`bsm plans describe {info.name}`; submit again once it is Scheduled",
             )
         sleep(poll_s)

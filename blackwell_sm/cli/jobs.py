@@ -8,7 +8,7 @@ import click
 
 from blackwell_sm.cli import submit as submit_cli
 from blackwell_sm.cli.output import OUTPUT_OPTION, emit_json
-from blackwell_sm.cli.submit import print_log_event, reattach_hint, say
+from blackwell_sm.cli.submit import Interrupted, print_log_event, reattach_hint, say
 
 REGION_OPTION = click.option(
     "--region", metavar="REGION", help="Default: AWS_REGION / AWS_DEFAULT_REGION / the profile."
@@ -17,7 +17,10 @@ REGION_OPTION = click.option(
 
 def _job(name: str, region: str | None) -> Any:
     from blackwell_sm.aws.handle import TrainingJob
+    from blackwell_sm.aws.session import check_settings, choose_region
 
+    check_settings()
+    say(choose_region(region).describe())
     return TrainingJob(name, aws=submit_cli.aws_context(region))
 
 
@@ -25,9 +28,10 @@ def _fmt_time(ts: Any) -> str:
     return ts.strftime("%Y-%m-%d %H:%M:%S %Z") if ts else "-"
 
 
-def show_info(info: Any) -> None:
+def show_info(info: Any, region: str | None = None) -> None:
     rows = [
         ("job", info.name),
+        ("region", region or "-"),
         ("status", f"{info.status} / {info.secondary_status or '-'}"),
         ("message", info.status_message or "-"),
         ("instances", f"{info.instance_count} x {info.instance_type}"),
@@ -65,14 +69,13 @@ def status(name: str, wait: bool, region: str | None, output: str) -> None:
                 raise_on_failure=False,
             )
         except KeyboardInterrupt:
-            say(f"\nstopped waiting: {reattach_hint(name)}")
-            raise SystemExit(130) from None
+            raise Interrupted("stopped waiting", hint=reattach_hint(name)) from None
     else:
         info = job.status()
     if output == "json":
-        emit_json(info)
+        emit_json({**info.model_dump(mode="json"), "region": job.region})
     else:
-        show_info(info)
+        show_info(info, job.region)
 
 
 @click.command("logs")
@@ -96,8 +99,7 @@ def logs(name: str, follow: bool, timeout: float | None, region: str | None, out
         for event in job.logs(follow=follow, timeout_s=timeout, notify=say):
             print_log_event(event, output=output)
     except KeyboardInterrupt:
-        say(f"\nstopped following: {reattach_hint(name)}")
-        raise SystemExit(130) from None
+        raise Interrupted("stopped following", hint=reattach_hint(name)) from None
 
 
 @click.command("stop")

@@ -9,6 +9,14 @@ from typing import Any
 import click
 
 from blackwell_sm.cli.output import OUTPUT_OPTION, emit_json, say
+from blackwell_sm.errors import BsmError
+
+
+class Interrupted(BsmError):
+    """Ctrl-C while waiting or following: the job keeps running (exit 130)."""
+
+    exit_code = 130
+    kind = "interrupted"
 
 
 def reattach_hint(name: str) -> str:
@@ -23,6 +31,14 @@ def aws_context(region: str | None) -> Any:
     from blackwell_sm.aws.session import AwsContext
 
     return AwsContext(region)
+
+
+def consent_prompt() -> Any:
+    """A y/N prompt on the terminal for spending money, or None when there is no one to ask
+    (CI, pipes): the AWS layer then refuses with exit 5 unless --yes was given."""
+    if not (sys.stdin.isatty() and sys.stderr.isatty()):
+        return None
+    return lambda text: click.confirm(text, default=False, err=True)
 
 
 def print_log_event(event: Any, *, output: str) -> None:
@@ -71,10 +87,13 @@ def submit(
     the existing job instead of creating a second one; --new forces a fresh job, which resumes
     from the spec's checkpoints.
     """
+    from blackwell_sm.aws.session import check_settings
+    from blackwell_sm.aws.submit import region_choice
     from blackwell_sm.aws.submit import submit as do_submit
     from blackwell_sm.errors import SpecError
     from blackwell_sm.spec import load_spec, with_overrides
 
+    check_settings()  # bad AWS_* settings are exit 2 before anything else happens
     for flag, on, what in (("--wait", wait, "wait for"), ("--logs", follow_logs, "follow")):
         if dry_run and on:
             raise SpecError(
@@ -83,6 +102,8 @@ def submit(
                 hint=f"drop {flag} for a dry run, or --dry-run to submit",
             )
     spec = load_spec(spec_path)
+    choice = region_choice(spec, region)
+    say(choice.describe())
     if region:
         spec = with_overrides(spec, {"job.region": region})
     job = do_submit(
@@ -93,6 +114,7 @@ def submit(
         dry_run=dry_run,
         allow_partial=allow_partial,
         aws=None if dry_run else aws_context(region or (spec.job.region if spec.job else None)),
+        confirm=consent_prompt(),
         notify=say,
     )
     if dry_run:
@@ -114,8 +136,7 @@ def submit(
                 on_status=lambda i: say(f"{i.name}: {i.status} / {i.secondary_status}"),
             )
         except KeyboardInterrupt:
-            say(f"\nstopped waiting: {reattach_hint(job.name)}")
-            raise SystemExit(130) from None
+            raise Interrupted("stopped waiting", hint=reattach_hint(job.name)) from None
         result["status"] = final.model_dump(mode="json")
         say(f"{job.name} ended {final.status}")
     if output == "json":
@@ -136,6 +157,7 @@ def _show_dry_run(job: Any, output: str) -> None:
                 "dry_run": True,
                 "job_name": jr.job_name,
                 "region": jr.region,
+                "region_source": job.region_source,
                 "spec_hash": jr.spec_hash,
                 "bundle_s3_uri": jr.bundle_s3_uri,
                 "bundle": jr.bundle.model_dump(mode="json"),
@@ -156,6 +178,7 @@ def _show_dry_run(job: Any, output: str) -> None:
             f"# code bundle: {jr.bundle.size_bytes} bytes, {len(jr.bundle.files)} files, "
             f"→ {jr.bundle_s3_uri}"
         )
+        _show_carried(jr.bundle)
     for w in jr.warnings:
         say(f"warning: {w}")
     if placeholders:
@@ -163,3 +186,16 @@ def _show_dry_run(job: Any, output: str) -> None:
             "dry run OK, but `bsm submit` will refuse until these REPLACE-ME placeholders are "
             "set: " + ", ".join(placeholders)
         )
+
+
+def _show_carried(bundle: Any) -> None:
+    """What the container's bootstrap checks and what the bundle carries for it, and why."""
+    click.echo(f"# container requirements (wheels for {bundle.target}):")
+    for r in bundle.requirements:
+        where = "carried" if r.carried else "the image's"
+        click.echo(f"#   {r.name}{r.spec or ' (any)'}: {where}; {r.why}")
+    for w in bundle.carried:
+        click.echo(
+            f"#   wheel {w.file} ({w.size_bytes / 2**20:.2f} MiB) for {', '.join(w.needed_by)}"
+        )
+    click.echo(f"# carried wheels: {len(bundle.carried)}, {bundle.wheels_bytes / 2**20:.2f} MiB")

@@ -14,7 +14,7 @@ import click
 
 from blackwell_sm.cli import submit as submit_cli
 from blackwell_sm.cli.output import OUTPUT_OPTION, emit_json
-from blackwell_sm.cli.submit import say
+from blackwell_sm.cli.submit import consent_prompt, say
 from blackwell_sm.errors import SpecError
 
 REGION_OPTION = click.option("--region", metavar="REGION", help="Default: the spec's, AWS_REGION.")
@@ -151,7 +151,7 @@ def reserve(
     output: str,
 ) -> None:
     """Buy an offering (CreateTrainingPlan) after showing its fee and window and asking."""
-    from blackwell_sm.aws.training_plans import find_offering, interactive_confirm
+    from blackwell_sm.aws.training_plans import find_offering
     from blackwell_sm.aws.training_plans import reserve as do_reserve
     from blackwell_sm.spec.compute import TRAINING_PLAN_NAME_RE
 
@@ -164,7 +164,7 @@ def reserve(
     offer = find_offering(
         aws.plans, offering_id, instance_type=itype, instance_count=n, duration_hours=h
     )
-    info = do_reserve(aws.plans, offer, plan_name, yes=yes, confirm=interactive_confirm())
+    info = do_reserve(aws.plans, offer, plan_name, consent=True if yes else consent_prompt())
     if output == "json":
         emit_json(info)
     else:

@@ -1,4 +1,6 @@
-"""The code bundle: `blackwell_sm/`, `entrypoints/` and `plan.json` in a reproducible tar.gz.
+"""The code bundle: `blackwell_sm/`, `entrypoints/`, `plan.json` and, given a wheelhouse,
+`wheels/*.whl` with `wheels/manifest.json` (the container's dependencies, `job/wheels.py`), in a
+reproducible tar.gz.
 
 Same inputs give the same bytes (sorted members, zero mtimes/uids, fixed modes, gzip header
 without a name or time), so the bundle's sha256 addresses it in S3 and it is uploaded once.
@@ -8,6 +10,7 @@ from __future__ import annotations
 
 import gzip
 import io
+import json
 import tarfile
 from pathlib import Path
 
@@ -16,6 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field
 import blackwell_sm
 from blackwell_sm.errors import BsmError
 from blackwell_sm.job.names import sha256_hex
+from blackwell_sm.job.wheels import CarriedWheel, Requirement, Wheelhouse
 
 PACKAGE_DIR = Path(blackwell_sm.__file__).resolve().parent
 ENTRYPOINTS_DIR = PACKAGE_DIR.parent / "entrypoints"
@@ -35,6 +39,12 @@ class CodeBundle(BaseModel):
     sha256: str
     size_bytes: int
     files: list[str] = Field(description="Member paths, in archive order.")
+    target: str | None = Field(None, description="The image target the wheels are built for.")
+    requirements: list[Requirement] = Field(
+        default_factory=list, description="What the container's bootstrap checks, and why."
+    )
+    carried: list[CarriedWheel] = Field(default_factory=list, description="wheels/ members.")
+    wheels_bytes: int = Field(0, description="Uncompressed size of the carried wheels.")
 
 
 def _wanted(rel: Path) -> bool:
@@ -63,8 +73,8 @@ def _member(name: str, size: int, executable: bool = False) -> tarfile.TarInfo:
     return info
 
 
-def build_bundle(plan_json: str) -> CodeBundle:
-    """Pack the installed package, the entrypoints and `plan_json` into a tar.gz."""
+def build_bundle(plan_json: str, wheelhouse: Wheelhouse | None = None) -> CodeBundle:
+    """Pack the installed package, the entrypoints, `plan_json` and the wheelhouse (if any)."""
     if not ENTRYPOINTS_DIR.is_dir():
         raise BsmError(
             f"cannot build the code bundle: {ENTRYPOINTS_DIR} is missing",
@@ -81,11 +91,26 @@ def build_bundle(plan_json: str) -> CodeBundle:
                 _member(arcname, len(data), path.stat().st_mode & 0o111 != 0), io.BytesIO(data)
             )
             names.append(arcname)
-        plan_bytes = plan_json.encode()
-        tar.addfile(_member(PLAN_FILE, len(plan_bytes)), io.BytesIO(plan_bytes))
-        names.append(PLAN_FILE)
+        extra = [(PLAN_FILE, plan_json.encode())]
+        if wheelhouse is not None:
+            extra += [(f"wheels/{w.file}", Path(w.path).read_bytes()) for w in wheelhouse.wheels]
+            manifest = json.dumps(wheelhouse.manifest(), indent=1, sort_keys=True) + "\n"
+            extra.append(("wheels/manifest.json", manifest.encode()))
+        for arcname, data in extra:
+            tar.addfile(_member(arcname, len(data)), io.BytesIO(data))
+            names.append(arcname)
     gz = io.BytesIO()
     with gzip.GzipFile(filename="", mode="wb", fileobj=gz, mtime=0, compresslevel=6) as f:
         f.write(raw.getvalue())
     data = gz.getvalue()
-    return CodeBundle(data=data, sha256=sha256_hex(data), size_bytes=len(data), files=names)
+    house = wheelhouse or Wheelhouse.model_construct(target=None, requirements=[], wheels=[])
+    return CodeBundle(
+        data=data,
+        sha256=sha256_hex(data),
+        size_bytes=len(data),
+        files=names,
+        target=wheelhouse.target.name if wheelhouse else None,
+        requirements=house.requirements,
+        carried=house.wheels,
+        wheels_bytes=house.size_bytes,
+    )

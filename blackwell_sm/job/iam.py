@@ -8,31 +8,103 @@ Pure: builds policy documents, calls nothing.
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import Any, NamedTuple
 
 from blackwell_sm.job.images import default_image_uri
-from blackwell_sm.job.names import name_stem
+from blackwell_sm.job.names import JOB_NAME_PREFIX, name_stem
 from blackwell_sm.spec.job import S3_URI_RE
 from blackwell_sm.spec.run import RunSpec
 
-# What the toolkit calls, by purpose (the AWS layer must not need more than this).
-TRAINING_JOB_ACTIONS = [
+
+class Call(NamedTuple):
+    """One AWS API operation a command makes: its IAM action and the resource it acts on.
+
+    `resource` names a kind of resource (`CALLER_RESOURCES`); `also` lists the actions the call
+    needs besides its own (tag-on-create needs AddTags, a job passes its role, a training plan
+    reservation creates reserved capacity), each with its resource kind.
+    """
+
+    operation: str  # service:ApiOperation, as botocore names it
+    action: str  # the IAM action it is authorised as
+    resource: str
+    also: tuple[tuple[str, str], ...] = ()
+
+
+_DESCRIBE_JOB = Call(
+    "sagemaker:DescribeTrainingJob", "sagemaker:DescribeTrainingJob", "toolkit_jobs"
+)
+_LIST_TAGS = Call("sagemaker:ListTags", "sagemaker:ListTags", "toolkit_jobs")
+_CREATE_JOB = Call(
     "sagemaker:CreateTrainingJob",
-    "sagemaker:DescribeTrainingJob",
-    "sagemaker:StopTrainingJob",
-    "sagemaker:AddTags",  # CreateTrainingJob with Tags needs it
-    "sagemaker:ListTags",
-]
-# These take no resource-level permissions (Resource "*").
-LIST_ACTIONS = [
-    "sagemaker:ListTrainingJobs",
-    "sagemaker:ListTrainingPlans",
-    "sagemaker:SearchTrainingPlanOfferings",
-]
-TRAINING_PLAN_READ_ACTIONS = ["sagemaker:DescribeTrainingPlan"]
-TRAINING_PLAN_BUY_ACTIONS = ["sagemaker:CreateTrainingPlan"]
-LOG_READ_ACTIONS = ["logs:DescribeLogStreams", "logs:GetLogEvents", "logs:FilterLogEvents"]
-METRIC_READ_ACTIONS = ["cloudwatch:GetMetricData"]
+    "sagemaker:CreateTrainingJob",
+    "spec_jobs",
+    also=(
+        ("sagemaker:AddTags", "spec_jobs"),
+        ("iam:PassRole", "role"),
+        # on a plan, CreateTrainingJob is authorised on the plan's ARN too
+        ("sagemaker:CreateTrainingJob", "plans"),
+    ),
+)
+_STOP_JOB = Call("sagemaker:StopTrainingJob", "sagemaker:StopTrainingJob", "toolkit_jobs")
+_DESCRIBE_PLAN = Call("sagemaker:DescribeTrainingPlan", "sagemaker:DescribeTrainingPlan", "plans")
+_SEARCH_OFFERINGS = Call(
+    "sagemaker:SearchTrainingPlanOfferings", "sagemaker:SearchTrainingPlanOfferings", "any"
+)
+_CREATE_PLAN = Call(
+    "sagemaker:CreateTrainingPlan",
+    "sagemaker:CreateTrainingPlan",
+    "plans",
+    also=(
+        ("sagemaker:AddTags", "plans"),
+        ("sagemaker:CreateReservedCapacity", "reserved"),
+        ("sagemaker:AddTags", "reserved"),
+    ),
+)
+_BUCKET_REGION = Call("s3:GetBucketLocation", "s3:GetBucketLocation", "bucket")
+_HEAD_CODE = Call("s3:HeadObject", "s3:GetObject", "code_objects")
+_PUT_CODE = Call("s3:PutObject", "s3:PutObject", "code_objects")
+_DELETE_CODE = Call("s3:DeleteObject", "s3:DeleteObject", "code_objects")
+_LOG_STREAMS = Call("logs:DescribeLogStreams", "logs:DescribeLogStreams", "job_logs")
+_LOG_EVENTS = Call("logs:GetLogEvents", "logs:GetLogEvents", "job_logs")
+_LOGS = (_DESCRIBE_JOB, _LOG_STREAMS, _LOG_EVENTS)
+
+# Every command → the calls it can make. The caller policy is generated from this table, and
+# tests/test_iam_coverage.py runs each command on moto and checks every call it made is here
+# and is allowed by the generated policy.
+COMMAND_CALLS: dict[str, tuple[Call, ...]] = {
+    "submit": (
+        _DESCRIBE_JOB, _LIST_TAGS, _DESCRIBE_PLAN, _SEARCH_OFFERINGS, _CREATE_PLAN,
+        _BUCKET_REGION, _HEAD_CODE, _PUT_CODE, _DELETE_CODE, _CREATE_JOB,
+        _STOP_JOB,  # a job created without the capacity asked for is stopped at once
+        *_LOGS,  # --logs / --wait
+    ),
+    "status": (_DESCRIBE_JOB,),
+    "logs": _LOGS,
+    "stop": (_DESCRIBE_JOB, _STOP_JOB),
+    "list": (Call("sagemaker:ListTrainingJobs", "sagemaker:ListTrainingJobs", "any"), _LIST_TAGS),
+    "plans search": (_SEARCH_OFFERINGS,),
+    "plans reserve": (_SEARCH_OFFERINGS, _CREATE_PLAN, _DESCRIBE_PLAN),
+    "plans list": (
+        Call("sagemaker:ListTrainingPlans", "sagemaker:ListTrainingPlans", "any"),
+    ),
+    "plans describe": (_DESCRIBE_PLAN,),
+    "to_model_trainer": (_BUCKET_REGION, _HEAD_CODE, _PUT_CODE, _DELETE_CODE, _CREATE_JOB),
+}  # fmt: skip
+
+# How each resource kind reads in a statement: (Sid, why). Order = statement order.
+CALLER_RESOURCES: dict[str, tuple[str, str]] = {
+    "spec_jobs": ("CreateTheSpecsTrainingJobs", "create and tag jobs named after the spec"),
+    "toolkit_jobs": ("ManageTheToolkitsTrainingJobs", "read, tag-read and stop bsm-* jobs"),
+    "any": ("ListJobsAndPlansSearchOfferings", "calls without resource-level permissions"),
+    "plans": ("UseAndReserveTrainingPlans", "describe, reserve, tag and run jobs on plans"),
+    "reserved": ("ReservedCapacityOfPlans", "a plan reservation creates reserved capacity"),
+    "role": ("PassTheJobRoleToSageMaker", "CreateTrainingJob passes job.role_arn"),
+    "bucket": ("FindTheBucketsRegion", "refuse a bucket outside the job's region first"),
+    "code_objects": ("UploadAndCheckTheCodeBundle", "upload once, verify, remove a bad upload"),
+    "job_logs": ("ReadJobLogs", "bsm logs / submit --logs"),
+}
+# Reserving spends money: without these actions a caller can use plans but never buy one.
+BUY_ACTIONS = frozenset({"sagemaker:CreateTrainingPlan", "sagemaker:CreateReservedCapacity"})
 LOG_WRITE_ACTIONS = [
     "logs:CreateLogGroup",
     "logs:CreateLogStream",
@@ -121,45 +193,75 @@ class _Ctx:
     def training_jobs(self) -> str:
         # SageMaker lowercases names in ARNs; the toolkit names jobs <model>-<spec hash>[-suffix].
         if self.spec is None:
-            return self.arn("sagemaker", "training-job/*")
-        return self.arn("sagemaker", f"training-job/{name_stem(self.spec.model.name).lower()}-*")
+            return self.arn("sagemaker", f"training-job/{JOB_NAME_PREFIX}*")
+        stem = name_stem(self.spec.model.name).lower()
+        return self.arn("sagemaker", f"training-job/{JOB_NAME_PREFIX}{stem}-*")
+
+
+def caller_actions(commands: list[str] | None = None) -> dict[str, set[str]]:
+    """Resource kind → the IAM actions `commands` (default: all) need on it, from the table."""
+    by_kind: dict[str, set[str]] = {}
+    for command in commands or list(COMMAND_CALLS):
+        for call in COMMAND_CALLS[command]:
+            by_kind.setdefault(call.resource, set()).add(call.action)
+            for action, kind in call.also:
+                by_kind.setdefault(kind, set()).add(action)
+    return by_kind
 
 
 def caller_policy(spec: RunSpec | None = None) -> dict[str, Any]:
-    """What `bsm submit/status/logs/stop/list/plans` need: jobs, plans, the S3 prefix, logs."""
+    """What `bsm` commands (and the SDK view) call, generated from COMMAND_CALLS."""
     c = _Ctx(spec)
-    create_condition: dict[str, Any] = {}
+    by_kind = caller_actions()
+    resources: dict[str, list[str] | str] = {
+        "spec_jobs": [c.training_jobs()],
+        "toolkit_jobs": [c.arn("sagemaker", f"training-job/{JOB_NAME_PREFIX}*")],
+        "any": "*",
+        "plans": [c.arn("sagemaker", "training-plan/*")],
+        "reserved": [c.arn("sagemaker", "reserved-capacity/*")],
+        "role": [c.role_arn],
+        "bucket": [f"arn:{c.partition}:s3:::{_s3_parts(c.code)[0]}"],
+        "code_objects": [c.s3_objects(c.code)],
+        "job_logs": [
+            c.arn("logs", f"log-group:{LOG_GROUP}"),
+            c.arn("logs", f"log-group:{LOG_GROUP}:*"),
+        ],
+    }
+    extra: dict[str, dict[str, Any]] = {
+        "role": {"Condition": {"StringEquals": {"iam:PassedToService": "sagemaker.amazonaws.com"}}}
+    }
     if spec is not None:
-        create_condition = {
+        extra["spec_jobs"] = {
             "Condition": {
                 "ForAllValues:StringEquals": {
                     "sagemaker:InstanceTypes": [spec.compute.instance_type]
                 }
             }
         }
-    return _doc(
-        _stmt("CreateTrainingJobsOnTheSpecsInstanceType", ["sagemaker:CreateTrainingJob"],
-              [c.training_jobs()], **create_condition),
-        _stmt("ManageTheToolkitsTrainingJobs",
-              [a for a in TRAINING_JOB_ACTIONS if a != "sagemaker:CreateTrainingJob"],
-              [c.training_jobs()]),
-        _stmt("ListJobsAndPlansSearchOfferings", LIST_ACTIONS, "*"),
-        _stmt("ReadTrainingPlans", TRAINING_PLAN_READ_ACTIONS,
-              [c.arn("sagemaker", "training-plan/*")]),
-        # Reserving spends money (the CLI asks first); drop this statement to forbid it.
-        _stmt("ReserveTrainingPlans", TRAINING_PLAN_BUY_ACTIONS,
-              [c.arn("sagemaker", "training-plan/*")]),
-        _stmt("PassTheJobRoleToSageMaker", ["iam:PassRole"], [c.role_arn],
-              Condition={"StringEquals": {"iam:PassedToService": "sagemaker.amazonaws.com"}}),
-        _stmt("UploadCodeReadOutputs", ["s3:GetObject", "s3:PutObject"],
-              [c.s3_objects(c.code), c.s3_objects(c.output)]),
-        # a code upload that fails its size/hash check is deleted so no job can use it
-        _stmt("RemoveBadCodeUploads", ["s3:DeleteObject"], [c.s3_objects(c.code)]),
-        *c.s3_list([c.code, c.output], "ListThePrefix"),
-        _stmt("ReadJobLogs", LOG_READ_ACTIONS,
-              [c.arn("logs", f"log-group:{LOG_GROUP}:*")]),
-        _stmt("ReadJobMetrics", METRIC_READ_ACTIONS, "*"),
-    )  # fmt: skip
+    statements = []
+    for kind, (sid, _why) in CALLER_RESOURCES.items():
+        actions = by_kind.get(kind, set())
+        if kind == "spec_jobs" and "sagemaker:AddTags" in actions and kind in extra:
+            # the instance-type condition applies to CreateTrainingJob only
+            statements.append(
+                _stmt(sid, ["sagemaker:CreateTrainingJob"], resources[kind], **extra[kind])
+            )
+            statements.append(
+                _stmt("TagTheSpecsTrainingJobs", ["sagemaker:AddTags"], resources[kind])
+            )
+            continue
+        if kind == "plans":
+            buy = actions & BUY_ACTIONS
+            statements.append(_stmt(sid, sorted(actions - buy), resources[kind]))
+            # Reserving spends money (the CLI asks first); drop this statement to forbid it.
+            statements.append(_stmt("ReserveTrainingPlans", sorted(buy), resources[kind]))
+            continue
+        if kind == "reserved":
+            statements.append(_stmt(sid, sorted(actions), resources[kind]))
+            continue
+        if actions:
+            statements.append(_stmt(sid, sorted(actions), resources[kind], **extra.get(kind, {})))
+    return _doc(*statements)
 
 
 def _ecr_repository(c: _Ctx) -> tuple[str | None, str]:
@@ -192,8 +294,12 @@ def job_role_policy(spec: RunSpec | None = None) -> dict[str, Any]:
         _stmt("EcrLogin", ["ecr:GetAuthorizationToken"], "*") if repo else {},
         _stmt("WriteJobLogs", LOG_WRITE_ACTIONS,
               [c.arn("logs", f"log-group:{LOG_GROUP}"), c.arn("logs", f"log-group:{LOG_GROUP}:*")]),
-        _stmt("PublishJobMetrics", ["cloudwatch:PutMetricData"], "*",
-              Condition={"StringLike": {"cloudwatch:namespace": "/aws/sagemaker/*"}}),
+        # No namespace condition: the SageMaker SDK's role check simulates this action without
+        # context keys, and a condition would read as a denial there.
+        _stmt("PublishJobMetrics", ["cloudwatch:PutMetricData"], "*"),
+        # VPC jobs need these; the SDK's role check (SimulatePrincipalPolicy) requires them of
+        # every training role, so they are always granted (SageMaker makes the interfaces).
+        _stmt("VpcNetworkInterfacesAndTheSdkRoleCheck", VPC_ACTIONS, "*"),
     ]  # fmt: skip
     if kms_keys:
         statements.append(
@@ -204,8 +310,6 @@ def job_role_policy(spec: RunSpec | None = None) -> dict[str, Any]:
             _stmt("GrantVolumeEncryption", ["kms:CreateGrant"], [job.volume_kms_key_id],
                   Condition={"Bool": {"kms:GrantIsForAWSResource": "true"}})
         )  # fmt: skip
-    if job and job.subnets:
-        statements.append(_stmt("RunInTheVpc", VPC_ACTIONS, "*"))
     return _doc(*statements)
 
 
@@ -241,6 +345,11 @@ def iam_policies(spec: RunSpec | None = None) -> dict[str, Any]:
     notes.append(
         "ReserveTrainingPlans allows sagemaker:CreateTrainingPlan, which spends money; remove it "
         "for users who must not reserve capacity"
+    )
+    notes.append(
+        "the job role's VpcNetworkInterfacesAndTheSdkRoleCheck statement is needed by VPC jobs "
+        "and by the SageMaker SDK's role validation (to_model_trainer); drop it if you use "
+        "neither"
     )
     return {
         "caller": caller_policy(spec if spec and spec.job else None),

@@ -1,7 +1,12 @@
 """Deterministic job names and spec hashes: the same spec always maps to the same job.
 
-`<model>-<spec hash>` lets a CI rerun find and reattach to its job; `new=True` appends a
+`bsm-<model>-<spec hash>` lets a CI rerun find and reattach to its job; `new=True` appends a
 unique suffix for a fresh job (which still shares the spec's checkpoint folder, so it resumes).
+The `bsm-` prefix marks the toolkit's jobs: `bsm list` asks SageMaker for names containing it
+and the IAM policy grants the job actions on `training-job/bsm-*` only.
+
+Capacity is part of a job's identity (`capacity_identity`): the same spec on demand, on a
+given training plan, or with other instance preferences is a different job, never reattached.
 """
 
 from __future__ import annotations
@@ -13,6 +18,7 @@ import secrets
 import time
 from typing import Any
 
+JOB_NAME_PREFIX = "bsm-"
 MAX_JOB_NAME = 63  # botocore model TrainingJobName max; checked again against the model
 HASH_CHARS = 12
 
@@ -26,19 +32,30 @@ def sha256_hex(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def spec_hash(spec: Any, plan: Any) -> str:
-    """Hash of what defines the run: the whole spec and the plan's chosen configuration.
+def capacity_identity(compute: dict[str, Any], plan: Any) -> dict[str, Any]:
+    """The capacity a job runs on, as it enters the job's identity.
 
-    `compute.training_plan` is left out: the same run booked on another reservation (or a name
-    resolved to an ARN) is still the same run, and must reattach rather than duplicate.
+    Takes the whole `compute` section (as JSON data) so that any capacity field, now or later
+    (`training_plan` as written: ARN, name or 'auto'; `instance_preferences`), is part of it;
+    the instance type and count are the plan's resolved ones. Price and deadline only steer the
+    planner, whose choice is hashed with the plan.
     """
+    capacity = {k: v for k, v in compute.items() if k not in ("price_per_hour", "deadline_hours")}
+    capacity["instance_type"] = plan.instance.type
+    capacity["instance_count"] = plan.instance.count
+    capacity.setdefault("training_plan", None)
+    return capacity
+
+
+def spec_hash(spec: Any, plan: Any) -> str:
+    """Hash of what defines the run: the whole spec, its capacity and the plan's configuration."""
     data = spec.model_dump(mode="json")
-    data.get("compute", {}).pop("training_plan", None)
+    compute = data.pop("compute", {})
     payload = {
         "spec": data,
+        "capacity": capacity_identity(compute, plan),
         "plan": {
             "config": plan.config.model_dump(mode="json"),
-            "instance": {"type": plan.instance.type, "count": plan.instance.count},
             "schema_version": plan.schema_version,
         },
     }
@@ -52,9 +69,9 @@ def name_stem(model_name: str) -> str:
 
 
 def base_job_name(model_name: str, digest: str) -> str:
-    """`<model>-<hash>`, the model part trimmed so the name fits with a --new suffix."""
-    room = MAX_JOB_NAME - len(digest) - 1 - len(_suffix_example())
-    return f"{name_stem(model_name)[:room].rstrip('-')}-{digest}"
+    """`bsm-<model>-<hash>`, the model part trimmed so the name fits with a --new suffix."""
+    room = MAX_JOB_NAME - len(JOB_NAME_PREFIX) - len(digest) - 1 - len(_suffix_example())
+    return f"{JOB_NAME_PREFIX}{name_stem(model_name)[:room].rstrip('-')}-{digest}"
 
 
 def _suffix_example() -> str:

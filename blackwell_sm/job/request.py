@@ -20,7 +20,8 @@ from blackwell_sm.job.bundle import BUNDLE_FILE, PLAN_FILE, CodeBundle, build_bu
 from blackwell_sm.job.images import default_image_uri
 from blackwell_sm.job.limits import MAX_RUNTIME_S
 from blackwell_sm.job.names import base_job_name, sha256_hex, spec_hash, unique_suffix
-from blackwell_sm.job.validate import validate_request
+from blackwell_sm.job.validate import request_origins, validate_request
+from blackwell_sm.job.wheels import Wheelhouse, requirements_for
 from blackwell_sm.metrics import METRIC_REGEXES
 from blackwell_sm.planner.plan import Plan
 from blackwell_sm.spec.compute import TRAINING_PLAN_ARN_RE
@@ -51,6 +52,9 @@ class JobRequest(BaseModel):
     region: str
     request: dict[str, Any] = Field(description="The exact CreateTrainingJob kwargs.")
     bundle: CodeBundle
+    wheelhouse: Wheelhouse = Field(
+        description="The container's requirements and carried wheels (fetch once, reuse)."
+    )
     bundle_s3_uri: str = Field(description="<code prefix>/<sha256>/bundle.tar.gz")
     checkpoint_s3_uri: str
     max_runtime_s: int
@@ -182,57 +186,6 @@ def _tags(job: JobSpec, model: str, digest: str, plan_sha: str, plan_ref: str | 
     return [{"Key": k, "Value": v} for k, v in merged.items()]
 
 
-# Request member -> the spec field it is built from (fixed members; keyed ones are added below).
-_ORIGINS: dict[str, str] = {
-    "TrainingJobName": "model.name",
-    "RoleArn": "job.role_arn",
-    "AlgorithmSpecification.TrainingImage": "job.image_uri",
-    "OutputDataConfig.S3OutputPath": "job.output_s3_prefix",
-    "OutputDataConfig.KmsKeyId": "job.output_kms_key_id",
-    "OutputDataConfig.CompressionType": "job.output_compression",
-    "ResourceConfig.InstanceType": "compute.instance_type",
-    "ResourceConfig.InstanceCount": "compute.instance_count",
-    "ResourceConfig.VolumeSizeInGB": "job.volume_size_gb",
-    "ResourceConfig.VolumeKmsKeyId": "job.volume_kms_key_id",
-    "ResourceConfig.KeepAlivePeriodInSeconds": "job.keep_alive_minutes",
-    "ResourceConfig.TrainingPlanArn": "compute.training_plan",
-    "StoppingCondition": "job.max_runtime_hours",
-    "CheckpointConfig": "job.checkpoint_s3_prefix",
-    "VpcConfig.Subnets": "job.subnets",
-    "VpcConfig.SecurityGroupIds": "job.security_group_ids",
-    "RetryStrategy": "job.max_retry_attempts",
-    "Tags": "job.tags",
-    "Environment": "job.environment",
-    "InputDataConfig": "job.channels",
-}
-
-
-def request_origins(request: dict[str, Any], job: JobSpec) -> dict[str, str]:
-    """Request path -> spec field, for every value of `request` that came from the spec.
-
-    Keyed values get their key: `Tags[3]` -> `job.tags.team`, `Environment.NAME` ->
-    `job.environment.NAME`, `InputDataConfig[1]` -> `job.channels.train`; the automatic
-    `bsm:model` tag -> `model.name`.
-    """
-    out = dict(_ORIGINS)
-    for i, tag in enumerate(request.get("Tags", [])):
-        key = tag.get("Key")
-        if key in job.tags:
-            out[f"Tags[{i}]"] = f"job.tags.{key}"
-        elif key == "bsm:model":
-            out[f"Tags[{i}]"] = "model.name"
-        elif key == "bsm:training-plan":
-            out[f"Tags[{i}]"] = "compute.training_plan"
-    for key in request.get("Environment", {}):
-        if key in job.environment:
-            out[f"Environment.{key}"] = f"job.environment.{key}"
-    for i, ch in enumerate(request.get("InputDataConfig", [])):
-        name = ch.get("ChannelName")
-        if name in job.channels:
-            out[f"InputDataConfig[{i}]"] = f"job.channels.{name}"
-    return out
-
-
 def _named(plan: str | None) -> str | None:
     return None if plan == "auto" else plan
 
@@ -244,11 +197,14 @@ def build_job_request(
     new: bool = False,
     training_plan_arn: str | None = None,
     region: str | None = None,
+    wheelhouse: Wheelhouse | None = None,
 ) -> JobRequest:
     """Build and validate the CreateTrainingJob request for `spec` run as `plan`.
 
     `training_plan_arn` is the ARN the AWS layer resolved `compute.training_plan` (a name or
     'auto') into; `region` fills in `job.region` when the spec leaves it to the session.
+    `wheelhouse` is `job.wheels.fetch_wheels`'s result for this spec's requirements (the one
+    network-touching step, done by the caller); without it the bundle carries no wheels.
     Raises SpecError (naming the field and the limit) before anything is sent.
     """
     job = spec.job
@@ -271,9 +227,15 @@ def build_job_request(
     for path in placeholders:
         warnings.append(f"{path} is a REPLACE-ME placeholder: set it before submitting")
 
+    target, requirements, target_warnings = requirements_for(spec, plan)
+    warnings += target_warnings
+    if wheelhouse is None:
+        wheelhouse = Wheelhouse(target=target, requirements=requirements, wheels=[])
+    elif wheelhouse.requirements != requirements or wheelhouse.target != target:
+        raise ValueError("the wheelhouse was fetched for other requirements than this spec's")
     plan_json = plan.to_json()
     plan_sha = sha256_hex(plan_json.encode())
-    bundle = build_bundle(plan_json)
+    bundle = build_bundle(plan_json, wheelhouse)
     digest = spec_hash(spec, plan)
     base = base_job_name(spec.model.name, digest)
     name = base + unique_suffix() if new else base
@@ -380,6 +342,12 @@ def build_job_request(
     if job.max_retry_attempts is not None:
         request["RetryStrategy"] = {"MaximumRetryAttempts": job.max_retry_attempts}
 
+    if not wheelhouse.wheels:
+        warnings.append(
+            "the code bundle carries no wheels (none were fetched): the container stops at its "
+            "first second unless the image has "
+            + ", ".join(r.pip_spec for r in requirements if r.carried)
+        )
     validate_request(request, nvme_only=nvme_only, origins=request_origins(request, job))
     return JobRequest(
         job_name=name,
@@ -388,6 +356,7 @@ def build_job_request(
         region=region,
         request=request,
         bundle=bundle,
+        wheelhouse=wheelhouse,
         bundle_s3_uri=bundle_uri,
         checkpoint_s3_uri=checkpoint_uri,
         max_runtime_s=runtime_s,

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import os
 import warnings
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -47,14 +48,18 @@ def _load(spec: RunSpec | str | Path | dict[str, Any]) -> RunSpec:
     return load_spec(spec)
 
 
-def _upload_bundle(boto_session: Any, req: JobRequest) -> None:
-    """Put the bundle at its content address unless it is already there (the AWS layer's
-    verified upload, so `bsm submit` and the SDK view recognise each other's uploads)."""
-    from blackwell_sm.aws.s3 import upload_bundle
+Uploader = Callable[[Any, JobRequest], None]  # (boto3 session, request) -> bundle in S3
 
-    upload_bundle(
-        boto_session.client("s3"), req.bundle.data, req.bundle_s3_uri, sha256=req.bundle.sha256
-    )
+
+def refuse_placeholders(req: JobRequest) -> None:
+    """SpecError for REPLACE-ME placeholders: checked before the SDK or AWS is called."""
+    if req.placeholders:
+        raise SpecError(
+            "the spec still has REPLACE-ME placeholders: " + ", ".join(req.placeholders),
+            field=req.placeholders[0],
+            hint="set them to your role ARN and S3 locations (`bsm submit SPEC --dry-run` shows "
+            "the request)",
+        )
 
 
 def _entrypoint_hook(req: JobRequest) -> Any:
@@ -77,9 +82,13 @@ def model_trainer_and_request(
     *,
     training_plan_arn: str | None = None,
     sagemaker_session: Any = None,
-    upload_bundle: bool = True,
+    upload: Uploader | None = None,
 ) -> tuple[Any, JobRequest]:
-    """`to_model_trainer`, also returning the builder's JobRequest it was configured from."""
+    """`to_model_trainer`, also returning the builder's JobRequest it was configured from.
+
+    `upload` puts the code bundle in S3 (the AWS layer passes its verified upload; this module
+    makes no AWS call of its own). Placeholders are refused before the SDK is imported.
+    """
     run = _load(spec)
     wanted = run.compute.training_plan
     if wanted and not wanted.startswith("arn:") and training_plan_arn is None:
@@ -89,8 +98,25 @@ def model_trainer_and_request(
             field="compute.training_plan",
             hint="pass training_plan_arn=... (`bsm plans describe NAME` or `bsm plans search`)",
         )
-    try:
+    if plan is None:
+        from blackwell_sm.planner.api import make_plan
+
+        plan = make_plan(run)
+    if sagemaker_session is None:
         import boto3
+
+        region = run.job.region if run.job else None
+        boto_session = boto3.Session(region_name=region or os.environ.get("AWS_REGION"))
+    else:
+        boto_session = sagemaker_session.boto_session
+    from blackwell_sm.job.wheels import fetch_for
+
+    req = build_job_request(
+        run, plan, training_plan_arn=training_plan_arn, region=boto_session.region_name,
+        wheelhouse=fetch_for(run, plan),
+    )  # fmt: skip
+    refuse_placeholders(req)
+    try:
         from sagemaker.core.helper.session_helper import Session
         from sagemaker.core.training.configs import (
             Channel,
@@ -112,18 +138,6 @@ def model_trainer_and_request(
             hint="pip install 'blackwell-sm[sdk]' (sagemaker>=3)",
         ) from None
 
-    if plan is None:
-        from blackwell_sm.planner.api import make_plan
-
-        plan = make_plan(run)
-    if sagemaker_session is None:
-        region = run.job.region if run.job else None
-        boto_session = boto3.Session(region_name=region or os.environ.get("AWS_REGION"))
-    else:
-        boto_session = sagemaker_session.boto_session
-    req = build_job_request(
-        run, plan, training_plan_arn=training_plan_arn, region=boto_session.region_name
-    )
     hook = _entrypoint_hook(req)
     # Registered before the SDK creates its clients from this session, so they all carry it.
     boto_session.events.register("before-parameter-build.sagemaker.CreateTrainingJob", hook)
@@ -133,8 +147,8 @@ def model_trainer_and_request(
         sagemaker_session.sagemaker_client.meta.events.register(
             "before-parameter-build.sagemaker.CreateTrainingJob", hook
         )
-    if upload_bundle:
-        _upload_bundle(boto_session, req)
+    if upload is not None:
+        upload(boto_session, req)
 
     q = req.request
     res, algo, out = q["ResourceConfig"], q["AlgorithmSpecification"], q["OutputDataConfig"]
@@ -225,21 +239,21 @@ def to_model_trainer(
     *,
     training_plan_arn: str | None = None,
     sagemaker_session: Any = None,
-    upload_bundle: bool = True,
+    upload: Uploader | None = None,
 ) -> Any:
     """A `sagemaker.train.ModelTrainer` whose CreateTrainingJob equals the builder's request
     (plan ARN, instance, image, entrypoint, environment, checkpoints, stopping condition,
     metric definitions, tags, channels); see the module docstring for the two exceptions.
 
     `plan` defaults to `make_plan(spec)`. `training_plan_arn` is needed when
-    `compute.training_plan` is a name or 'auto'. `upload_bundle` puts the code bundle at its
-    S3 address (once per content hash) so that `trainer.train()` can run.
+    `compute.training_plan` is a name or 'auto'. `blackwell_sm.to_model_trainer` (in
+    `blackwell_sm.aws.sdk`) also uploads the code bundle so that `trainer.train()` can run.
     """
     trainer, _ = model_trainer_and_request(
         spec,
         plan,
         training_plan_arn=training_plan_arn,
         sagemaker_session=sagemaker_session,
-        upload_bundle=upload_bundle,
+        upload=upload,
     )
     return trainer

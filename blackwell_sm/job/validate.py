@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import re
 from functools import cache
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from blackwell_sm.errors import SpecError
 from blackwell_sm.job.limits import MAX_RUNTIME_S, MODEL_SOURCE
+
+if TYPE_CHECKING:
+    from blackwell_sm.spec.job import JobSpec
 
 # Request member -> the spec field a user changes to fix it.
 SPEC_FIELD: dict[str, str] = {
@@ -25,6 +28,57 @@ SPEC_FIELD: dict[str, str] = {
     "Environment": "job.environment",
     "RetryStrategy": "job.max_retry_attempts",
 }
+
+# Request member -> the spec field it is built from (fixed members; keyed ones are added below).
+_ORIGINS: dict[str, str] = {
+    "TrainingJobName": "model.name",
+    "RoleArn": "job.role_arn",
+    "AlgorithmSpecification.TrainingImage": "job.image_uri",
+    "OutputDataConfig.S3OutputPath": "job.output_s3_prefix",
+    "OutputDataConfig.KmsKeyId": "job.output_kms_key_id",
+    "OutputDataConfig.CompressionType": "job.output_compression",
+    "ResourceConfig.InstanceType": "compute.instance_type",
+    "ResourceConfig.InstanceCount": "compute.instance_count",
+    "ResourceConfig.VolumeSizeInGB": "job.volume_size_gb",
+    "ResourceConfig.VolumeKmsKeyId": "job.volume_kms_key_id",
+    "ResourceConfig.KeepAlivePeriodInSeconds": "job.keep_alive_minutes",
+    "ResourceConfig.TrainingPlanArn": "compute.training_plan",
+    "StoppingCondition": "job.max_runtime_hours",
+    "CheckpointConfig": "job.checkpoint_s3_prefix",
+    "VpcConfig.Subnets": "job.subnets",
+    "VpcConfig.SecurityGroupIds": "job.security_group_ids",
+    "RetryStrategy": "job.max_retry_attempts",
+    "Tags": "job.tags",
+    "Environment": "job.environment",
+    "InputDataConfig": "job.channels",
+}
+
+
+def request_origins(request: dict[str, Any], job: JobSpec) -> dict[str, str]:
+    """Request path -> spec field, for every value of `request` that came from the spec.
+
+    Keyed values get their key: `Tags[3]` -> `job.tags.team`, `Environment.NAME` ->
+    `job.environment.NAME`, `InputDataConfig[1]` -> `job.channels.train`; the automatic
+    `bsm:model` tag -> `model.name`.
+    """
+    out = dict(_ORIGINS)
+    for i, tag in enumerate(request.get("Tags", [])):
+        key = tag.get("Key")
+        if key in job.tags:
+            out[f"Tags[{i}]"] = f"job.tags.{key}"
+        elif key == "bsm:model":
+            out[f"Tags[{i}]"] = "model.name"
+        elif key == "bsm:training-plan":
+            out[f"Tags[{i}]"] = "compute.training_plan"
+    for key in request.get("Environment", {}):
+        if key in job.environment:
+            out[f"Environment.{key}"] = f"job.environment.{key}"
+    for i, ch in enumerate(request.get("InputDataConfig", [])):
+        name = ch.get("ChannelName")
+        if name in job.channels:
+            out[f"InputDataConfig[{i}]"] = f"job.channels.{name}"
+    return out
+
 
 # Java regex classes in the model's patterns, in Python `re` terms.
 _JAVA_CLASSES = {

@@ -39,6 +39,12 @@ CHANNEL_NAME_RE = re.compile(r"^[A-Za-z0-9.\-_]{1,64}$")
 ENV_KEY_RE = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]{0,511}$")
 KMS_KEY_RE = re.compile(r"^[a-zA-Z0-9:/_-]{1,2048}$")
 VPC_ID_RE = re.compile(r"^[-0-9a-zA-Z]{1,32}$")
+# A requirement the container's stdlib-only bootstrap can check: a PyPI name and an optional
+# comma list of >=, >, <=, <, ==, != clauses on plain release numbers (entrypoints/bootstrap.py).
+REQUIREMENT_RE = re.compile(
+    r"^(?P<name>[A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?)"
+    r"(?P<spec>\s*(?:==|!=|>=|<=|>|<)\s*\d+(?:\.\d+)*(?:\s*,\s*(?:==|!=|>=|<=|>|<)\s*\d+(?:\.\d+)*)*)?$"
+)
 # Credentials never travel in a job's environment: the job role provides them. Names (compared
 # upper-cased) from the AWS SDKs and Tools reference guide (environment variables), boto3's
 # credential providers and the legacy EC2 API tools; the container-credential and profile
@@ -208,6 +214,13 @@ class JobSpec(BaseModel):
         description="Training image; default: the pinned SageMaker PyTorch image for the region "
         "(PyTorch >= 2.7 with CUDA >= 12.8, needed for B200).",
     )
+    container_requirements: list[str] = Field(
+        default_factory=list,
+        description="Extra Python packages the container needs, as 'name' or 'name>=1.2,<2' "
+        "(>=, >, <=, <, ==, != on release numbers). bsm downloads their wheels for the image's "
+        "Python and platform, the bundle carries them, and the container installs them offline "
+        "only when the image lacks them. torch is never installed: it is the image's.",
+    )
     volume_size_gb: PosInt = Field(
         100,
         le=16384,
@@ -256,6 +269,21 @@ class JobSpec(BaseModel):
     environment: dict[str, str] = Field(
         default_factory=dict, description="Extra container environment (never credentials)."
     )
+
+    @field_validator("container_requirements")
+    @classmethod
+    def _requirements(cls, v: list[str]) -> list[str]:
+        for req in v:
+            m = REQUIREMENT_RE.match(req.strip())
+            if not m:
+                raise ValueError(
+                    f"{req!r} is not a requirement the container can check: use 'name' or "
+                    "'name>=1.2,<2' (>=, >, <=, <, ==, != on release numbers)"
+                )
+            if m["name"].lower() == "torch":
+                raise ValueError("torch comes with the image and is never installed; choose "
+                                 "job.image_uri for another torch")  # fmt: skip
+        return [r.strip() for r in v]
 
     @field_validator("role_arn")
     @classmethod

@@ -196,7 +196,7 @@ def test_reserve_refuses_without_consent_and_on_a_no(monkeypatch, tmp_path):
         with pytest.raises(ConsentRequiredError):
             tp.reserve(aws.plans, offer, "p1")
         with pytest.raises(ConsentRequiredError):
-            tp.reserve(aws.plans, offer, "p1", confirm=lambda text: asked.append(text) or False)
+            tp.reserve(aws.plans, offer, "p1", consent=lambda text: asked.append(text) or False)
         plans.assert_no_pending_responses()
     assert asked and "99.00" in asked[0]
 
