@@ -63,7 +63,8 @@ def test_merge_key_is_plain_text_in_yaml_1_2():
 def test_aliases_are_allowed_but_a_bomb_is_counted_not_built():
     assert parse_yaml("a: &x [1, 2]\nb: *x") == {"a": [1, 2], "b": [1, 2]}
     bomb = "a: &a [x, x, x, x, x, x, x, x, x, x]\n" + "".join(
-        f"{c}: &{c} [{', '.join(['*' + p] * 10)}]\n" for p, c in zip("abcdefgh", "bcdefghi", strict=True)
+        f"{c}: &{c} [{', '.join(['*' + p] * 10)}]\n"
+        for p, c in zip("abcdefgh", "bcdefghi", strict=True)
     )
     with pytest.raises(SpecError, match="aliases are expanded"):
         parse_yaml(bomb)
@@ -215,3 +216,18 @@ def test_spec_yaml_round_trip_of_templates_is_unchanged_by_the_loader():
     """The new loader reads every template exactly as PyYAML's safe_load did."""
     for path in sorted((ROOT / "templates").glob("*.yaml")):
         assert load_mapping(path) == yaml.safe_load(path.read_text()), path
+
+
+def test_json_loading_needs_no_pyyaml(tmp_path):
+    """The container has no PyYAML: reading plan.json must not import it."""
+    import subprocess
+    import sys
+
+    plan = tmp_path / "plan.json"
+    plan.write_text('{"a": 1}')
+    code = (
+        "import sys; sys.modules['yaml'] = None\n"
+        "from blackwell_sm.safe_load import load_mapping\n"
+        f"assert load_mapping({str(plan)!r}, fmt='json') == {{'a': 1}}\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT)
