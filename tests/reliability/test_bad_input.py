@@ -754,3 +754,11 @@ def _with(data: dict[str, Any], path: str, value: Any) -> dict[str, Any]:
     else:
         node[last] = value
     return data
+
+
+@pytest.mark.parametrize("mode", ["table", "json"])
+@pytest.mark.parametrize("value", ["inf", "nan", "-5", "0", "lots"])
+def test_price_override_must_be_finite_and_positive(value, mode, monkeypatch, capsys):
+    monkeypatch.setenv("BSM_PRICE_ML_P6_B200_48XLARGE", value)
+    args = ["plan", "--model", "llama-3.2-1b"]
+    _check_refused(args, mode, "finite number > 0", "BSM_PRICE_ML_P6_B200_48XLARGE", capsys)
