@@ -617,16 +617,7 @@ _NASTY = st.one_of(
 def _mutated(draw_paths: list[tuple[str, Any]]) -> dict[str, Any]:
     data = copy.deepcopy(BASE)
     for path, value in draw_paths:
-        *parents, last = path.split(".")
-        node = data
-        for p in parents:
-            if not isinstance(node.get(p), dict):
-                node[p] = {}
-            node = node[p]
-        if value is DELETE:
-            node.pop(last, None)
-        else:
-            node[last] = value
+        data = _with(data, path, value)
     return data
 
 
