@@ -130,7 +130,7 @@ def test_container_plan_and_manifest_go_through_the_loader(tmp_path):
 def test_ecr_repository_pattern_is_botocores():
     import botocore.session
 
-    from blackwell_sm.spec.job import ECR_REPOSITORY_PATTERN
+    from blackwell_sm.spec.aws_rules import ECR_REPOSITORY_PATTERN
 
     model = botocore.session.get_session().get_service_model("ecr")
     assert model.shape_for("RepositoryName").metadata["pattern"] == ECR_REPOSITORY_PATTERN
