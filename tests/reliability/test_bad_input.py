@@ -753,3 +753,30 @@ def test_price_override_must_be_finite_and_positive(value, mode, monkeypatch, ca
     monkeypatch.setenv("BSM_PRICE_ML_P6_B200_48XLARGE", value)
     args = ["plan", "--model", "llama-3.2-1b"]
     _check_refused(args, mode, "finite number > 0", "BSM_PRICE_ML_P6_B200_48XLARGE", capsys)
+
+
+@pytest.mark.parametrize(
+    "path,value,field",
+    [
+        ("model.n_layers", 10**400, "model.n_layers"),
+        ("model.vocab_size", 10**4000, "model.vocab_size"),
+        ("training.seed", 2**64, "training.seed"),
+        ("training.optimizer.lr", float("nan"), "training.optimizer.lr"),
+        ("compute.instance_count", 2**31, "compute.instance_count"),
+        ("model.n_layers", True, "model.n_layers"),
+    ],
+)
+def test_python_api_refuses_the_same_values(path, value, field):
+    """`parse_spec` / `with_overrides` (the Python API) apply the same bounds as files."""
+    from blackwell_sm.spec import spec_from_preset, with_overrides
+
+    data = mutate(path, value) if not path.startswith("model.") else {
+        **BASE, "model": {"preset": "llama-3.1-8b", path.split(".")[1]: value}
+    }  # fmt: skip
+    with pytest.raises(SpecError) as e:
+        parse_spec(data)
+    assert e.value.field == field
+    if not path.startswith("model."):
+        with pytest.raises(SpecError) as e:
+            with_overrides(spec_from_preset("tiny"), {path: value})
+        assert e.value.field == field
