@@ -7,6 +7,7 @@ B300), AWS instance pages; collected in shared/notes/sagemaker-facts.md. Usable 
 
 from __future__ import annotations
 
+import math
 import os
 from typing import Literal
 
@@ -121,9 +122,15 @@ def _price(name: str) -> tuple[float | None, str | None]:
     env = "BSM_PRICE_" + name.upper().replace(".", "_").replace("-", "_")
     if os.environ.get(env):
         try:
-            return float(os.environ[env]), f"override from ${env}"
+            value = float(os.environ[env])
         except ValueError:
-            raise SpecError(f"${env} must be a number (USD per hour)", field=env) from None
+            value = math.nan
+        if not (math.isfinite(value) and value > 0):  # "inf" and "nan" parse as floats
+            raise SpecError(
+                f"${env} must be a finite number > 0 (USD per hour), got {os.environ[env]!r}",
+                field=env,
+            )
+        return value, f"override from ${env}"
     return PRICES.get(name, (None, None))
 
 

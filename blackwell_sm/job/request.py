@@ -21,7 +21,7 @@ from blackwell_sm.job.bundle import BUNDLE_FILE, PLAN_FILE, CodeBundle, build_bu
 from blackwell_sm.job.images import default_image_uri
 from blackwell_sm.job.limits import MAX_RUNTIME_S
 from blackwell_sm.job.names import base_job_name, sha256_hex, spec_hash, unique_suffix
-from blackwell_sm.job.validate import validate_request
+from blackwell_sm.job.validate import request_origins, validate_request
 from blackwell_sm.job.wheels import Wheelhouse, requirements_for
 from blackwell_sm.metrics import METRIC_REGEXES
 from blackwell_sm.opt_ml import DEFAULT_ROOT, ENV_MAX_RUNTIME_S, ENV_OPT_ML, OptMl
@@ -350,7 +350,7 @@ def build_job_request(
             "first second unless the image has "
             + ", ".join(r.pip_spec for r in requirements if r.carried)
         )
-    validate_request(request, nvme_only=nvme_only)
+    validate_request(request, nvme_only=nvme_only, origins=request_origins(request, job))
     return JobRequest(
         job_name=name,
         base_job_name=base,

@@ -76,10 +76,12 @@ def read_resource_config(opt_ml: Path) -> ResourceConfig:
 
 
 def read_plan(path: Path) -> Plan:
+    from blackwell_sm.safe_load import load_mapping
+
     try:
-        return Plan.from_json(path.read_text())
-    except FileNotFoundError:
-        raise BsmError(f"plan file {path} not found") from None
+        return Plan.model_validate(
+            load_mapping(path, field="plan.json", fmt="json", label="plan file")
+        )
     except ValidationError as e:
         raise BsmError(f"{path} is not a valid plan: {e.errors()[0]['msg']}") from None
 

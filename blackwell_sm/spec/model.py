@@ -8,7 +8,18 @@ from __future__ import annotations
 
 from typing import Self
 
-from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, PositiveInt, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from blackwell_sm.spec.types import (
+    MAX_HEADS,
+    MAX_LAYERS,
+    MAX_SEQ,
+    MAX_VOCAB,
+    MAX_WIDTH,
+    Bool,
+    PosFloat,
+    PosInt,
+)
 
 
 class ModelSpec(BaseModel):
@@ -16,19 +27,37 @@ class ModelSpec(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    name: str = Field("custom", description="Display name; presets use their own name.")
-    n_layers: PositiveInt = Field(description="Number of transformer blocks.")
-    d_model: PositiveInt = Field(description="Hidden size.")
-    n_heads: PositiveInt = Field(description="Attention (query) heads; must divide d_model.")
-    n_kv_heads: PositiveInt = Field(description="Key/value heads (GQA); must divide n_heads.")
-    ffn_dim: PositiveInt = Field(description="SwiGLU inner size (w1, w3: d_model->ffn_dim).")
-    vocab_size: PositiveInt = Field(description="Vocabulary size.")
-    tie_embeddings: bool = Field(
+    name: str = Field(
+        "custom",
+        min_length=1,
+        max_length=256,
+        description="Display name; presets use their own "
+        "name. 1-256 characters (it becomes the bsm:model tag value: SageMaker TagValue max 256).",
+    )
+    n_layers: PosInt = Field(le=MAX_LAYERS, description=f"Transformer blocks, 1..{MAX_LAYERS}.")
+    d_model: PosInt = Field(le=MAX_WIDTH, description=f"Hidden size, 1..{MAX_WIDTH}.")
+    n_heads: PosInt = Field(
+        le=MAX_HEADS, description=f"Attention (query) heads, 1..{MAX_HEADS}; must divide d_model."
+    )
+    n_kv_heads: PosInt = Field(
+        le=MAX_HEADS, description=f"Key/value heads (GQA), 1..{MAX_HEADS}; must divide n_heads."
+    )
+    ffn_dim: PosInt = Field(
+        le=MAX_WIDTH, description=f"SwiGLU inner size (w1, w3: d_model->ffn_dim), 1..{MAX_WIDTH}."
+    )
+    vocab_size: PosInt = Field(
+        le=MAX_VOCAB, description=f"Vocabulary size, 1..{MAX_VOCAB} (uint32 token ids)."
+    )
+    tie_embeddings: Bool = Field(
         False, description="Share the input embedding with the output head."
     )
-    rope_theta: PositiveFloat = Field(500000.0, description="RoPE base frequency.")
-    norm_eps: PositiveFloat = Field(1e-5, description="RMSNorm epsilon.")
-    max_seq_len: PositiveInt = Field(8192, description="Longest sequence the model supports.")
+    rope_theta: PosFloat = Field(
+        500000.0, le=1e12, description="RoPE base frequency, finite, in (0, 1e12]."
+    )
+    norm_eps: PosFloat = Field(1e-5, lt=1, description="RMSNorm epsilon, in (0, 1).")
+    max_seq_len: PosInt = Field(
+        8192, le=MAX_SEQ, description=f"Longest sequence the model supports, 1..{MAX_SEQ}."
+    )
 
     @model_validator(mode="after")
     def _check_shape(self) -> Self:

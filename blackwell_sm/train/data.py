@@ -8,7 +8,6 @@ disjoint sequences and resuming needs only the step.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -59,10 +58,12 @@ class ShardDataset:
 
     @staticmethod
     def _check_manifest(directory: Path, vocab_size: int | None) -> None:
+        from blackwell_sm.safe_load import load_mapping
+
         manifest = directory / "manifest.json"
         if vocab_size is None or not manifest.exists():
             return
-        shard_vocab = json.loads(manifest.read_text()).get("vocab_size")
+        shard_vocab = load_mapping(manifest, field="manifest.json", fmt="json").get("vocab_size")
         if shard_vocab is not None and shard_vocab > vocab_size:
             raise BsmError(
                 f"{directory}: shards use a vocabulary of {shard_vocab} tokens but the model's "

@@ -28,8 +28,10 @@ def main(argv: list[str] | None = None) -> int:
 
     @record  # torchrun's error file carries the exception and rank to the launcher
     def _run() -> int:
-        try:
-            plan = Plan.from_json(args.plan.read_text())
+        from blackwell_sm.safe_load import load_mapping
+
+        try:  # the one safe loader: size cap, UTF-8, no duplicate keys, no NaN
+            plan = Plan.model_validate(load_mapping(args.plan, field="plan.json", fmt="json"))
         except (OSError, ValueError) as e:
             raise BsmError(f"cannot read the plan {args.plan}: {e}") from e
         if not plan.feasible:
