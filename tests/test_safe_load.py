@@ -113,8 +113,8 @@ def test_files(tmp_path):
 
 def test_container_plan_and_manifest_go_through_the_loader(tmp_path):
     """plan.json and manifest.json: duplicate keys and NaN are refused, not read loosely."""
-    from blackwell_sm.train.data import ShardDataset
     from blackwell_sm.launch.topology import read_plan
+    from blackwell_sm.train.data import ShardDataset
 
     plan = tmp_path / "plan.json"
     plan.write_text('{"schema_version": 1, "schema_version": 2}')
