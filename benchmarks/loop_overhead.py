@@ -26,7 +26,6 @@ import contextlib
 import os
 import shutil
 import signal
-import socket
 import statistics
 import sys
 import tempfile
@@ -54,74 +53,38 @@ SMALL = dict(name="bench-small", n_layers=4, d_model=128, n_heads=4, n_kv_heads=
              vocab_size=2048, max_seq_len=512)  # fmt: skip
 
 
-def model_spec(name: str):
-    from blackwell_sm.spec import ModelSpec, get_preset
-
-    return ModelSpec(**SMALL) if name == "small" else get_preset(name)
-
-
 def bench_plan(model: str, *, steps: int, seq_len: int, micro_batch: int, accum: int):
-    """A one-process CPU plan pinned to exactly this configuration (the planner is not what is
-    measured here, so it is built directly, like the training-loop tests do)."""
-    from blackwell_sm.planner.plan import (
-        InstanceRef,
-        MemoryBreakdown,
-        ModelRef,
-        Plan,
-        PlanConfig,
-        PlanSpec,
-        RunEstimate,
-        Throughput,
-    )
-    from blackwell_sm.spec import TrainingSpec
-
-    spec = model_spec(model)
-    tr = TrainingSpec.model_validate({
-        "seq_len": seq_len, "total_steps": steps, "precision": "bf16",
-        "activation_checkpointing": "none", "export_model": False,
-        "optimizer": {"lr": 1e-3, "weight_decay": 0.1, "grad_clip": 1.0},
-        "schedule": {"warmup_steps": 2, "decay": "cosine"},
-        "checkpoint": {"interval_steps": None, "interval_minutes": None, "keep_last": 1,
-                       "async_save": False},
-        "data": {"source": "synthetic"},
-    })  # fmt: skip
-    cfg = PlanConfig(shard_degree=1, replicate_degree=1, micro_batch_size=micro_batch,
-                     grad_accum_steps=accum, seq_len=seq_len, precision="bf16",
-                     activation_checkpointing="none", compile=False,
-                     reshard_after_forward=True)  # fmt: skip
-    fpt = spec.flops_per_token(seq_len)
+    """A one-process CPU plan pinned to exactly this configuration (`pinned_plan`: the planner's
+    models, no search; the planner is not what is measured here)."""
     from blackwell_sm.hardware import local_instance
+    from blackwell_sm.planner.api import pinned_plan
+    from blackwell_sm.spec import parse_spec
 
-    peak = local_instance(nproc=1).gpu.peak_flops("bf16")  # the nominal CPU peak
-    tok_s = 0.01 * peak / fpt  # nominal; not compared with anything here
-    mem = dict.fromkeys(MemoryBreakdown.model_fields, 0.0) | {"total": 1.0, "limit": 8.0}
-    tokens = cfg.global_batch_sequences * seq_len
-    return Plan(
-        feasible=True,
-        model=ModelRef(name=spec.name, n_params=spec.n_params),
-        instance=InstanceRef(
-            type="local-cpu", count=1, gpus_per_instance=1, gpu="cpu", gpu_memory_gib=8.0
-        ),
-        config=cfg,
-        memory_gib=MemoryBreakdown(**mem),
-        throughput=Throughput(
-            step_time_s=tokens / tok_s, tokens_per_s_per_gpu=tok_s, mfu=0.01, flops_per_token=fpt
-        ),
-        run=RunEstimate(steps=steps, tokens=steps * tokens, hours=0.0, cost_usd=None),
-        spec=PlanSpec(model=spec, training=tr),
-    )
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    spec = parse_spec({
+        "model": dict(SMALL) if model == "small" else model,
+        "training": {
+            "seq_len": seq_len, "total_steps": steps, "precision": "bf16",
+            "global_batch_seqs": micro_batch * accum, "activation_checkpointing": "none",
+            "export_model": False,
+            "optimizer": {"lr": 1e-3, "weight_decay": 0.1, "grad_clip": 1.0},
+            "schedule": {"warmup_steps": 2, "decay": "cosine"},
+            "checkpoint": {"interval_steps": None, "interval_minutes": None, "keep_last": 1,
+                           "async_save": False},
+            "data": {"source": "synthetic"},
+        },
+    })  # fmt: skip
+    cfg = dict(shard_degree=1, replicate_degree=1, micro_batch_size=micro_batch,
+               grad_accum_steps=accum, precision="bf16", activation_checkpointing="none",
+               compile=False, reshard_after_forward=True)  # fmt: skip
+    return pinned_plan(spec, cfg, instance=local_instance(nproc=1))
 
 
 def _join_group() -> None:
     """A one-process gloo group, as torchrun would set it up for one CPU worker."""
+    from blackwell_sm.local import free_port
+
     os.environ.update(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0", LOCAL_WORLD_SIZE="1",
-                      MASTER_ADDR="127.0.0.1", MASTER_PORT=str(_free_port()),
+                      MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()),
                       BSM_DEVICE="cpu")  # fmt: skip
 
 
@@ -150,12 +113,13 @@ def _keep_signal_handlers():
 
 def run_real(plan, workdir: Path, warmup: int):
     """The worker's own loop; returns (rates, trainer)."""
+    from blackwell_sm.opt_ml import OptMl
     from blackwell_sm.train.distributed import init_distributed
-    from blackwell_sm.train.loop import Paths, Trainer
+    from blackwell_sm.train.loop import Trainer
 
     shutil.rmtree(workdir, ignore_errors=True)
     with _keep_signal_handlers():
-        trainer = Trainer(plan, Paths(workdir), init_distributed())
+        trainer = Trainer(plan, OptMl(workdir), init_distributed())
     # Stamp the clocks at each step's metric record (written right after the step, as in a job).
     stamps: list[tuple[float, float]] = []
     record = trainer.metrics.step
@@ -239,7 +203,8 @@ def checkpoint_roundtrip(trainer, workdir: Path) -> dict:
     """Time one save and one restore (into a freshly built model) through the real Checkpointer."""
     import torch
 
-    from blackwell_sm.train.loop import Paths, Trainer
+    from blackwell_sm.opt_ml import OptMl
+    from blackwell_sm.train.loop import Trainer
 
     step = trainer.total_steps
     t0 = time.perf_counter()
@@ -247,7 +212,7 @@ def checkpoint_roundtrip(trainer, workdir: Path) -> dict:
     save_s = time.perf_counter() - t0
     n_bytes = sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
     with _keep_signal_handlers():
-        fresh = Trainer(trainer.plan, Paths(workdir), trainer.env)
+        fresh = Trainer(trainer.plan, OptMl(workdir), trainer.env)
     t0 = time.perf_counter()
     restored_step = fresh.ckpt.load(fresh.model, fresh.optimizer, path)
     load_s = time.perf_counter() - t0

@@ -72,10 +72,10 @@ def predict(row: dict[str, str]):
         instance_count=max(1, n_gpus // inst.gpus_per_instance),
         shard_degree=shard,
         replicate_degree=rep,
-        micro_batch=mb,
-        grad_accum=ga,
+        micro_batch_size=mb,
+        grad_accum_steps=ga,
         precision=PRECISION[row["precision"]],
-        mode=MODE[row["activation_checkpointing"]],
+        activation_checkpointing=MODE[row["activation_checkpointing"]],
         compile=row["compile"] != "false",
         reshard_after_forward=True,
     )

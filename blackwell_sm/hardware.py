@@ -7,14 +7,14 @@ B300), AWS instance pages; collected in shared/notes/sagemaker-facts.md. Usable 
 
 from __future__ import annotations
 
+import math
 import os
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from blackwell_sm.errors import SpecError
-
-PrecisionName = Literal["bf16", "fp8", "mxfp8"]
+from blackwell_sm.opt_ml import LOCAL_INSTANCE_PREFIX
 
 
 class GpuSpec(BaseModel):
@@ -122,9 +122,15 @@ def _price(name: str) -> tuple[float | None, str | None]:
     env = "BSM_PRICE_" + name.upper().replace(".", "_").replace("-", "_")
     if os.environ.get(env):
         try:
-            return float(os.environ[env]), f"override from ${env}"
+            value = float(os.environ[env])
         except ValueError:
-            raise SpecError(f"${env} must be a number (USD per hour)", field=env) from None
+            value = math.nan
+        if not (math.isfinite(value) and value > 0):  # "inf" and "nan" parse as floats
+            raise SpecError(
+                f"${env} must be a finite number > 0 (USD per hour), got {os.environ[env]!r}",
+                field=env,
+            )
+        return value, f"override from ${env}"
     return PRICES.get(name, (None, None))
 
 
@@ -160,7 +166,7 @@ def local_instance(
         g = GpuSpec(name="cpu", kind="cpu", memory_gib=mem / nproc, hbm_tb_s=0.02,
                     peak_tflops={"bf16": 0.1})  # fmt: skip
     return InstanceType(
-        name=f"local-{device}", gpu=g, gpus_per_instance=nproc, intra_node_gb_s=5.0,
+        name=f"{LOCAL_INSTANCE_PREFIX}{device}", gpu=g, gpus_per_instance=nproc, intra_node_gb_s=5.0,
         inter_node_gbps=10.0, vcpus=os.cpu_count() or 1, host_memory_gib=memory_gib or 0.0,
         supports_training_plans=False, efa_provider_env=False,
     )  # fmt: skip

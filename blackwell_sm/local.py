@@ -30,10 +30,11 @@ from typing import IO, Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from blackwell_sm.errors import BsmError, InfeasiblePlanError, SpecError
+from blackwell_sm.opt_ml import COMPLETE_MARKER, ENV_MASTER_PORT, PLAN_FILE, OptMl
 from blackwell_sm.planner.plan import Plan
 from blackwell_sm.spec import RunSpec
 
-LAUNCHER_MODULE = "blackwell_sm.train.launch"
+LAUNCHER_MODULE = "blackwell_sm.launch"
 
 
 def host_names(count: int) -> list[str]:
@@ -54,23 +55,22 @@ def layout_opt_ml(
     hosts = hosts or host_names(plan.instance.count)
     if current_host not in hosts:
         raise BsmError(f"current host {current_host!r} is not among {hosts}")
-    config = root / "input" / "config"
-    config.mkdir(parents=True, exist_ok=True)
-    for sub in ("checkpoints", "model", "output/data"):
-        (root / sub).mkdir(parents=True, exist_ok=True)
+    tree = OptMl(root)
+    for d in (tree.config_dir, tree.checkpoints, tree.model, tree.output_data):
+        d.mkdir(parents=True, exist_ok=True)
     rc = {
         "current_host": current_host,
         "current_instance_type": plan.instance.type,
         "hosts": hosts,
         "network_interface_name": network_interface_name,
     }
-    (config / "resourceconfig.json").write_text(json.dumps(rc, indent=2) + "\n")
+    tree.resource_config.write_text(json.dumps(rc, indent=2) + "\n")
     # SageMaker passes hyperparameters as strings; the plan is the real source of settings.
-    hp = {"plan": "plan.json", "model": plan.model.name}
-    (config / "hyperparameters.json").write_text(json.dumps(hp, indent=2) + "\n")
+    hp = {"plan": PLAN_FILE, "model": plan.model.name}
+    tree.hyperparameters.write_text(json.dumps(hp, indent=2) + "\n")
     data_cfg: dict[str, Any] = {}
     for name, src in (channels or {}).items():
-        dst = root / "input" / "data" / name
+        dst = tree.channel(name)
         dst.parent.mkdir(parents=True, exist_ok=True)
         if dst.is_symlink() or dst.exists():
             if dst.is_symlink() or dst.is_file():
@@ -79,8 +79,8 @@ def layout_opt_ml(
                 shutil.rmtree(dst)
         dst.symlink_to(Path(src).resolve(), target_is_directory=True)
         data_cfg[name] = {"TrainingInputMode": "File", "S3DistributionType": "FullyReplicated"}
-    (config / "inputdataconfig.json").write_text(json.dumps(data_cfg, indent=2) + "\n")
-    plan_path = root / "plan.json"
+    tree.input_data_config.write_text(json.dumps(data_cfg, indent=2) + "\n")
+    plan_path = root / PLAN_FILE
     plan_path.write_text(plan.to_json() + "\n")
     return plan_path
 
@@ -102,7 +102,7 @@ def launcher_env(*, master_port: int, extra: dict[str, str] | None = None) -> di
     env = dict(os.environ)
     root = str(Path(__file__).resolve().parents[1])
     env["PYTHONPATH"] = os.pathsep.join([root, *filter(None, [env.get("PYTHONPATH")])])
-    env["BSM_MASTER_PORT"] = str(master_port)
+    env[ENV_MASTER_PORT] = str(master_port)
     env.update(extra or {})
     return env
 
@@ -125,13 +125,14 @@ class LocalRunResult(BaseModel):
 
 def collect_result(out: Path, plan_path: Path, exit_code: int) -> LocalRunResult:
     """Read back what the run left in `out`."""
-    ckpt_root = out / "checkpoints"
+    tree = OptMl(out)
     ckpts = sorted(
-        str(p) for p in ckpt_root.glob("step-*") if p.is_dir() and (p / "COMPLETE").is_file()
+        str(p)
+        for p in tree.checkpoints.glob("step-*")
+        if p.is_dir() and (p / COMPLETE_MARKER).is_file()
     )
-    model_dir = out / "model"
-    summary_path = out / "output" / "data" / "summary.json"
-    failure_path = out / "output" / "failure"
+    model_dir = tree.model
+    summary_path, failure_path = tree.summary, tree.failure
     return LocalRunResult(
         out_dir=str(out),
         exit_code=exit_code,
@@ -139,7 +140,7 @@ def collect_result(out: Path, plan_path: Path, exit_code: int) -> LocalRunResult
         checkpoints=ckpts,
         model_dir=str(model_dir),
         model_files=sorted(p.name for p in model_dir.iterdir()) if model_dir.is_dir() else [],
-        metrics_path=str(out / "output" / "data" / "metrics.jsonl"),
+        metrics_path=str(tree.metrics),
         summary=json.loads(summary_path.read_text()) if summary_path.is_file() else None,
         failure=failure_path.read_text().strip() if failure_path.is_file() else None,
     )

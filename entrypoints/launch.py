@@ -29,6 +29,6 @@ BUNDLE_ROOT = Path(__file__).resolve().parent.parent
 if __name__ == "__main__":
     bootstrap.ensure(BUNDLE_ROOT, failure=_opt_ml(sys.argv[1:]) / "output" / "failure")
     sys.path.insert(0, str(BUNDLE_ROOT))
-    from blackwell_sm.train.launch import main
+    from blackwell_sm.launch.main import main
 
     sys.exit(main())

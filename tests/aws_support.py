@@ -60,6 +60,36 @@ def spec_dict(model: str = "tiny", *, training_plan: str | None = None, **job: A
     }
 
 
+def run_spec(**job: Any) -> Any:
+    """The request builder's spec: llama-3.1-8b on 2 x p6-b200 with `spec_dict`'s job settings
+    (the train channel with a trailing slash, as users often write it)."""
+    from blackwell_sm.spec import parse_spec
+
+    job = {"channels": {"train": {"s3_uri": f"s3://{BUCKET}/data/train/"}}, **job}
+    d = spec_dict("llama-3.1-8b", **job)
+    d["compute"]["instance_count"] = 2
+    d["training"] = {"seq_len": 8192, "total_tokens": 10_000_000_000}
+    return parse_spec(d)
+
+
+def plan_for(spec: Any, *, hours: float | None = None, **config: Any) -> Any:
+    """A fixed plan for `spec` (the builder reads its instance, config and run estimate), not the
+    search's choice: full shard, micro-batch 1, selective checkpointing, bf16, compiled. `config`
+    overrides knobs; `hours` replaces the predicted run time (to test the runtime limits)."""
+    from blackwell_sm.planner.api import pinned_plan
+
+    n = spec.compute.instance_count if isinstance(spec.compute.instance_count, int) else 1
+    gpus = 8 * n
+    cfg = dict(shard_degree=gpus, replicate_degree=1, micro_batch_size=1,
+               grad_accum_steps=max(1, spec.training.global_batch_sequences // gpus),
+               precision="bf16", activation_checkpointing="selective", compile=True,
+               reshard_after_forward=True) | config  # fmt: skip
+    plan = pinned_plan(spec, cfg)
+    if hours is not None:
+        plan = plan.model_copy(update={"run": plan.run.model_copy(update={"hours": hours})})
+    return plan
+
+
 def plan_response(
     *,
     status: str = "Active",

@@ -9,6 +9,7 @@ import pytest
 def aws(monkeypatch, tmp_path):
     """An AwsContext on moto (S3, SageMaker, Logs) with planted fake credentials and the test
     bucket. Test modules that need more (a log group, a patched CLI) extend it by name."""
+    import boto3
     from aws_support import BUCKET, REGION, fake_credentials
     from moto import mock_aws
 
@@ -16,6 +17,7 @@ def aws(monkeypatch, tmp_path):
 
     fake_credentials(monkeypatch, tmp_path)
     with mock_aws():
-        ctx = AwsContext(REGION)
-        ctx.s3.create_bucket(Bucket=BUCKET)
-        yield ctx
+        # The bucket through a side client: the context's own clients are made on first use, so
+        # a module extending this fixture can still set their configuration (AWS_MAX_ATTEMPTS).
+        boto3.client("s3", region_name=REGION).create_bucket(Bucket=BUCKET)
+        yield AwsContext(REGION)

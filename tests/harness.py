@@ -29,9 +29,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from blackwell_sm.launch import WORKER_MODULE
+from blackwell_sm.launch.supervise import child_pids
 from blackwell_sm.local import free_port, host_names, launcher_command, launcher_env, layout_opt_ml
+from blackwell_sm.opt_ml import COMPLETE_MARKER, ENV_MASTER_ADDR, OptMl
 from blackwell_sm.planner.plan import Plan
-from blackwell_sm.train.launch import WORKER_MODULE, child_pids
 
 __all__ = [
     "Launch",
@@ -215,13 +217,13 @@ class OptMlHost:
 
     def start(self, *, port: int, env: dict[str, str] | None = None) -> Launch:
         """Start this host's launcher with master port `port` (and loopback for multi-host)."""
-        extra = {"BSM_MASTER_ADDR": "127.0.0.1"} if len(self.hosts) > 1 else {}
+        extra = {ENV_MASTER_ADDR: "127.0.0.1"} if len(self.hosts) > 1 else {}
         extra.update(env or {})
         launch = Launch(
             launcher_command(self.plan_path, self.root),
             launcher_env(master_port=port, extra=extra),
             self.root / "launcher.log",
-            self.root / "output" / "data" / "metrics.jsonl",
+            OptMl(self.root).metrics,
         )
         self.launches.append(launch)
         return launch
@@ -238,7 +240,7 @@ class OptMlHost:
         return json.loads(out.stdout)
 
     def failure(self) -> str | None:
-        p = self.root / "output" / "failure"
+        p = OptMl(self.root).failure
         return p.read_text() if p.is_file() else None
 
 
@@ -249,7 +251,7 @@ def start_hosts(hosts: list[OptMlHost], *, port: int) -> list[Launch]:
 
 def metric_records(root: Path) -> list[dict[str, Any]]:
     """All training records of `root/output/data/metrics.jsonl`, in file order."""
-    path = root / "output" / "data" / "metrics.jsonl"
+    path = OptMl(root).metrics
     if not path.is_file():
         return []
     recs = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
@@ -309,7 +311,7 @@ def sync_checkpoints(hosts: list[OptMlHost]) -> int:
 def complete_checkpoints(root: Path) -> list[int]:
     """Steps of the complete checkpoints (COMPLETE marker present), oldest first."""
     steps = []
-    for p in (root / "checkpoints").glob("step-*"):
-        if (p / "COMPLETE").is_file():
+    for p in OptMl(root).checkpoints.glob("step-*"):
+        if (p / COMPLETE_MARKER).is_file():
             steps.append(int(p.name.split("-")[1]))
     return sorted(steps)

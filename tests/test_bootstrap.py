@@ -20,7 +20,7 @@ import tomllib
 from pathlib import Path
 
 import pytest
-from job_plans import plan_for, run_spec
+from aws_support import plan_for, run_spec
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "entrypoints"))
 import bootstrap

@@ -8,8 +8,6 @@ in-process with a Stubber.
 
 from __future__ import annotations
 
-import contextlib
-import io
 import json
 import subprocess
 import sys
@@ -19,6 +17,7 @@ import pytest
 import yaml
 from aws_support import BUCKET, REGION, offering, spec_dict
 from botocore.stub import Stubber
+from cli_support import run
 
 from blackwell_sm.cli import cli, main
 from blackwell_sm.cli import submit as submit_cli
@@ -156,16 +155,6 @@ def test_exit_1_any_other_error(capsys):
 def aws_cli(aws, monkeypatch):
     monkeypatch.setattr(submit_cli, "aws_context", lambda region: aws)
     return aws
-
-
-def run(*args: str) -> tuple[int, str, str]:
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        try:
-            main(list(args))
-        except SystemExit as e:
-            return int(e.code or 0), out.getvalue(), err.getvalue()
-    return 0, out.getvalue(), err.getvalue()
 
 
 def test_exit_5_consent_required(aws_cli):

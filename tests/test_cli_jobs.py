@@ -3,8 +3,6 @@ where moto has no StopTrainingJob), plus one subprocess for the dry run's import
 
 from __future__ import annotations
 
-import contextlib
-import io
 import json
 import subprocess
 import sys
@@ -21,24 +19,13 @@ from aws_support import (
     spec_dict,
 )
 from botocore.stub import Stubber
+from cli_support import run
 
 from blackwell_sm.aws.logs import LOG_GROUP
-from blackwell_sm.cli import main
 from blackwell_sm.cli import submit as submit_cli
 
 ROOT = Path(__file__).resolve().parents[1]
 TEMPLATES = sorted((ROOT / "templates").glob("*.yaml"))
-
-
-def run(*args: str):
-    """Run `bsm` in-process through main(): exit code, stdout, stderr."""
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        try:
-            main(list(args))
-        except SystemExit as e:
-            return int(e.code or 0), out.getvalue(), err.getvalue()
-    return 0, out.getvalue(), err.getvalue()
 
 
 @pytest.fixture

@@ -7,8 +7,7 @@ import pytest
 pytest.importorskip("transformers")
 from hf_support import save_tiny_tokenizer
 
-from blackwell_sm.errors import SpecError
-from blackwell_sm.train.finetune_prepare import (
+from blackwell_sm.data.finetune import (
     FLAG_LOSS,
     FLAG_START,
     Sample,
@@ -17,6 +16,7 @@ from blackwell_sm.train.finetune_prepare import (
     pack_rows,
     prompt_completion_sample,
 )
+from blackwell_sm.errors import SpecError
 
 
 @pytest.fixture(scope="module")
@@ -116,7 +116,8 @@ def test_prepare_chat_writes_v2_rows_that_the_reader_masks(tmp_path):
 
     import numpy as np
 
-    from blackwell_sm.train.data import ShardDataset, read_shard
+    from blackwell_sm.data.shards import read_shard
+    from blackwell_sm.train.data import ShardDataset
 
     tok_dir = tmp_path / "tok"
     save_tiny_tokenizer(tok_dir)

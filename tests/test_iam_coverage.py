@@ -11,8 +11,6 @@ parliament lints both generated policies.
 
 from __future__ import annotations
 
-import contextlib
-import io
 import json
 import re
 from datetime import UTC, datetime, timedelta
@@ -21,25 +19,15 @@ import pytest
 import yaml
 from aws_support import ACCOUNT, PLAN_ARN, PLAN_NAME, REGION, offering, plan_response, spec_dict
 from botocore.stub import ANY, Stubber
+from cli_support import run
 
 from blackwell_sm.aws.logs import LOG_GROUP
-from blackwell_sm.cli import main
 from blackwell_sm.cli import submit as submit_cli
 from blackwell_sm.job.iam import COMMAND_CALLS, iam_policies
 from blackwell_sm.spec import parse_spec
 
 pytest.importorskip("policy_sentry")
 OFFER = "tpo-" + "c" * 20
-
-
-def run(*args: str) -> tuple[int, str, str]:
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        try:
-            main(list(args))
-        except SystemExit as e:
-            return int(e.code or 0), out.getvalue(), err.getvalue()
-    return 0, out.getvalue(), err.getvalue()
 
 
 class Recorder:

@@ -9,7 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from job_plans import plan_for, run_spec
+from aws_support import plan_for, run_spec
 
 from blackwell_sm.job.request import CONTAINER_COMMAND, build_job_request
 from blackwell_sm.planner.plan import Plan

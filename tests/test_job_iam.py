@@ -7,7 +7,7 @@ from pathlib import Path
 
 import botocore.session
 import pytest
-from job_plans import run_spec
+from aws_support import run_spec
 
 from blackwell_sm.cli import main
 from blackwell_sm.job.iam import BUY_ACTIONS, iam_policies

@@ -9,7 +9,7 @@ import tarfile
 from pathlib import Path
 
 import pytest
-from job_plans import plan_for, run_spec
+from aws_support import plan_for, run_spec
 
 from blackwell_sm.errors import InfeasiblePlanError, SpecError
 from blackwell_sm.job import bundle as bundle_mod
@@ -27,13 +27,13 @@ ARN = "arn:aws:sagemaker:us-east-1:123456789012:training-plan/bsm-test-plan"
 @pytest.fixture(scope="module")
 def built():
     spec = run_spec()
-    plan = plan_for(spec)
+    plan = plan_for(spec, hours=20.0)
     return spec, plan, build_job_request(spec, plan)
 
 
 def test_same_spec_same_name_hash_request_and_bundle_bytes(built):
     _spec, _plan, a = built
-    b = build_job_request(run_spec(), plan_for(run_spec()))
+    b = build_job_request(run_spec(), plan_for(run_spec(), hours=20.0))
     assert a.job_name == b.job_name == a.base_job_name
     assert a.spec_hash == b.spec_hash and len(a.spec_hash) == 12
     assert a.bundle.data == b.bundle.data and a.bundle.sha256 == b.bundle.sha256
@@ -136,7 +136,7 @@ def test_bundle_holds_only_package_entrypoints_plan_and_wheel_manifest(built):
     # Built without fetching: the manifest (what the bootstrap checks) but no wheels.
     assert names == r.bundle.files == [*sorted(names[:-2]), "plan.json", "wheels/manifest.json"]
     assert all(n.startswith(("blackwell_sm/", "entrypoints/")) for n in names[:-2])
-    assert "entrypoints/launch.py" in names and "blackwell_sm/train/launch.py" in names
+    assert "entrypoints/launch.py" in names and "blackwell_sm/launch/main.py" in names
     assert not [n for n in names if "__pycache__" in n or n.endswith(".pyc") or "/." in n]
     assert all(m.mtime == 0 and m.uid == 0 and m.uname == "" for m in members)
     assert plan_text == plan.to_json()
@@ -232,9 +232,17 @@ def test_missing_train_channel_is_named():
         ({"role_arn": "arn:aws:iam::123:role/x"}, "job.role_arn", "IAM role ARN"),
         ({"s3_prefix": "bucket/prefix"}, "job.s3_prefix", "S3 URI"),
         ({"s3_prefix": "s3://Bad_Bucket/x"}, "job.s3_prefix", "bucket name"),
-        ({"environment": {"AWS_SECRET_ACCESS_KEY": "x"}}, "job.environment", "credentials"),
-        ({"environment": {"AWS_SESSION_TOKEN": "x"}}, "job.environment", "credentials"),
-        ({"environment": {"BSM_MAX_RUNTIME_S": "1"}}, "job.environment", "BSM_"),
+        (
+            {"environment": {"AWS_SECRET_ACCESS_KEY": "x"}},
+            "job.environment.AWS_SECRET_ACCESS_KEY",
+            "credentials",
+        ),
+        (
+            {"environment": {"AWS_SESSION_TOKEN": "x"}},
+            "job.environment.AWS_SESSION_TOKEN",
+            "credentials",
+        ),
+        ({"environment": {"BSM_MAX_RUNTIME_S": "1"}}, "job.environment.BSM_MAX_RUNTIME_S", "BSM_"),
         ({"max_runtime_hours": 673}, "job.max_runtime_hours", "672"),
         ({"subnets": ["subnet-1"]}, "job", "security_group_ids"),
         ({"region": "useast1"}, "job.region", "region"),
@@ -312,7 +320,12 @@ def test_unknown_region_needs_an_image_uri():
 def test_plan_must_fit_the_spec():
     spec = run_spec()
     with pytest.raises(InfeasiblePlanError):
-        build_job_request(spec, plan_for(spec, feasible=False))
+        build_job_request(
+            spec,
+            plan_for(
+                spec, activation_checkpointing="none", micro_batch_size=64, grad_accum_steps=1
+            ),
+        )
     one = parse_spec({**spec.model_dump(), "compute": {"instance_count": 1}})
     with pytest.raises(SpecError) as e:
         build_job_request(spec, plan_for(one))

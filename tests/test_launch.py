@@ -14,19 +14,18 @@ from pathlib import Path
 import pytest
 
 from blackwell_sm.errors import BsmError, CapabilityError, SpecError
-from blackwell_sm.hardware import local_instance
-from blackwell_sm.local import host_names, launcher_env, layout_opt_ml
-from blackwell_sm.planner.api import make_plan
-from blackwell_sm.planner.plan import Plan
-from blackwell_sm.spec import load_spec, with_overrides
-from blackwell_sm.train.launch import (
-    EFA_INSTANCES,
-    build_launch,
+from blackwell_sm.hardware import get_instance, local_instance
+from blackwell_sm.launch.main import build_launch
+from blackwell_sm.launch.topology import (
     check_devices,
     derive_topology,
     natural_key,
     read_resource_config,
 )
+from blackwell_sm.local import host_names, launcher_env, layout_opt_ml
+from blackwell_sm.planner.api import make_plan
+from blackwell_sm.planner.plan import Plan
+from blackwell_sm.spec import load_spec, with_overrides
 
 REPO = Path(__file__).resolve().parents[1]
 CONTRACT_KEYS = {"torchrun", "env", "nnodes", "node_rank", "master_addr", "master_port",
@@ -108,7 +107,7 @@ def test_env_p6_b200_vs_p5_vs_local(tmp_path: Path) -> None:
 
     for itype in ("ml.p6-b200.48xlarge", "ml.p5.48xlarge"):
         ls = envs[itype]
-        assert itype in EFA_INSTANCES
+        assert plan.instance.efa and ls.topology.efa
         assert ls.env["FI_PROVIDER"] == "efa"
         assert ls.env["FI_EFA_USE_DEVICE_RDMA"] == "1"
         assert ls.env["FI_EFA_USE_HUGE_PAGE"] == "0"
@@ -150,7 +149,7 @@ def test_host_count_mismatch_refused(tmp_path: Path) -> None:
         build_launch(root / "plan.json", root, environ={})
     # Through the real command: a non-zero exit and the reason where SageMaker looks for it.
     out = subprocess.run(
-        [sys.executable, "-m", "blackwell_sm.train.launch", "--plan", str(root / "plan.json"),
+        [sys.executable, "-m", "blackwell_sm.launch", "--plan", str(root / "plan.json"),
          "--opt-ml", str(root)],
         env=launcher_env(master_port=29500), capture_output=True, text=True, timeout=60,
     )  # fmt: skip
@@ -217,7 +216,7 @@ def test_dry_run_via_the_bundle_entrypoint(tmp_path: Path) -> None:
 
 def test_launcher_and_run_local_import_no_torch_or_aws() -> None:
     code = (
-        "import sys, blackwell_sm.train.launch, blackwell_sm.local, blackwell_sm.cli.local; "
+        "import sys, blackwell_sm.launch.main, blackwell_sm.local, blackwell_sm.cli.local; "
         "bad = [m for m in ('torch', 'boto3', 'botocore', 'sagemaker') if m in sys.modules]; "
         "assert not bad, bad"
     )
@@ -228,12 +227,14 @@ def test_nccl_network_choice_is_reported(capfd: pytest.CaptureFixture[str]) -> N
     """The launcher reads NCCL's INIT/NET lines from the workers' output and says what NCCL chose;
     TCP sockets between EFA hosts is a loud warning. (Lines as NCCL 2.2x and aws-ofi-nccl print
     them; on CPU there is no NCCL, so a child process prints them into a real pipe.)"""
-    from blackwell_sm.train.launch import OutputPump, Topology
+    from blackwell_sm.launch.supervise import OutputPump
+    from blackwell_sm.launch.topology import Topology
 
     def pump(lines: list[str], instance_type: str, nnodes: int) -> dict[str, str]:
         topo = Topology(hosts=host_names(nnodes), current_host="algo-1", nnodes=nnodes,
                         node_rank=0, master_addr="algo-1", master_port=29500, nproc_per_node=8,
-                        device="cuda", instance_type=instance_type)  # fmt: skip
+                        device="cuda", instance_type=instance_type,
+                        efa=get_instance(instance_type).efa_provider_env)  # fmt: skip
         code = "import sys; sys.stdout.write(sys.stdin.read())"
         child = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE,
                                  stdout=subprocess.PIPE)  # fmt: skip

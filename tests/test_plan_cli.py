@@ -40,7 +40,8 @@ SNAPSHOT = {
                    "params_unsharded", "total"],
     "throughput": ["flops_per_token", "mfu", "mfu_basis", "step_time_s", "tokens_per_s_per_gpu"],
     "run": ["cost_usd", "hours", "price_per_hour", "price_source", "steps", "tokens"],
-    "instance": ["count", "gpu", "gpu_memory_gib", "gpus_per_instance", "type"],
+    "instance": ["count", "device", "efa", "gpu", "gpu_memory_gib", "gpus_per_instance",
+                 "peak_flops", "peak_flops_bf16", "type"],
 }  # fmt: skip
 
 

@@ -10,7 +10,7 @@ import json
 import warnings
 
 import pytest
-from job_plans import plan_for, run_spec
+from aws_support import plan_for, run_spec
 
 ARN = "arn:aws:sagemaker:us-east-1:123456789012:training-plan/bsm-test-plan"
 

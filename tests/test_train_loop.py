@@ -23,9 +23,10 @@ import pytest
 import torch
 from train_support import local_plan, sigterm_worker, spawn, train_worker
 
+from blackwell_sm.data.shards import write_shard
 from blackwell_sm.metrics import METRIC_REGEXES, parse_line
 from blackwell_sm.spec import get_preset
-from blackwell_sm.train.data import SyntheticDataset, write_shard
+from blackwell_sm.train.data import SyntheticDataset
 from blackwell_sm.train.export import load_exported
 from blackwell_sm.train.model import Transformer
 

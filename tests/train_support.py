@@ -1,30 +1,23 @@
-"""Helpers for the training-loop tests: a hand-made local plan and a 2-process gloo runner.
+"""Helpers for the training-loop tests: a pinned local plan and a 2-process gloo runner.
 
-The plan is built directly (not by the planner) so these tests pin the exact config they exercise.
+The plan is `pinned_plan` (the planner's models, no search) so these tests pin the exact config
+they exercise.
 """
 
 from __future__ import annotations
 
 import os
-import socket
 import traceback
 from pathlib import Path
 from typing import Any
 
-from blackwell_sm.hardware import local_instance
-from blackwell_sm.planner.plan import (
-    InstanceRef,
-    MemoryBreakdown,
-    ModelRef,
-    Plan,
-    PlanConfig,
-    PlanSpec,
-    RunEstimate,
-    Throughput,
-)
-from blackwell_sm.spec import ModelSpec, TrainingSpec, get_preset
+from blackwell_sm.hardware import GpuSpec, local_instance
+from blackwell_sm.local import free_port
+from blackwell_sm.planner.api import pinned_plan
+from blackwell_sm.planner.plan import Plan
+from blackwell_sm.spec import ModelSpec, parse_spec
 
-LOCAL_PEAK_FLOPS = local_instance(nproc=1).gpu.peak_flops("bf16")  # nominal CPU peak
+__all__ = ["free_port", "local_plan", "spawn"]
 
 
 def local_plan(
@@ -38,13 +31,15 @@ def local_plan(
     precision: str = "bf16",
     activation_checkpointing: str = "none",
     training: dict[str, Any] | None = None,
+    gpu: GpuSpec | None = None,
     model: ModelSpec | None = None,
 ) -> Plan:
-    """A feasible plan for `model` (default: the `tiny` preset) on `nproc` CPU processes."""
-    model = model or get_preset("tiny")
+    """`model` (default: the `tiny` preset) on `nproc` CPU processes (or local `gpu`s) with
+    exactly this config."""
     t = {
         "seq_len": seq_len,
         "total_steps": steps,
+        "global_batch_seqs": micro_batch_size * grad_accum_steps * nproc,
         "precision": precision,
         "activation_checkpointing": activation_checkpointing,
         "optimizer": {"lr": 3e-3, "weight_decay": 0.0, "grad_clip": 1.0},
@@ -54,51 +49,14 @@ def local_plan(
         "data": {"source": "synthetic"},
     }  # fmt: skip
     t.update(training or {})
-    tr = TrainingSpec.model_validate(t)
-    shard = nproc // replicate_degree
-    cfg = PlanConfig(
-        shard_degree=shard,
-        replicate_degree=replicate_degree,
-        micro_batch_size=micro_batch_size,
-        grad_accum_steps=grad_accum_steps,
-        seq_len=seq_len,
-        precision=precision,
-        activation_checkpointing=activation_checkpointing,
-        compile=False,
-        reshard_after_forward=True,
-    )
-    fpt = model.flops_per_token(seq_len)
-    mfu = 0.01
-    tok_s = mfu * LOCAL_PEAK_FLOPS / fpt
-    mem = dict.fromkeys(MemoryBreakdown.model_fields, 0.0) | {"total": 1.0, "limit": 8.0}
-    return Plan(
-        feasible=True,
-        model=ModelRef(name=model.name, n_params=model.n_params),
-        instance=InstanceRef(
-            type="local-cpu", count=1, gpus_per_instance=nproc, gpu="cpu", gpu_memory_gib=8.0
-        ),
-        config=cfg,
-        memory_gib=MemoryBreakdown(**mem),
-        throughput=Throughput(
-            step_time_s=cfg.global_batch_sequences * seq_len / tok_s / nproc,
-            tokens_per_s_per_gpu=tok_s,
-            mfu=mfu,
-            flops_per_token=fpt,
-        ),
-        run=RunEstimate(
-            steps=steps,
-            tokens=steps * cfg.global_batch_sequences * seq_len,
-            hours=0.01,
-            cost_usd=None,
-        ),
-        spec=PlanSpec(model=model, training=tr),
-    )
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    m = "tiny" if model is None else model.model_dump(exclude_unset=True)
+    spec = parse_spec({"model": m, "training": t})
+    cfg = dict(shard_degree=nproc // replicate_degree, replicate_degree=replicate_degree,
+               micro_batch_size=micro_batch_size, grad_accum_steps=grad_accum_steps,
+               precision=precision, activation_checkpointing=activation_checkpointing,
+               compile=False, reshard_after_forward=True)  # fmt: skip
+    device = "cpu" if gpu is None else "cuda"
+    return pinned_plan(spec, cfg, instance=local_instance(nproc=nproc, device=device, gpu=gpu))
 
 
 def _worker(rank: int, world: int, port: int, fn, args: tuple, errdir: str) -> None:

@@ -68,7 +68,7 @@ def prepare(inputs: tuple[Path, ...], out_dir: Path, tokenizer: Path | None, fmt
     if fmt != "text":
         _prepare_finetune(inputs, out_dir, tokenizer, fmt, seq_len, packing, shard_tokens, output)
         return
-    from blackwell_sm.train.prepare import prepare as run_prepare
+    from blackwell_sm.data.prepare import prepare as run_prepare
 
     manifest = run_prepare(list(inputs), out_dir, tokenizer=tokenizer, shard_tokens=shard_tokens)
     if output == "json":
@@ -83,8 +83,8 @@ def prepare(inputs: tuple[Path, ...], out_dir: Path, tokenizer: Path | None, fmt
 
 
 def _prepare_finetune(inputs, out_dir, tokenizer, fmt, seq_len, packing, shard_tokens, output):
+    from blackwell_sm.data.finetune import prepare_finetune
     from blackwell_sm.errors import SpecError
-    from blackwell_sm.train.finetune_prepare import prepare_finetune
 
     if tokenizer is None or seq_len is None:
         missing = "--tokenizer" if tokenizer is None else "--seq-len"

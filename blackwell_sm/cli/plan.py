@@ -25,21 +25,57 @@ def _count(value: str | None) -> int | str | None:
 
 
 def _parse_sets(items: tuple[str, ...]) -> dict[str, Any]:
-    import yaml
+    """`--set KEY=VALUE` pairs; VALUE is a YAML 1.2 scalar read by the spec file's own rules."""
+    from blackwell_sm.safe_load import parse_scalar
+    from blackwell_sm.spec.run import override_path
 
     out: dict[str, Any] = {}
+    seen: dict[str, str] = {}
     for item in items:
         key, sep, raw = item.partition("=")
-        if not sep or not key.strip():
+        key = key.strip()
+        if not sep or not key:
             raise SpecError(f"--set takes KEY=VALUE, got {item!r}", field="--set")
-        try:
-            value = yaml.safe_load(raw) if raw.strip() else raw
-        except yaml.YAMLError:
-            value = raw
-        if isinstance(value, (dict, list)):
-            raise SpecError(f"--set {key}: value must be a scalar, got {raw!r}", field=key.strip())
-        out[key.strip()] = value
+        value = parse_scalar(raw, field=key) if raw.strip() else raw
+        path = override_path(key)
+        if path in seen and out[seen[path]] != value:
+            raise SpecError(
+                f"--set {seen[path]}={out[seen[path]]} and --set {key}={value} both set "
+                f"{path}; give it once",
+                field=path,
+            )
+        seen[path] = key
+        out[key] = value
     return out
+
+
+# Each flag and the spec paths a --set must not also set (nothing is resolved silently).
+FLAG_PATHS: dict[str, tuple[str, ...]] = {
+    "--model": ("model",),
+    "--instance-type": ("compute.instance_type",),
+    "--instance-count": ("compute.instance_count",),
+    "--seq-len": ("training.seq_len",),
+    "--global-batch-tokens": ("training.global_batch_tokens", "training.global_batch_seqs"),
+    "--total-tokens": ("training.total_tokens", "training.total_steps"),
+}
+
+
+def check_flag_conflicts(flags: dict[str, Any], sets: dict[str, Any]) -> None:
+    """Refuse a flag and a --set that set the same spec field, naming both (exit 2)."""
+    from blackwell_sm.spec.run import override_path
+
+    for flag, value in flags.items():
+        if value is None:
+            continue
+        for key, set_value in sets.items():
+            path = override_path(key)
+            hit = next((p for p in FLAG_PATHS[flag] if path == p), None)
+            if hit:
+                raise SpecError(
+                    f"{flag} {value} and --set {key}={set_value} both set {hit}; give one",
+                    field=hit,
+                    hint=f"drop {flag} or the --set {key}",
+                )
 
 
 @click.command("plan")
@@ -83,6 +119,18 @@ def plan(
         raise SpecError("give a SPEC file or --model PRESET, not both", field="model")
     if not spec_path and not model:
         raise SpecError("give a SPEC file or --model PRESET", field="SPEC")
+    sets_parsed = _parse_sets(sets)
+    check_flag_conflicts(
+        {
+            "--model": model,
+            "--instance-type": instance_type,
+            "--instance-count": count,
+            "--seq-len": seq_len,
+            "--global-batch-tokens": global_batch_tokens,
+            "--total-tokens": total_tokens,
+        },
+        sets_parsed,
+    )
     spec = load_spec(spec_path) if spec_path else parse_spec({"model": model}, source="--model")
     overrides: dict[str, Any] = {}
     if instance_type:
@@ -97,7 +145,7 @@ def plan(
     if total_tokens is not None:
         overrides["training.total_tokens"] = total_tokens
         overrides["training.total_steps"] = None
-    overrides.update(_parse_sets(sets))
+    overrides.update(sets_parsed)
     if overrides:
         spec = with_overrides(spec, overrides)
     p = make_plan(spec)

@@ -90,9 +90,17 @@ def submit(
     from blackwell_sm.aws.session import check_settings
     from blackwell_sm.aws.submit import region_choice
     from blackwell_sm.aws.submit import submit as do_submit
+    from blackwell_sm.errors import SpecError
     from blackwell_sm.spec import load_spec, with_overrides
 
     check_settings()  # bad AWS_* settings are exit 2 before anything else happens
+    for flag, on, what in (("--wait", wait, "wait for"), ("--logs", follow_logs, "follow")):
+        if dry_run and on:
+            raise SpecError(
+                f"--dry-run and {flag} conflict: a dry run creates no job to {what}",
+                field=flag,
+                hint=f"drop {flag} for a dry run, or --dry-run to submit",
+            )
     spec = load_spec(spec_path)
     choice = region_choice(spec, region)
     say(choice.describe())

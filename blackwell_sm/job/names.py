@@ -81,8 +81,3 @@ def _suffix_example() -> str:
 def unique_suffix() -> str:
     """`-YYMMDDHHMMSS` (UTC) plus 4 random hex digits: unique even for two submits a second."""
     return "-" + time.strftime("%y%m%d%H%M%S", time.gmtime()) + secrets.token_hex(2)
-
-
-def job_name(model_name: str, digest: str, *, new: bool = False) -> str:
-    base = base_job_name(model_name, digest)
-    return base + unique_suffix() if new else base

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import re
+from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -20,9 +21,10 @@ from blackwell_sm.job.bundle import BUNDLE_FILE, PLAN_FILE, CodeBundle, build_bu
 from blackwell_sm.job.images import default_image_uri
 from blackwell_sm.job.limits import MAX_RUNTIME_S
 from blackwell_sm.job.names import base_job_name, sha256_hex, spec_hash, unique_suffix
-from blackwell_sm.job.validate import validate_request
+from blackwell_sm.job.validate import request_origins, validate_request
 from blackwell_sm.job.wheels import Wheelhouse, requirements_for
 from blackwell_sm.metrics import METRIC_REGEXES
+from blackwell_sm.opt_ml import DEFAULT_ROOT, ENV_MAX_RUNTIME_S, ENV_OPT_ML, OptMl
 from blackwell_sm.planner.plan import Plan
 from blackwell_sm.spec.compute import TRAINING_PLAN_ARN_RE
 from blackwell_sm.spec.job import JobSpec, is_placeholder
@@ -30,11 +32,11 @@ from blackwell_sm.spec.run import RunSpec
 
 CODE_CHANNEL = "code"
 INIT_CHANNEL = "init"  # training.init_from (s3://), mounted with FastFile: read once, lazily
-CHECKPOINT_LOCAL_PATH = "/opt/ml/checkpoints"
+CHECKPOINT_LOCAL_PATH = str(OptMl(Path(DEFAULT_ROOT)).checkpoints)
 # `exec` makes the launcher PID 1, so SageMaker's SIGTERM (stop, max runtime) reaches it.
 # BSM_OPT_ML lets a test run the very same command against a temporary /opt/ml tree.
 CONTAINER_COMMAND = (
-    "set -e; R=${BSM_OPT_ML:-/opt/ml}; mkdir -p $R/code; "
+    f"set -e; R=${{{ENV_OPT_ML}:-{DEFAULT_ROOT}}}; mkdir -p $R/code; "
     f"tar -xzf $R/input/data/{CODE_CHANNEL}/{BUNDLE_FILE} -C $R/code; cd $R/code; "
     f"exec python entrypoints/launch.py --plan {PLAN_FILE} --opt-ml $R"
 )
@@ -343,7 +345,7 @@ def build_job_request(
     if job.output_kms_key_id:
         output["KmsKeyId"] = job.output_kms_key_id
 
-    environment = {**dict(sorted(job.environment.items())), "BSM_MAX_RUNTIME_S": str(runtime_s)}
+    environment = {**dict(sorted(job.environment.items())), ENV_MAX_RUNTIME_S: str(runtime_s)}
     request: dict[str, Any] = {
         "TrainingJobName": name,
         "RoleArn": job.role_arn,
@@ -385,7 +387,7 @@ def build_job_request(
             "first second unless the image has "
             + ", ".join(r.pip_spec for r in requirements if r.carried)
         )
-    validate_request(request, nvme_only=nvme_only)
+    validate_request(request, nvme_only=nvme_only, origins=request_origins(request, job))
     return JobRequest(
         job_name=name,
         base_job_name=base,

@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import re
 from functools import cache
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from blackwell_sm.errors import SpecError
 from blackwell_sm.job.limits import MAX_RUNTIME_S, MODEL_SOURCE
+
+if TYPE_CHECKING:
+    from blackwell_sm.spec.job import JobSpec
 
 # Request member -> the spec field a user changes to fix it.
 SPEC_FIELD: dict[str, str] = {
@@ -25,6 +28,57 @@ SPEC_FIELD: dict[str, str] = {
     "Environment": "job.environment",
     "RetryStrategy": "job.max_retry_attempts",
 }
+
+# Request member -> the spec field it is built from (fixed members; keyed ones are added below).
+_ORIGINS: dict[str, str] = {
+    "TrainingJobName": "model.name",
+    "RoleArn": "job.role_arn",
+    "AlgorithmSpecification.TrainingImage": "job.image_uri",
+    "OutputDataConfig.S3OutputPath": "job.output_s3_prefix",
+    "OutputDataConfig.KmsKeyId": "job.output_kms_key_id",
+    "OutputDataConfig.CompressionType": "job.output_compression",
+    "ResourceConfig.InstanceType": "compute.instance_type",
+    "ResourceConfig.InstanceCount": "compute.instance_count",
+    "ResourceConfig.VolumeSizeInGB": "job.volume_size_gb",
+    "ResourceConfig.VolumeKmsKeyId": "job.volume_kms_key_id",
+    "ResourceConfig.KeepAlivePeriodInSeconds": "job.keep_alive_minutes",
+    "ResourceConfig.TrainingPlanArn": "compute.training_plan",
+    "StoppingCondition": "job.max_runtime_hours",
+    "CheckpointConfig": "job.checkpoint_s3_prefix",
+    "VpcConfig.Subnets": "job.subnets",
+    "VpcConfig.SecurityGroupIds": "job.security_group_ids",
+    "RetryStrategy": "job.max_retry_attempts",
+    "Tags": "job.tags",
+    "Environment": "job.environment",
+    "InputDataConfig": "job.channels",
+}
+
+
+def request_origins(request: dict[str, Any], job: JobSpec) -> dict[str, str]:
+    """Request path -> spec field, for every value of `request` that came from the spec.
+
+    Keyed values get their key: `Tags[3]` -> `job.tags.team`, `Environment.NAME` ->
+    `job.environment.NAME`, `InputDataConfig[1]` -> `job.channels.train`; the automatic
+    `bsm:model` tag -> `model.name`.
+    """
+    out = dict(_ORIGINS)
+    for i, tag in enumerate(request.get("Tags", [])):
+        key = tag.get("Key")
+        if key in job.tags:
+            out[f"Tags[{i}]"] = f"job.tags.{key}"
+        elif key == "bsm:model":
+            out[f"Tags[{i}]"] = "model.name"
+        elif key == "bsm:training-plan":
+            out[f"Tags[{i}]"] = "compute.training_plan"
+    for key in request.get("Environment", {}):
+        if key in job.environment:
+            out[f"Environment.{key}"] = f"job.environment.{key}"
+    for i, ch in enumerate(request.get("InputDataConfig", [])):
+        name = ch.get("ChannelName")
+        if name in job.channels:
+            out[f"InputDataConfig[{i}]"] = f"job.channels.{name}"
+    return out
+
 
 # Java regex classes in the model's patterns, in Python `re` terms.
 _JAVA_CLASSES = {
@@ -63,7 +117,8 @@ def shape_at(path: str) -> Any:
     return shape
 
 
-def _constraints(value: Any, shape: Any, path: str, out: list[str]) -> None:
+def _constraints(value: Any, shape: Any, path: str, out: list[tuple[str, str]]) -> None:
+    """Append (request path, problem) for every model maximum or pattern `value` breaks."""
     md = shape.metadata
     kind = shape.type_name
     if kind == "structure" and isinstance(value, dict):
@@ -72,73 +127,95 @@ def _constraints(value: Any, shape: Any, path: str, out: list[str]) -> None:
                 _constraints(item, shape.members[key], f"{path}.{key}" if path else key, out)
     elif kind == "list" and isinstance(value, list):
         if "max" in md and len(value) > md["max"]:
-            out.append(f"{path}: {len(value)} entries, at most {md['max']} allowed ({shape.name})")
+            out.append((path, f"{len(value)} entries, at most {md['max']} allowed ({shape.name})"))
         for i, item in enumerate(value):
             _constraints(item, shape.member, f"{path}[{i}]", out)
     elif kind == "map" and isinstance(value, dict):
         if "max" in md and len(value) > md["max"]:
-            out.append(f"{path}: {len(value)} entries, at most {md['max']} allowed ({shape.name})")
+            out.append((path, f"{len(value)} entries, at most {md['max']} allowed ({shape.name})"))
         for key, item in value.items():
-            _constraints(key, shape.key, f"{path} key {_short(key)}", out)
-            _constraints(item, shape.value, f"{path}[{_short(key)}]", out)
+            _constraints(key, shape.key, f"{path}.{key}", out)
+            _constraints(item, shape.value, f"{path}.{key}", out)
     elif kind == "string" and isinstance(value, str):
         if "max" in md and len(value) > md["max"]:
             out.append(
-                f"{path}: {len(value)} characters, at most {md['max']} allowed ({shape.name})"
+                (path, f"{len(value)} characters, at most {md['max']} allowed ({shape.name})")
             )
         rx = _pattern(md["pattern"]) if "pattern" in md else None
         if rx is not None and not rx.fullmatch(value):
-            out.append(f"{path}: {_short(value)} does not match {md['pattern']} ({shape.name})")
+            out.append((path, f"{_short(value)} does not match {md['pattern']} ({shape.name})"))
     elif kind in ("integer", "long") and isinstance(value, int) and value > md.get("max", value):
-        out.append(f"{path}: {value} is over the maximum {md['max']} ({shape.name})")
+        out.append((path, f"{value} is over the maximum {md['max']} ({shape.name})"))
 
 
 def _short(text: str, n: int = 40) -> str:
     return repr(text if len(text) <= n else text[:n] + "...")
 
 
-def _extra(request: dict[str, Any], *, nvme_only: bool) -> list[str]:
+def _extra(request: dict[str, Any], *, nvme_only: bool) -> list[tuple[str, str]]:
     out = []
     runtime = request.get("StoppingCondition", {}).get("MaxRuntimeInSeconds")
     if isinstance(runtime, int) and runtime > MAX_RUNTIME_S:
         out.append(
-            f"StoppingCondition.MaxRuntimeInSeconds: {runtime} is over SageMaker's 28-day "
-            f"maximum ({MAX_RUNTIME_S} s)"
+            (
+                "StoppingCondition.MaxRuntimeInSeconds",
+                f"{runtime} is over SageMaker's 28-day maximum ({MAX_RUNTIME_S} s)",
+            )
         )
     names = [c.get("ChannelName") for c in request.get("InputDataConfig", [])]
     dupes = sorted({n for n in names if names.count(n) > 1})
     if dupes:
-        out.append(f"InputDataConfig: channel names must be unique; repeated: {', '.join(dupes)}")
+        out.append(
+            ("InputDataConfig", f"channel names must be unique; repeated: {', '.join(dupes)}")
+        )
     if nvme_only and request.get("ResourceConfig", {}).get("VolumeKmsKeyId"):
         out.append(
-            f"ResourceConfig.VolumeKmsKeyId: {request['ResourceConfig'].get('InstanceType')} has "
-            "only local NVMe storage, which SageMaker encrypts itself and which takes no volume "
-            "KMS key"
+            (
+                "ResourceConfig.VolumeKmsKeyId",
+                f"{request['ResourceConfig'].get('InstanceType')} has only local NVMe storage, "
+                "which SageMaker encrypts itself and which takes no volume KMS key",
+            )
         )
-    for tag in request.get("Tags", []):
+    for i, tag in enumerate(request.get("Tags", [])):
         if str(tag.get("Key", "")).lower().startswith("aws:"):
-            out.append(f"Tags: key {tag['Key']!r} uses the reserved aws: prefix")
+            out.append((f"Tags[{i}].Key", f"{tag['Key']!r} uses the reserved aws: prefix"))
     return out
 
 
-def validate_request(request: dict[str, Any], *, nvme_only: bool = False) -> None:
-    """Raise SpecError listing every problem SageMaker would reject the request for."""
+_PARAM_RE = re.compile(r"parameter ([^\s,]+)")
+
+
+def validate_request(
+    request: dict[str, Any],
+    *,
+    nvme_only: bool = False,
+    origins: dict[str, str] | None = None,
+) -> None:
+    """Raise SpecError listing every problem SageMaker would reject the request for.
+
+    `origins` maps request paths (`Tags[3]`, `Environment.NAME`, `InputDataConfig[1]`,
+    `ResourceConfig.InstanceCount`) to the spec field the value came from, so each problem
+    names the field a user edits (`job.tags.team`), not only the request member.
+    """
     from botocore.validate import ParamValidator
 
     shape = operation_model().input_shape
-    problems: list[str] = []
+    problems: list[tuple[str, str]] = []
     report = ParamValidator().validate(request, shape)
     if report.has_errors():
-        problems += [
-            line.strip()
-            for line in report.generate_report().splitlines()
-            if line.strip() and not line.startswith("Parameter validation failed")
-        ]
+        for line in report.generate_report().splitlines():
+            line = line.strip()
+            if line and not line.startswith("Parameter validation failed"):
+                m = _PARAM_RE.search(line)
+                problems.append((m.group(1) if m else "", line))
     _constraints(request, shape, "", problems)
     problems += _extra(request, nvme_only=nvme_only)
     if problems:
-        fields = [_spec_field(p) for p in problems]
-        lines = "\n".join(f"  {p}  [{f}]" for p, f in zip(problems, fields, strict=True))
+        fields = [spec_field(path, text, origins or {}) for path, text in problems]
+        lines = "\n".join(
+            f"  {f}: {path + ': ' if path and path not in text else ''}{text}"
+            for (path, text), f in zip(problems, fields, strict=True)
+        )
         raise SpecError(
             f"the CreateTrainingJob request would be rejected ({len(problems)} problem"
             f"{'s' if len(problems) > 1 else ''}; limits from the {MODEL_SOURCE} and "
@@ -150,7 +227,14 @@ def validate_request(request: dict[str, Any], *, nvme_only: bool = False) -> Non
 _MEMBER_RE = re.compile(r"\b(" + "|".join(SPEC_FIELD) + r")\b")
 
 
-def _spec_field(problem: str) -> str:
-    """The spec field behind a problem line (the first request member it names)."""
-    m = _MEMBER_RE.search(problem)
+def spec_field(path: str, text: str = "", origins: dict[str, str] | None = None) -> str:
+    """The spec field behind a request path: the longest `origins` prefix, else its member."""
+    origins = origins or {}
+    probe = path
+    while probe:
+        if probe in origins:
+            return origins[probe]
+        cut = max(probe.rfind("."), probe.rfind("["))
+        probe = probe[:cut] if cut > 0 else ""
+    m = _MEMBER_RE.search(path) or _MEMBER_RE.search(text)
     return SPEC_FIELD[m.group(1)] if m else "job"

@@ -5,6 +5,8 @@ The shape of `schema_version` 1 is stable: keys may be added, none removed or re
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import BaseModel, ConfigDict, Field
 
 from blackwell_sm.spec import Checkpointing, ModelSpec, Precision, TrainingSpec
@@ -27,6 +29,15 @@ class InstanceRef(_Out):
     gpus_per_instance: int
     gpu: str = Field(description="GPU name from the catalog.")
     gpu_memory_gib: float
+    # What the container needs from the catalog travels here, so it never imports `hardware`.
+    device: Literal["cuda", "cpu"] = Field(description="Torch device kind of the workers.")
+    efa: bool = Field(description="Inter-node traffic over EFA: the launcher sets FI_PROVIDER=efa.")
+    peak_flops: float = Field(
+        description="Dense peak FLOP/s per GPU at the plan's precision (catalog figure)."
+    )
+    peak_flops_bf16: float = Field(
+        description="Dense BF16 peak FLOP/s per GPU: the denominator of every MFU figure."
+    )
 
 
 class PlanConfig(_Out):

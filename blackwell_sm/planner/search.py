@@ -25,13 +25,15 @@ _PREC_RANK = {"bf16": 0, "fp8": 1, "mxfp8": 2}
 
 
 class Candidate(NamedTuple):
+    """One configuration; the knobs carry the names of `PlanConfig` (and of `--set`)."""
+
     instance_count: int
     shard_degree: int
     replicate_degree: int
-    micro_batch: int
-    grad_accum: int
+    micro_batch_size: int
+    grad_accum_steps: int
     precision: str
-    mode: str
+    activation_checkpointing: str
     compile: bool
     reshard_after_forward: bool
 
@@ -41,7 +43,7 @@ class Candidate(NamedTuple):
 
     @property
     def global_batch_seqs(self) -> int:
-        return self.micro_batch * self.grad_accum * self.world
+        return self.micro_batch_size * self.grad_accum_steps * self.world
 
 
 class Pins(NamedTuple):
@@ -49,10 +51,10 @@ class Pins(NamedTuple):
 
     shard_degree: int | None = None
     replicate_degree: int | None = None
-    micro_batch: int | None = None
-    grad_accum: int | None = None
+    micro_batch_size: int | None = None
+    grad_accum_steps: int | None = None
     precision: str | None = None
-    mode: str | None = None
+    activation_checkpointing: str | None = None
     compile: bool | None = None
     reshard_after_forward: bool | None = None
 
@@ -94,8 +96,8 @@ def complexity(c: Candidate) -> tuple:
     """Smaller is simpler: fewer instances, plain FSDP, less checkpointing, bf16, eager, the
     FSDP2 default reshard_after_forward=True, larger micro-batches (fewer steps to accumulate)."""
     return (
-        c.instance_count, c.replicate_degree > 1, _MODE_RANK[c.mode], _PREC_RANK[c.precision],
-        c.compile, not c.reshard_after_forward, c.grad_accum,
+        c.instance_count, c.replicate_degree > 1, _MODE_RANK[c.activation_checkpointing], _PREC_RANK[c.precision],
+        c.compile, not c.reshard_after_forward, c.grad_accum_steps,
     )  # fmt: skip
 
 
@@ -116,11 +118,12 @@ def evaluate(ctx: Context, c: Candidate) -> Evaluation:
     """Predict memory, step time, time and cost to train for one candidate."""
     m, inst = ctx.model, ctx.instance
     kw = dict(shard_degree=c.shard_degree, replicate_degree=c.replicate_degree,
-              micro_batch=c.micro_batch, seq_len=ctx.seq_len, precision=c.precision, mode=c.mode,
+              micro_batch=c.micro_batch_size, seq_len=ctx.seq_len, precision=c.precision,
+              mode=c.activation_checkpointing,
               compile=c.compile, reshard_after_forward=c.reshard_after_forward)  # fmt: skip
     sh = shape(m)
     mem = memory_terms(sh, kind=inst.gpu.kind, compiled_loss=ctx.compiled_loss, **kw)
-    t = step_time(sh, inst, grad_accum=c.grad_accum, **kw)
+    t = step_time(sh, inst, grad_accum=c.grad_accum_steps, **kw)
     tokens_per_step = c.global_batch_seqs * ctx.seq_len
     if ctx.total_steps is not None:
         steps = ctx.total_steps
@@ -176,7 +179,7 @@ def candidates(
         layouts = [(s, r)] if s * r == world else []
     else:
         layouts = shard_layouts(world, inst.gpus_per_instance)
-    modes = (pins.mode,) if pins.mode else MODES
+    modes = (pins.activation_checkpointing,) if pins.activation_checkpointing else MODES
     compiles = (pins.compile,) if pins.compile is not None else (
         (False,) if inst.gpu.kind == "cpu" else (False, True)
     )  # fmt: skip
@@ -184,7 +187,9 @@ def candidates(
         (pins.reshard_after_forward,) if pins.reshard_after_forward is not None else (True, False)
     )
     for s, r in layouts:
-        splits = _batch_splits(ctx.global_batch_seqs, s * r, pins.micro_batch, pins.grad_accum)
+        splits = _batch_splits(
+            ctx.global_batch_seqs, s * r, pins.micro_batch_size, pins.grad_accum_steps
+        )
         for p in precisions:
             for mode in modes:
                 for comp in compiles:
@@ -236,7 +241,13 @@ def search_count(ctx: Context, count: int, pins: Pins, precisions: tuple[str, ..
     evals = []
     too_big = None  # the knobs (all but the micro-batch) whose last micro-batch did not fit
     for c in candidates(ctx, count, pins, precisions):
-        key = (c.shard_degree, c.precision, c.mode, c.compile, c.reshard_after_forward)
+        key = (
+            c.shard_degree,
+            c.precision,
+            c.activation_checkpointing,
+            c.compile,
+            c.reshard_after_forward,
+        )
         if key == too_big:
             continue
         e = evaluate(ctx, c)

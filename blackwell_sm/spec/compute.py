@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import re
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, PositiveInt, field_validator
+from annotated_types import Le
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from blackwell_sm.spec.types import MAX_INSTANCES, PosFloat, PosInt
 
 TRAINING_PLAN_ARN_RE = re.compile(
     r"^arn:aws[a-z\-]*:sagemaker:[a-z0-9\-]+:\d{12}:training-plan/[a-zA-Z0-9](-*[a-zA-Z0-9]){0,63}$"
@@ -18,16 +21,26 @@ class ComputeSpec(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    instance_type: str = Field("ml.p6-b200.48xlarge", description="SageMaker instance type.")
-    instance_count: PositiveInt | Literal["auto"] = Field(
-        1, description="Instances, or 'auto': the fewest that fit (or meet deadline_hours)."
+    instance_type: str = Field(
+        "ml.p6-b200.48xlarge",
+        max_length=64,
+        description="SageMaker instance type (the catalog's; at most 64 characters).",
     )
-    deadline_hours: PositiveFloat | None = Field(None, description="Finish within this many hours.")
+    instance_count: Annotated[PosInt, Le(MAX_INSTANCES)] | Literal["auto"] = Field(
+        1,
+        description=f"Instances, 1..{MAX_INSTANCES} (toolkit bound; the account's SageMaker "
+        "quota is usually lower), or 'auto': the fewest that fit (or meet deadline_hours).",
+    )
+    deadline_hours: PosFloat | None = Field(
+        None, le=1e6, description="Finish within this many hours, in (0, 1000000]."
+    )
     training_plan: str | None = Field(
         None, description="Flexible Training Plan: an ARN, a plan name, or 'auto' to search."
     )
-    price_per_hour: PositiveFloat | None = Field(
-        None, description="USD per instance-hour; overrides the catalog's price table."
+    price_per_hour: PosFloat | None = Field(
+        None,
+        le=1e6,
+        description="USD per instance-hour, in (0, 1000000]; overrides the catalog's price table.",
     )
 
     @field_validator("training_plan")

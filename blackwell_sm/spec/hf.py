@@ -10,7 +10,6 @@ the way back, used by the exporter. Both read both config styles: transformers 5
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -34,24 +33,17 @@ def _refuse(path: str, key: str, value: Any, why: str) -> SpecError:
 
 
 def read_hf_config(path: str | Path) -> tuple[dict[str, Any], Path]:
-    """The parsed config.json at `path` (a folder or the file), and the file it came from.
+    """The parsed config.json at `path` (a folder or the file), and the file it came from,
+    through the project's safe loader (a regular UTF-8 file of at most 1 MiB, a JSON object)."""
+    from blackwell_sm.safe_load import load_mapping
 
-    Plain `json` (the project's safe loader had not landed when this was written): a config is
-    small, and every value used is checked by `from_hf_config` and by ModelSpec's validation.
-    """
     if not isinstance(path, (str, Path)) or not str(path):
         raise SpecError(f"model.hf must be a path, got {path!r}", field=_FIELD)
     p = Path(path).expanduser()
     f = p / "config.json" if p.is_dir() else p
-    try:
-        data = json.loads(f.read_text())
-    except FileNotFoundError:
-        raise SpecError(f"no Hugging Face config at {f}", field=_FIELD) from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise SpecError(f"cannot read {f} as JSON: {e}", field=_FIELD) from None
-    if not isinstance(data, dict):
-        raise SpecError(f"{f}: expected a JSON object, got {type(data).__name__}", field=_FIELD)
-    return data, f
+    if not f.exists():
+        raise SpecError(f"no Hugging Face config at {f}", field=_FIELD)
+    return load_mapping(f, field=_FIELD, fmt="json", label="Hugging Face config"), f
 
 
 def _rope(cfg: dict[str, Any], where: str) -> tuple[float, dict[str, Any] | None]:

@@ -10,15 +10,22 @@ from __future__ import annotations
 import re
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, PositiveInt, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-PLACEHOLDER = "REPLACE-ME"
+from blackwell_sm.spec.aws_rules import (
+    BUCKET_RULES_SOURCE,
+    bucket_problem,
+    check_image_uri,
+    credential_problem,
+    is_placeholder,
+)
+from blackwell_sm.spec.types import Bool, Float, Int, KeyedValueError, PosInt
+
 MAX_RUNTIME_HOURS = 28 * 24  # CreateTrainingJob's MaxRuntimeInSeconds ceiling (28 days)
 
 ROLE_ARN_RE = re.compile(r"^arn:aws[a-z\-]*:iam::\d{12}:role/[a-zA-Z_0-9+=,.@\-/]{1,512}$")
 REGION_RE = re.compile(r"^[a-z]{2}(-[a-z]+)+-\d$")
 S3_URI_RE = re.compile(r"^s3://(?P<bucket>[^/]+)(?P<key>/.*)?$")
-BUCKET_RE = re.compile(r"^(?!xn--)(?!.*\.\.)[a-z0-9][a-z0-9.\-]{1,61}[a-z0-9]$")
 # SageMaker's ChannelName pattern and length (botocore model: ChannelName).
 CHANNEL_NAME_RE = re.compile(r"^[A-Za-z0-9.\-_]{1,64}$")
 ENV_KEY_RE = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]{0,511}$")
@@ -30,14 +37,8 @@ REQUIREMENT_RE = re.compile(
     r"^(?P<name>[A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?)"
     r"(?P<spec>\s*(?:==|!=|>=|<=|>|<)\s*\d+(?:\.\d+)*(?:\s*,\s*(?:==|!=|>=|<=|>|<)\s*\d+(?:\.\d+)*)*)?$"
 )
-# Credentials never travel in a job's environment: the job role provides them.
-FORBIDDEN_ENV_KEYS = frozenset({"AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN"})
 RESERVED_CHANNELS = frozenset({"code"})  # the code bundle's channel
 RESERVED_ENV_PREFIX = "BSM_"  # set by the builder (BSM_MAX_RUNTIME_S, ...)
-
-
-def is_placeholder(value: str | None) -> bool:
-    return value is not None and PLACEHOLDER.lower() in value.lower()
 
 
 def check_s3_uri(v: str, *, strip: bool = True) -> str:
@@ -48,11 +49,9 @@ def check_s3_uri(v: str, *, strip: bool = True) -> str:
     if not m:
         raise ValueError(f"expected an S3 URI like s3://bucket/prefix, got {v!r}")
     bucket = m["bucket"]
-    if not is_placeholder(bucket) and not BUCKET_RE.match(bucket):
-        raise ValueError(
-            f"invalid S3 bucket name {bucket!r}: 3-63 lowercase letters, digits, dots and "
-            "hyphens, starting and ending with a letter or digit"
-        )
+    problem = None if is_placeholder(bucket) else bucket_problem(bucket)
+    if problem:
+        raise ValueError(f"invalid S3 bucket name {bucket!r}: {problem} ({BUCKET_RULES_SOURCE})")
     return v.rstrip("/") if strip else v
 
 
@@ -113,21 +112,25 @@ class JobSpec(BaseModel):
         "Python and platform, the bundle carries them, and the container installs them offline "
         "only when the image lacks them. torch is never installed: it is the image's.",
     )
-    volume_size_gb: PositiveInt = Field(
-        100, description="EBS volume per instance (ignored on NVMe-only instances such as p6)."
+    volume_size_gb: PosInt = Field(
+        100,
+        le=16384,
+        description="EBS volume per instance in GB, 1..16384 (EBS gp3 maximum; ignored on "
+        "NVMe-only instances such as p6).",
     )
-    max_runtime_hours: float | None = Field(
+    max_runtime_hours: Float | None = Field(
         None,
         gt=0,
         le=MAX_RUNTIME_HOURS,
-        description="Stop the job after this long; default: the plan's predicted hours x "
-        "runtime_margin + 0.5 h, capped at 28 days.",
+        description="Stop the job after this long, in (0, 672] hours (SageMaker's 28-day "
+        "MaxRuntimeInSeconds maximum); default: the plan's predicted hours x runtime_margin + "
+        "0.5 h, capped at 28 days.",
     )
-    runtime_margin: float = Field(
-        1.5, ge=1.0, le=10.0, description="Multiplier on the predicted run time for the default."
+    runtime_margin: Float = Field(
+        1.5, ge=1.0, le=10.0, description="Multiplier on the predicted run time, in [1, 10]."
     )
-    max_retry_attempts: int | None = Field(
-        None, ge=1, le=30, description="SageMaker RetryStrategy: retries on internal errors."
+    max_retry_attempts: Int | None = Field(
+        None, ge=1, le=30, description="SageMaker RetryStrategy: retries on internal errors, 1..30."
     )
     tags: dict[str, str] = Field(
         default_factory=dict,
@@ -140,12 +143,16 @@ class JobSpec(BaseModel):
     volume_kms_key_id: str | None = Field(
         None, description="KMS key for the EBS volume (not allowed on NVMe-only instances)."
     )
-    enable_network_isolation: bool = Field(False, description="No network access in the container.")
-    encrypt_inter_container_traffic: bool = Field(
+    enable_network_isolation: Bool = Field(False, description="No network access in the container.")
+    encrypt_inter_container_traffic: Bool = Field(
         False, description="Encrypt traffic between instances (slower collectives)."
     )
-    keep_alive_minutes: int | None = Field(
-        None, ge=0, le=360, description="Warm pool: keep instances this long after the job."
+    keep_alive_minutes: Int | None = Field(
+        None,
+        ge=0,
+        le=360,
+        description="Warm pool: keep instances this long after the job, 0..360 minutes "
+        "(ResourceConfig.KeepAlivePeriodInSeconds max 21600, botocore model).",
     )
     output_compression: Literal["NONE", "GZIP"] = Field(
         "NONE", description="model.tar.gz compression; NONE saves hours on large checkpoints."
@@ -178,6 +185,11 @@ class JobSpec(BaseModel):
             )
         return v
 
+    @field_validator("image_uri")
+    @classmethod
+    def _image(cls, v: str | None) -> str | None:
+        return None if v is None else check_image_uri(v)
+
     @field_validator("region")
     @classmethod
     def _region(cls, v: str | None) -> str | None:
@@ -195,30 +207,34 @@ class JobSpec(BaseModel):
     def _channel_names(cls, v: dict[str, ChannelSpec]) -> dict[str, ChannelSpec]:
         for name in v:
             if not CHANNEL_NAME_RE.match(name):
-                raise ValueError(
+                raise KeyedValueError(
                     f"invalid channel name {name!r}: 1-64 characters of letters, digits, "
-                    "'.', '-' and '_' (SageMaker ChannelName)"
+                    "'.', '-' and '_' (SageMaker ChannelName)",
+                    key=name,
                 )
             if name in RESERVED_CHANNELS:
-                raise ValueError(f"channel name {name!r} is reserved for the code bundle")
+                raise KeyedValueError(
+                    f"channel name {name!r} is reserved for the code bundle", key=name
+                )
         return v
 
     @field_validator("environment")
     @classmethod
     def _env(cls, v: dict[str, str]) -> dict[str, str]:
+        problem = credential_problem(v)
+        if problem:
+            raise KeyedValueError(problem[1], key=problem[0])
         for key in v:
-            if key in FORBIDDEN_ENV_KEYS:
-                raise ValueError(
-                    f"{key} must not be set in the job environment: the job role provides "
-                    "credentials, and the environment is visible in DescribeTrainingJob"
-                )
             if not ENV_KEY_RE.match(key):
-                raise ValueError(
+                raise KeyedValueError(
                     f"invalid environment variable name {key!r}: letters, digits and '_', "
-                    "not starting with a digit"
+                    "not starting with a digit",
+                    key=key,
                 )
             if key.startswith(RESERVED_ENV_PREFIX):
-                raise ValueError(f"{key}: names starting with BSM_ are set by the toolkit")
+                raise KeyedValueError(
+                    f"{key}: names starting with BSM_ are set by the toolkit", key=key
+                )
         return v
 
     @field_validator("tags")
@@ -226,7 +242,9 @@ class JobSpec(BaseModel):
     def _tags(cls, v: dict[str, str]) -> dict[str, str]:
         for key in v:
             if key.lower().startswith(("aws:", "bsm:")):
-                raise ValueError(f"tag key {key!r}: the aws: and bsm: prefixes are reserved")
+                raise KeyedValueError(
+                    f"tag key {key!r}: the aws: and bsm: prefixes are reserved", key=key
+                )
         return v
 
     @field_validator("subnets", "security_group_ids")

@@ -9,17 +9,20 @@ from __future__ import annotations
 
 from typing import Literal, Self
 
-from pydantic import (
-    BaseModel,
-    ConfigDict,
-    Field,
-    NonNegativeInt,
-    PositiveFloat,
-    PositiveInt,
-    model_validator,
-)
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from blackwell_sm.spec import arch
+from blackwell_sm.spec.types import (
+    MAX_HEADS,
+    MAX_LAYERS,
+    MAX_SEQ,
+    MAX_VOCAB,
+    MAX_WIDTH,
+    Bool,
+    NonNegInt,
+    PosFloat,
+    PosInt,
+)
 
 Family = Literal["llama", "mistral", "qwen2", "qwen3"]
 
@@ -30,11 +33,11 @@ class RopeScaling(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     rope_type: Literal["llama3"] = Field("llama3", description="The one scaling supported.")
-    factor: PositiveFloat = Field(description="Low frequencies are divided by this.")
-    low_freq_factor: PositiveFloat = Field(description="Wavelength bound of the low band.")
-    high_freq_factor: PositiveFloat = Field(description="Wavelength bound of the high band.")
-    original_max_position_embeddings: PositiveInt = Field(
-        description="Context length the model was first trained at."
+    factor: PosFloat = Field(le=1e6, description="Low frequencies are divided by this.")
+    low_freq_factor: PosFloat = Field(le=1e6, description="Wavelength bound of the low band.")
+    high_freq_factor: PosFloat = Field(le=1e6, description="Wavelength bound of the high band.")
+    original_max_position_embeddings: PosInt = Field(
+        le=MAX_SEQ, description="Context length the model was first trained at."
     )
 
     @model_validator(mode="after")
@@ -50,30 +53,50 @@ class ModelSpec(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    name: str = Field("custom", description="Display name; presets use their own name.")
+    name: str = Field(
+        "custom",
+        min_length=1,
+        max_length=256,
+        description="Display name; presets use their own "
+        "name. 1-256 characters (it becomes the bsm:model tag value: SageMaker TagValue max 256).",
+    )
     family: Family = Field(
         "llama", description="Architecture family: llama, mistral, qwen2 or qwen3."
     )
-    n_layers: PositiveInt = Field(description="Number of transformer blocks.")
-    d_model: PositiveInt = Field(description="Hidden size.")
-    n_heads: PositiveInt = Field(description="Attention (query) heads.")
-    n_kv_heads: PositiveInt = Field(description="Key/value heads (GQA); must divide n_heads.")
-    head_dim: PositiveInt | None = Field(
-        None, description="Width of one head; null: d_model / n_heads (which must divide)."
+    n_layers: PosInt = Field(le=MAX_LAYERS, description=f"Transformer blocks, 1..{MAX_LAYERS}.")
+    d_model: PosInt = Field(le=MAX_WIDTH, description=f"Hidden size, 1..{MAX_WIDTH}.")
+    n_heads: PosInt = Field(le=MAX_HEADS, description=f"Attention (query) heads, 1..{MAX_HEADS}.")
+    n_kv_heads: PosInt = Field(
+        le=MAX_HEADS, description=f"Key/value heads (GQA), 1..{MAX_HEADS}; must divide n_heads."
     )
-    ffn_dim: PositiveInt = Field(description="SwiGLU inner size (gate, up: d_model->ffn_dim).")
-    vocab_size: PositiveInt = Field(description="Vocabulary size.")
-    tie_embeddings: bool = Field(
+    head_dim: PosInt | None = Field(
+        None,
+        le=MAX_WIDTH,
+        description="Width of one head; null: d_model / n_heads (which must then divide).",
+    )
+    ffn_dim: PosInt = Field(
+        le=MAX_WIDTH, description=f"SwiGLU inner size (gate, up: d_model->ffn_dim), 1..{MAX_WIDTH}."
+    )
+    vocab_size: PosInt = Field(
+        le=MAX_VOCAB, description=f"Vocabulary size, 1..{MAX_VOCAB} (uint32 token ids)."
+    )
+    tie_embeddings: Bool = Field(
         False, description="Share the input embedding with the output head."
     )
-    rope_theta: PositiveFloat = Field(500000.0, description="RoPE base frequency.")
-    rope_scaling: RopeScaling | None = Field(None, description="Llama 3.1 RoPE scaling, or null.")
-    norm_eps: PositiveFloat = Field(1e-5, description="RMSNorm epsilon.")
-    max_seq_len: PositiveInt = Field(8192, description="Longest sequence the model supports.")
-    bos_token_id: NonNegativeInt | None = Field(
-        None, description="Beginning-of-sequence token (from an imported config; exported)."
+    rope_theta: PosFloat = Field(
+        500000.0, le=1e12, description="RoPE base frequency, finite, in (0, 1e12]."
     )
-    eos_token_id: tuple[NonNegativeInt, ...] | None = Field(
+    rope_scaling: RopeScaling | None = Field(None, description="Llama 3.1 RoPE scaling, or null.")
+    norm_eps: PosFloat = Field(1e-5, lt=1, description="RMSNorm epsilon, in (0, 1).")
+    max_seq_len: PosInt = Field(
+        8192, le=MAX_SEQ, description=f"Longest sequence the model supports, 1..{MAX_SEQ}."
+    )
+    bos_token_id: NonNegInt | None = Field(
+        None,
+        lt=MAX_VOCAB,
+        description="Beginning-of-sequence token (from an imported config; exported).",
+    )
+    eos_token_id: tuple[NonNegInt, ...] | None = Field(
         None, description="End-of-sequence token(s) (from an imported config; exported)."
     )
 

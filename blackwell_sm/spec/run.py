@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from types import UnionType
+from typing import Annotated, Any, Union, get_args, get_origin
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
@@ -13,6 +14,7 @@ from blackwell_sm.spec.job import JobSpec
 from blackwell_sm.spec.model import ModelSpec
 from blackwell_sm.spec.presets import PRESETS, get_preset
 from blackwell_sm.spec.training import TrainingSpec
+from blackwell_sm.spec.types import KeyedValueError
 
 
 class RunSpec(BaseModel):
@@ -89,6 +91,56 @@ def _allowed_keys(model: type[BaseModel], loc: tuple[Any, ...]) -> list[str] | N
     return None
 
 
+def _unwrap(annotation: Any) -> Any:
+    """The model, dict or tuple type inside `X | None` / `Annotated[X, ...]`, else `annotation`."""
+    while get_origin(annotation) is Annotated:
+        annotation = get_args(annotation)[0]
+    if get_origin(annotation) in (Union, UnionType):
+        inner = [a for a in get_args(annotation) if a is not type(None)]
+        if len(inner) == 1:
+            return _unwrap(inner[0])
+    return annotation
+
+
+def _clean_loc(root: type[BaseModel], loc: tuple[Any, ...]) -> tuple[Any, ...]:
+    """The spec path of an error location: field names, mapping keys and list indexes only.
+
+    pydantic also puts the tag of a union member (`constrained-int`, `literal['auto']`) or of a
+    validator (`function-after[...]`) in `loc`; those are not places in the spec.
+    """
+    out: list[Any] = []
+    current: Any = root
+    for part in loc:
+        if isinstance(part, str) and part.startswith("function-"):
+            continue
+        if isinstance(current, type) and issubclass(current, BaseModel):
+            field = current.model_fields.get(str(part))
+            out.append(part)
+            current = _unwrap(field.annotation) if field is not None else None
+        elif get_origin(current) is dict:
+            out.append(part)
+            current = _unwrap(get_args(current)[1])
+        elif get_origin(current) in (tuple, list) and isinstance(part, int):
+            out.append(part)
+            args = get_args(current)
+            current = _unwrap(args[min(part, len(args) - 1)]) if args else None
+        elif current is None:
+            out.append(part)
+        # else: a union member's tag, not a path
+    return tuple(out)
+
+
+_YAML11_WORDS = {"yes", "no", "on", "off", "y", "n"}
+
+
+def _shown(value: Any) -> str:
+    """A short literal view of a refused value (with the YAML 1.1 trap explained)."""
+    text = repr(value) if not isinstance(value, str) or len(value) <= 40 else repr(value[:40] + "…")
+    if isinstance(value, str) and value.lower() in _YAML11_WORDS:
+        text += ", text: YAML 1.2 reads yes/no/on/off as strings; write true/false or a number"
+    return text
+
+
 def spec_error(
     err: ValidationError, *, root: type[BaseModel] = RunSpec, source: str = "spec"
 ) -> SpecError:
@@ -96,7 +148,10 @@ def spec_error(
     lines = []
     first_field = None
     for e in err.errors():
-        loc = tuple(p for p in e["loc"] if not (isinstance(p, str) and p.startswith("function-")))
+        loc = _clean_loc(root, e["loc"])
+        cause = (e.get("ctx") or {}).get("error")
+        if isinstance(cause, KeyedValueError):  # one entry of a mapping: name its key
+            loc = (*loc, cause.key)
         path = ".".join(str(p) for p in loc) or "(top level)"
         first_field = first_field or path
         msg = e["msg"].removeprefix("Value error, ")
@@ -113,6 +168,8 @@ def spec_error(
             if loc == ("model",):
                 msg += f"; or a preset name: {', '.join(PRESETS)}"
             msg += f" (got {type(e.get('input')).__name__})"
+        elif e["type"] != "value_error" and isinstance(e.get("input"), (str, int, float, bool)):
+            msg += f" (got {_shown(e['input'])})"
         lines.append(f"  {path}: {msg}")
     return SpecError(f"invalid {source}:\n" + "\n".join(lines), field=first_field)
 
@@ -132,23 +189,16 @@ def parse_spec(data: Any, *, source: str = "spec") -> RunSpec:
 
 
 def load_spec(path: str | Path) -> RunSpec:
-    """Read a YAML spec file into a RunSpec; any problem is a SpecError naming the field."""
-    import yaml
+    """Read a YAML (or JSON) spec file into a RunSpec: the one spec-loading path.
 
-    p = Path(path)
-    try:
-        text = p.read_text()
-    except OSError as e:
-        raise SpecError(f"cannot read spec file {p}: {e.strerror}", field="SPEC") from None
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as e:
-        where = getattr(e, "problem_mark", None)
-        at = f" at line {where.line + 1}, column {where.column + 1}" if where else ""
-        raise SpecError(
-            f"{p} is not valid YAML{at}: {getattr(e, 'problem', e)}", field="SPEC"
-        ) from None
-    return parse_spec(data, source=str(p))
+    The file goes through `blackwell_sm.safe_load` (regular file, size cap, UTF-8, YAML 1.2
+    scalars, no duplicate keys, depth and integer limits); any problem is a SpecError naming
+    the field.
+    """
+    from blackwell_sm.safe_load import load_mapping
+
+    data = load_mapping(path, field="SPEC", label="spec file")
+    return parse_spec(data, source=str(path))
 
 
 def spec_from_preset(name: str) -> RunSpec:
@@ -159,6 +209,24 @@ def spec_from_preset(name: str) -> RunSpec:
 _CONFIG_KEYS_ON_TRAINING = {"seq_len", "precision", "activation_checkpointing"}
 
 
+def override_path(key: str) -> str:
+    """The dotted spec path an override key sets (`seq_len` -> `training.seq_len`)."""
+    from blackwell_sm.spec.training import PlannerPins
+
+    if key in _CONFIG_KEYS_ON_TRAINING:
+        return f"training.{key}"
+    if key in PlannerPins.model_fields:
+        return f"training.pins.{key}"
+    if "." in key and all(key.split(".")):
+        return key
+    allowed = sorted(_CONFIG_KEYS_ON_TRAINING | set(PlannerPins.model_fields))
+    raise SpecError(
+        f"unknown --set key {key!r}; allowed: {', '.join(allowed)} or a dotted spec path "
+        "such as training.optimizer.lr",
+        field=key,
+    )
+
+
 def with_overrides(spec: RunSpec, overrides: dict[str, Any]) -> RunSpec:
     """Apply `--set key=value` style overrides (plan `config` keys or dotted spec paths).
 
@@ -167,21 +235,8 @@ def with_overrides(spec: RunSpec, overrides: dict[str, Any]) -> RunSpec:
     that field. The result is validated again.
     """
     data = spec.model_dump(mode="python", exclude_none=False)
-    pin_keys = set(type(spec.training.pins).model_fields)
     for key, value in overrides.items():
-        if key in _CONFIG_KEYS_ON_TRAINING:
-            path = ["training", key]
-        elif key in pin_keys:
-            path = ["training", "pins", key]
-        elif "." in key:
-            path = key.split(".")
-        else:
-            allowed = sorted(_CONFIG_KEYS_ON_TRAINING | pin_keys)
-            raise SpecError(
-                f"unknown --set key {key!r}; allowed: {', '.join(allowed)} or a dotted spec path "
-                "such as training.optimizer.lr",
-                field=key,
-            )
+        path = override_path(key).split(".")
         node = data
         for part in path[:-1]:
             if not isinstance(node.get(part), dict):

@@ -5,15 +5,25 @@ from __future__ import annotations
 import math
 from typing import Literal, Self
 
-from pydantic import (
-    BaseModel,
-    ConfigDict,
-    Field,
-    NonNegativeInt,
-    PositiveFloat,
-    PositiveInt,
-    field_validator,
-    model_validator,
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from blackwell_sm.spec.types import (
+    FLOAT64_EXACT,
+    INT32_MAX,
+    LR_MAX,
+    MAX_GPUS,
+    MAX_PIN,
+    MAX_SEQ,
+    SEED_MAX,
+    Beta,
+    Bool,
+    NonNegFloat,
+    NonNegStepCount,
+    PosFloat,
+    PosInt,
+    SeedInt,
+    StepCount,
+    TokenCount,
 )
 
 Precision = Literal["bf16", "fp8", "mxfp8"]
@@ -30,37 +40,54 @@ class OptimizerSpec(_Strict):
     """AdamW hyperparameters (fused AdamW on GPU)."""
 
     name: Literal["adamw"] = Field("adamw", description="Optimizer; AdamW is the one supported.")
-    lr: PositiveFloat = Field(3e-4, description="Peak learning rate.")
-    betas: tuple[float, float] = Field((0.9, 0.95), description="AdamW beta1, beta2.")
-    eps: PositiveFloat = Field(1e-8, description="AdamW epsilon.")
-    weight_decay: float = Field(0.1, ge=0, description="Decoupled weight decay.")
-    grad_clip: PositiveFloat | None = Field(1.0, description="Max global grad norm; null: none.")
+    lr: PosFloat = Field(
+        3e-4, le=LR_MAX, description=f"Peak learning rate, in (0, {LR_MAX:g}] (torch: lr >= 0)."
+    )
+    betas: tuple[Beta, Beta] = Field(
+        (0.9, 0.95),
+        description="AdamW beta1, beta2, each in [0, 1) (torch.optim.AdamW refuses others).",
+    )
+    eps: PosFloat = Field(
+        1e-8, le=1, description="AdamW epsilon, in (0, 1] (torch: eps >= 0; 0 can divide by 0)."
+    )
+    weight_decay: NonNegFloat = Field(
+        0.1, le=1e3, description="Decoupled weight decay, in [0, 1000] (torch: >= 0)."
+    )
+    grad_clip: PosFloat | None = Field(
+        1.0, description="Max global grad norm, finite and > 0; null: none."
+    )
 
 
 class ScheduleSpec(_Strict):
     """Learning-rate schedule: linear warmup, then decay to min_lr_ratio x lr."""
 
-    warmup_steps: NonNegativeInt = Field(100, description="Linear warmup steps.")
+    warmup_steps: NonNegStepCount = Field(
+        100, description=f"Linear warmup steps, 0..{INT32_MAX}; at most the run's steps."
+    )
     decay: Literal["cosine", "linear", "constant"] = Field("cosine", description="Decay shape.")
-    min_lr_ratio: float = Field(0.1, ge=0, le=1, description="Final lr as a fraction of lr.")
+    min_lr_ratio: NonNegFloat = Field(
+        0.1, le=1, description="Final lr as a fraction of lr, in [0, 1]."
+    )
 
 
 class CheckpointSpec(_Strict):
     """When and how checkpoints are written under /opt/ml/checkpoints."""
 
-    interval_steps: PositiveInt | None = Field(500, description="Save every N steps; null: off.")
-    interval_minutes: PositiveFloat | None = Field(30.0, description="Save every M minutes.")
-    keep_last: PositiveInt = Field(2, description="Complete checkpoints to keep.")
-    async_save: bool = Field(True, description="Save asynchronously on GPU when the plan allows.")
-    expiry_margin_s: PositiveFloat = Field(
-        600.0, description="Save this long before capacity expiry or max runtime."
+    interval_steps: StepCount | None = Field(
+        500, description=f"Save every N steps, 1..{INT32_MAX}; null: off."
+    )
+    interval_minutes: PosFloat | None = Field(30.0, description="Save every M minutes (> 0).")
+    keep_last: PosInt = Field(2, le=1000, description="Complete checkpoints to keep, 1..1000.")
+    async_save: Bool = Field(True, description="Save asynchronously on GPU when the plan allows.")
+    expiry_margin_s: PosFloat = Field(
+        600.0, description="Save this long (seconds, > 0) before capacity expiry or max runtime."
     )
 
 
 class DataSpec(_Strict):
     """Where training tokens come from."""
 
-    sequences: PositiveInt | None = Field(
+    sequences: StepCount | None = Field(
         None,
         description="Training sequences in the prepared data (its manifest's `sequences`); "
         "needed to train for `epochs`.",
@@ -71,19 +98,31 @@ class DataSpec(_Strict):
     )
     train_channel: str = Field("train", description="Channel holding the training shards.")
     validation_channel: str | None = Field(None, description="Channel for validation shards.")
-    validation_interval_steps: PositiveInt | None = Field(None, description="Validate every N.")
-    validation_steps: PositiveInt = Field(10, description="Batches per validation pass.")
+    validation_interval_steps: StepCount | None = Field(
+        None, description=f"Validate every N steps, 1..{INT32_MAX}."
+    )
+    validation_steps: StepCount = Field(
+        10, description=f"Batches per validation pass, 1..{INT32_MAX}."
+    )
 
 
 class PlannerPins(_Strict):
     """Fix any planner knob; unset knobs are searched. Keys are the plan's `config` keys."""
 
-    shard_degree: PositiveInt | None = Field(None, description="GPUs each parameter is sharded on.")
-    replicate_degree: PositiveInt | None = Field(None, description="HSDP replica groups.")
-    micro_batch_size: PositiveInt | None = Field(None, description="Sequences per GPU per pass.")
-    grad_accum_steps: PositiveInt | None = Field(None, description="Micro-batches per step.")
-    compile: bool | None = Field(None, description="torch.compile each block.")
-    reshard_after_forward: bool | None = Field(None, description="Free gathered params after fwd.")
+    shard_degree: PosInt | None = Field(
+        None, le=MAX_GPUS, description=f"GPUs each parameter is sharded on, 1..{MAX_GPUS}."
+    )
+    replicate_degree: PosInt | None = Field(
+        None, le=MAX_GPUS, description=f"HSDP replica groups, 1..{MAX_GPUS}."
+    )
+    micro_batch_size: PosInt | None = Field(
+        None, le=MAX_PIN, description=f"Sequences per GPU per pass, 1..{MAX_PIN}."
+    )
+    grad_accum_steps: PosInt | None = Field(
+        None, le=MAX_PIN, description=f"Micro-batches per step, 1..{MAX_PIN}."
+    )
+    compile: Bool | None = Field(None, description="torch.compile each block.")
+    reshard_after_forward: Bool | None = Field(None, description="Free gathered params after fwd.")
 
 
 FINETUNE_LR = 2e-5  # the default peak lr of `task: finetune` (pretraining: OptimizerSpec's 3e-4)
@@ -98,18 +137,29 @@ class TrainingSpec(_Strict):
         "in either), and `epochs` may set the length.",
     )
 
-    seq_len: PositiveInt = Field(
+    seq_len: PosInt = Field(
         4096,
-        description="Tokens per sequence (default 4096, or the model's max_seq_len if shorter).",
+        le=MAX_SEQ,
+        description="Tokens per sequence (default 4096, or the model's max_seq_len if shorter); "
+        f"1..{MAX_SEQ} and at most the model's max_seq_len.",
     )
-    global_batch_tokens: PositiveInt | None = Field(
-        None, description="Tokens per optimizer step (default 4,194,304 = 4Mi when neither is set)."
-    )
-    global_batch_seqs: PositiveInt | None = Field(None, description="Sequences per optimizer step.")
-    total_tokens: PositiveInt | None = Field(None, description="Tokens to train on.")
-    total_steps: PositiveInt | None = Field(None, description="Optimizer steps to train for.")
-    epochs: PositiveFloat | None = Field(
+    global_batch_tokens: TokenCount | None = Field(
         None,
+        description="Tokens per optimizer step (default 4,194,304 = 4Mi when neither is set); "
+        f"1..{FLOAT64_EXACT} (2**53, exact in the planner's float64 arithmetic).",
+    )
+    global_batch_seqs: StepCount | None = Field(
+        None, description=f"Sequences per optimizer step, 1..{INT32_MAX}."
+    )
+    total_tokens: TokenCount | None = Field(
+        None, description=f"Tokens to train on, 1..{FLOAT64_EXACT} (2**53)."
+    )
+    total_steps: StepCount | None = Field(
+        None, description=f"Optimizer steps to train for, 1..{INT32_MAX}."
+    )
+    epochs: PosFloat | None = Field(
+        None,
+        le=1e6,
         description="Passes over the data (with data.sequences): total_steps = ceil(epochs x "
         "sequences / sequences per step).",
     )
@@ -121,9 +171,15 @@ class TrainingSpec(_Strict):
     )
     checkpoint: CheckpointSpec = Field(default_factory=CheckpointSpec)
     data: DataSpec = Field(default_factory=DataSpec)
-    seed: NonNegativeInt = Field(0, description="Seed for init, data order and dropout-free RNG.")
-    log_interval_steps: PositiveInt = Field(1, description="Log metrics every N steps.")
-    export_model: bool = Field(True, description="Write safetensors + config.json at the end.")
+    seed: SeedInt = Field(
+        0,
+        description=f"Seed for init, data order and dropout-free RNG, 0..{SEED_MAX} "
+        "(numpy.random.seed's range).",
+    )
+    log_interval_steps: StepCount = Field(
+        1, description=f"Log metrics every N steps, 1..{INT32_MAX}."
+    )
+    export_model: Bool = Field(True, description="Write safetensors + config.json at the end.")
     export_dtype: Literal["auto", "bfloat16", "float32"] = Field(
         "auto",
         description="dtype of the exported weights (config.json torch_dtype); auto: bfloat16 "
@@ -131,11 +187,12 @@ class TrainingSpec(_Strict):
     )
     init_from: str | None = Field(
         None,
+        min_length=1,
+        max_length=1024,
         description="Start from these weights instead of random ones: a Hugging Face folder "
         "(safetensors, one file or shards with an index) or an s3:// prefix, which the job "
         "mounts as the `init` channel (FastFile). On resume a newer checkpoint wins.",
     )
-    pins: PlannerPins = Field(default_factory=PlannerPins)
 
     @field_validator("init_from")
     @classmethod
@@ -147,6 +204,8 @@ class TrainingSpec(_Strict):
         if v is not None and not v.strip():
             raise ValueError("expected a folder or an s3:// URI")
         return v
+
+    pins: PlannerPins = Field(default_factory=PlannerPins)
 
     @model_validator(mode="after")
     def _one_of_each(self) -> Self:
@@ -163,14 +222,27 @@ class TrainingSpec(_Strict):
                 )
             if self.total_tokens is not None:
                 raise ValueError("set epochs or total_tokens, not both")
-            steps = math.ceil(self.epochs * self.data.sequences / self.global_batch_sequences)
-            if self.total_steps is not None and self.total_steps != steps:
-                raise ValueError(
-                    f"set epochs or total_steps, not both (epochs gives {steps} steps)"
-                )
+            n = math.ceil(self.epochs * self.data.sequences / self.global_batch_sequences)
+            if self.total_steps is not None and self.total_steps != n:
+                raise ValueError(f"set epochs or total_steps, not both (epochs gives {n} steps)")
             # Derived, like seq_len's default: the planner and the loop read total_steps.
-            object.__setattr__(self, "total_steps", steps)
+            object.__setattr__(self, "total_steps", n)
+        steps = self.run_steps
+        if steps is not None and self.schedule.warmup_steps > steps:
+            raise ValueError(
+                f"schedule.warmup_steps {self.schedule.warmup_steps} is longer than the run's "
+                f"{steps} steps: the learning rate would never reach its peak; allowed: 0..{steps}"
+            )
         return self
+
+    @property
+    def run_steps(self) -> int | None:
+        """Optimizer steps of the run when the spec fixes them (total_steps or total_tokens)."""
+        if self.total_steps is not None:
+            return self.total_steps
+        if self.total_tokens is not None:
+            return -(-self.total_tokens // (self.global_batch_sequences * self.seq_len))
+        return None
 
     @property
     def global_batch_sequences(self) -> int:

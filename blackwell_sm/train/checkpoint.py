@@ -30,11 +30,12 @@ import torch.distributed as dist
 from torch import nn
 
 from blackwell_sm.errors import BsmError
+from blackwell_sm.opt_ml import COMPLETE_MARKER
 from blackwell_sm.planner.plan import Plan
 from blackwell_sm.train.distributed import Env
 
 _STEP_DIR = re.compile(r"^step-(\d{8})$")
-MARKER = "COMPLETE"
+MARKER = COMPLETE_MARKER
 
 
 def step_dir_name(step: int) -> str:

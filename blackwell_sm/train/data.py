@@ -1,24 +1,4 @@
-"""Token shards and the data order: which sequences each rank trains on at each step.
-
-Shard format (version 1, or 2 with flags), one file per shard, little-endian:
-
-    offset  size  field
-    0       8     magic  b"BSMTOKS\\0"
-    8       4     version (uint32): 1, or 2 when per-token flags follow the tokens
-    12      4     bytes per token (uint32): 2 (uint16 tokens) or 4 (uint32 tokens)
-    16      8     token count (uint64)
-    24      8     reserved (zero)
-    32      ...   tokens, flat
-    ...     count version 2 only: one uint8 of flags per token — bit 0 LOSS (the token counts
-                  as a target), bit 1 START (it begins a sample: attention does not cross it)
-
-Version 2 shards hold fine-tuning rows (`bsm data prepare --format chat|prompt-completion`):
-samples packed into rows of the manifest's `seq_len`; a version 1 shard still reads, as plain
-tokens where every target counts.
-
-A channel directory holds `*.bin` shards (read in name order) and optionally `manifest.json`
-(written by `bsm data prepare`). A training sequence is `seq_len + 1` consecutive tokens from one
-shard (inputs and shifted targets); sequence i of a shard starts at token i * seq_len.
+"""The data order: which sequences each rank trains on at each step (shards: `blackwell_sm.data`).
 
 The order is a pure function of (seed, step): the global batch of step s is positions
 [s*B, (s+1)*B) of an endless stream that visits all sequences in a fresh seeded permutation per
@@ -28,94 +8,13 @@ disjoint sequences and resuming needs only the step.
 
 from __future__ import annotations
 
-import json
-import struct
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
+from blackwell_sm.data.shards import FLAG_LOSS, FLAG_START, read_tokens_and_flags
 from blackwell_sm.errors import BsmError
-
-FORMAT_NAME = "bsm-tokens-v1"
-MAGIC = b"BSMTOKS\0"
-VERSION = 1
-VERSION_FLAGS = 2
-FLAG_LOSS = 1  # this token counts as a target
-FLAG_START = 2  # this token begins a sample (or a padding run)
-HEADER = struct.Struct("<8sIIQQ")
-HEADER_BYTES = HEADER.size  # 32
-_DTYPES = {2: np.dtype("<u2"), 4: np.dtype("<u4")}
-
-
-def token_dtype(vocab_size: int) -> np.dtype:
-    """uint16 when every id fits, else uint32."""
-    return _DTYPES[2] if vocab_size <= 65536 else _DTYPES[4]
-
-
-def write_shard(
-    path: str | Path,
-    tokens: np.ndarray,
-    *,
-    dtype: np.dtype | None = None,
-    flags: np.ndarray | None = None,
-) -> None:
-    """Write `tokens` as one shard (atomically: temp file, then rename); with `flags` (one uint8
-    per token), a version 2 shard."""
-    if flags is not None and len(flags) != len(tokens):
-        raise ValueError(f"{len(flags)} flags for {len(tokens)} tokens")
-    dtype = np.dtype(dtype) if dtype is not None else token_dtype(int(tokens.max(initial=0)) + 1)
-    if dtype.itemsize not in _DTYPES:
-        raise ValueError(f"token dtype must be uint16 or uint32, not {dtype}")
-    arr = np.ascontiguousarray(tokens, dtype=_DTYPES[dtype.itemsize])
-    if tokens.size and int(tokens.max()) >= 2 ** (8 * dtype.itemsize):
-        raise ValueError(f"token id {int(tokens.max())} does not fit in {dtype}")
-    path = Path(path)
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "wb") as f:
-        version = VERSION if flags is None else VERSION_FLAGS
-        f.write(HEADER.pack(MAGIC, version, dtype.itemsize, arr.size, 0))
-        f.write(arr.tobytes())
-        if flags is not None:
-            f.write(np.ascontiguousarray(flags, dtype=np.uint8).tobytes())
-    tmp.replace(path)
-
-
-def read_shard(path: str | Path) -> np.ndarray:
-    """The tokens of a shard (version 1 or 2) as a read-only memory map."""
-    return _read(Path(path))[0]
-
-
-def read_flags(path: str | Path) -> np.ndarray | None:
-    """The per-token flags of a version 2 shard (memory map), or None for version 1."""
-    return _read(Path(path))[1]
-
-
-def _read(path: Path) -> tuple[np.ndarray, np.ndarray | None]:
-    with open(path, "rb") as f:
-        raw = f.read(HEADER_BYTES)
-    if len(raw) < HEADER_BYTES:
-        raise BsmError(f"{path}: too short to be a token shard ({len(raw)} bytes)")
-    magic, version, width, count, _ = HEADER.unpack(raw)
-    if magic != MAGIC:
-        raise BsmError(
-            f"{path}: not a blackwell_sm token shard (magic {magic!r})",
-            hint="make shards with `bsm data prepare INPUT... --out DIR`",
-        )
-    if version not in (VERSION, VERSION_FLAGS) or width not in _DTYPES:
-        raise BsmError(f"{path}: unsupported shard version {version} / token width {width}")
-    has_flags = version == VERSION_FLAGS
-    expected = HEADER_BYTES + count * (width + (1 if has_flags else 0))
-    if path.stat().st_size != expected:
-        raise BsmError(f"{path}: size {path.stat().st_size} != header's {expected} bytes")
-    if count == 0:
-        return np.zeros(0, dtype=_DTYPES[width]), (np.zeros(0, np.uint8) if has_flags else None)
-    tokens = np.memmap(path, dtype=_DTYPES[width], mode="r", offset=HEADER_BYTES, shape=(count,))
-    flags = None
-    if has_flags:
-        at = HEADER_BYTES + count * width
-        flags = np.memmap(path, dtype=np.uint8, mode="r", offset=at, shape=(count,))
-    return tokens, flags
 
 
 @dataclass(frozen=True)
@@ -151,7 +50,7 @@ class ShardDataset:
             )
         self._check_manifest(directory, vocab_size, seq_len)
         self.seq_len = seq_len
-        read = [_read(f) for f in files]
+        read = [read_tokens_and_flags(f) for f in files]
         self.shards = [tokens for tokens, _ in read]
         self.flags = [flags for _, flags in read]
         if len({f is None for f in self.flags}) > 1:
@@ -167,10 +66,12 @@ class ShardDataset:
 
     @staticmethod
     def _check_manifest(directory: Path, vocab_size: int | None, seq_len: int) -> None:
+        from blackwell_sm.safe_load import load_mapping
+
         manifest = directory / "manifest.json"
         if not manifest.exists():
             return
-        data = json.loads(manifest.read_text())
+        data = load_mapping(manifest, field="manifest.json", fmt="json")
         rows = data.get("seq_len")
         if rows is not None and rows != seq_len:
             raise BsmError(

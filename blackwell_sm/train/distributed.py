@@ -10,6 +10,7 @@ import torch
 import torch.distributed as dist
 
 from blackwell_sm.errors import BsmError, CapabilityError
+from blackwell_sm.opt_ml import ENV_DEVICE
 from blackwell_sm.planner.plan import PlanConfig
 
 
@@ -29,7 +30,7 @@ class Env:
 
 def pick_device(local_rank: int) -> torch.device:
     """`BSM_DEVICE` (cpu|cuda) if set, else CUDA when available. Never silently CPU on request."""
-    wanted = os.environ.get("BSM_DEVICE", "").strip().lower()
+    wanted = os.environ.get(ENV_DEVICE, "").strip().lower()
     if wanted not in ("", "cpu", "cuda"):
         raise BsmError(f"BSM_DEVICE must be cpu or cuda, not {wanted!r}")
     if wanted == "cuda" and not torch.cuda.is_available():

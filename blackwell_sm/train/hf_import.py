@@ -10,7 +10,6 @@ a full copy of the model, on the host or the device.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import torch
@@ -32,7 +31,12 @@ def init_path(init_from: str, channel_dir: Path) -> Path:
 def _files(folder: Path) -> list[Path]:
     index = folder / "model.safetensors.index.json"
     if index.is_file():
-        weight_map = json.loads(index.read_text())["weight_map"]
+        from blackwell_sm.safe_load import load_mapping
+
+        data = load_mapping(index, field="training.init_from", fmt="json", max_bytes=64 << 20)
+        weight_map = data.get("weight_map")
+        if not isinstance(weight_map, dict):
+            raise BsmError(f"{index}: no weight_map", field="training.init_from")
         return [folder / f for f in sorted(set(weight_map.values()))]
     single = folder / "model.safetensors"
     if single.is_file():

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -16,6 +15,7 @@ import torch
 import torch.distributed as dist
 
 from blackwell_sm.errors import BsmError
+from blackwell_sm.opt_ml import OptMl
 from blackwell_sm.planner.plan import Plan
 from blackwell_sm.train.checkpoint import Checkpointer, run_identity
 from blackwell_sm.train.data import (
@@ -34,29 +34,7 @@ from blackwell_sm.train.precision import after_optimizer_step, check_precision
 from blackwell_sm.train.triggers import Triggers
 
 
-@dataclass(frozen=True)
-class Paths:
-    """The /opt/ml-shaped directory the worker reads and writes."""
-
-    root: Path
-
-    def channel(self, name: str) -> Path:
-        return self.root / "input" / "data" / name
-
-    @property
-    def checkpoints(self) -> Path:
-        return self.root / "checkpoints"
-
-    @property
-    def model(self) -> Path:
-        return self.root / "model"
-
-    @property
-    def output_data(self) -> Path:
-        return self.root / "output" / "data"
-
-
-def _datasets(plan: Plan, paths: Paths):
+def _datasets(plan: Plan, paths: OptMl):
     """(train, validation or None) datasets the plan's data spec names."""
     d, spec, seq = plan.spec.training.data, plan.spec.model, plan.config.seq_len
     seed = plan.spec.training.seed
@@ -78,7 +56,7 @@ def _datasets(plan: Plan, paths: Paths):
 class Trainer:
     """One worker's share of the run."""
 
-    def __init__(self, plan: Plan, paths: Paths, env: Env) -> None:
+    def __init__(self, plan: Plan, paths: OptMl, env: Env) -> None:
         self.plan, self.paths, self.env = plan, paths, env
         cfg, tr = plan.config, plan.spec.training
         self.cfg, self.tr = cfg, tr
@@ -133,8 +111,9 @@ class Trainer:
     def _loss_sum(self, batch: tuple) -> torch.Tensor:
         return loss_sum(self.model, *batch)
 
-    def train_step(self, step: int) -> tuple[float, float]:
-        """One optimizer step (0-based `step`); returns (mean token loss, grad norm)."""
+    def train_step(self, step: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """One optimizer step (0-based `step`); returns (mean token loss, grad norm) as 0-d
+        tensors on the device: reading them waits for the GPU, so only logged steps do."""
         batches = self._micro_batches(step)
         # Normalise by the tokens of the whole step on all ranks, so every token weighs the same
         # however the batch is cut into micro-batches and ranks.
@@ -154,7 +133,7 @@ class Trainer:
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
         after_optimizer_step(self.model, self.cfg.precision)
-        return float(loss_total / n_tok), grad_norm
+        return loss_total / n_tok, grad_norm
 
     def lr(self, step: int) -> float:
         return lr_at(step, peak=self.tr.optimizer.lr, total_steps=self.total_steps,
@@ -182,9 +161,9 @@ class Trainer:
         log(
             f"model {spec.name} ({spec.n_params:,} params) on {env.world_size} x {env.device.type}; "
             f"mesh {dict(zip(self.mesh.mesh_dim_names, self.mesh.shape, strict=True))}, "
-            f"{cfg.precision}, AC {cfg.activation_checkpointing}, compile {cfg.compile}, "
-            f"micro-batch {cfg.micro_batch_size} x accum {cfg.grad_accum_steps}, seq {cfg.seq_len}, "
-            f"{self.total_steps} steps",
+            f"precision {cfg.precision}, activation_checkpointing {cfg.activation_checkpointing}, "
+            f"compile {cfg.compile}, micro_batch_size {cfg.micro_batch_size} x grad_accum_steps "
+            f"{cfg.grad_accum_steps}, seq_len {cfg.seq_len}, {self.total_steps} steps",
             is_main=env.is_main,
         )
         start, resumed_from = 0, None
@@ -208,17 +187,23 @@ class Trainer:
 
         tokens_per_step = self.layout.global_batch * cfg.seq_len
         step, status, last_saved = start, "completed", start if found else None
+        # Step time is the mean over the steps since the last logged one (validation and saves
+        # left out): the host waits for the GPU only when it logs.
+        window_t0, window_steps, paused = time.perf_counter(), 0, 0.0
         while step < self.total_steps:
-            t0 = time.perf_counter()
             loss, grad_norm = self.train_step(step)
-            if env.device.type == "cuda":
-                torch.cuda.synchronize()
-            dt = time.perf_counter() - t0
             step += 1
+            window_steps += 1
             if step % self.tr.log_interval_steps == 0 or step == self.total_steps:
-                self.metrics.step(step, loss=loss, lr=self.lr(step - 1), grad_norm=grad_norm,
+                loss_v, grad_norm_v = float(loss), float(grad_norm)  # the host sync
+                if env.device.type == "cuda":
+                    torch.cuda.synchronize()
+                dt = (time.perf_counter() - window_t0 - paused) / window_steps
+                self.metrics.step(step, loss=loss_v, lr=self.lr(step - 1), grad_norm=grad_norm_v,
                                   tokens=tokens_per_step, step_time_s=dt,
                                   n_gpus=env.world_size)  # fmt: skip
+                window_t0, window_steps, paused = time.perf_counter(), 0, 0.0
+            side_t0 = time.perf_counter()
             vi = self.tr.data.validation_interval_steps
             if self.val_data is not None and vi and step % vi == 0:
                 self.metrics.validation(step, self.validate())
@@ -233,6 +218,8 @@ class Trainer:
                 status = f"stopped ({self.triggers.stop_reason or 'signal on another rank'})"
                 log(f"{status} after step {step}; exiting cleanly", is_main=env.is_main)
                 break
+            if save or (self.val_data is not None and vi and step % vi == 0):
+                paused += time.perf_counter() - side_t0
         if status == "completed" and last_saved != step:
             self.ckpt.save(self.model, self.optimizer, step)
         self.ckpt.wait()
@@ -250,7 +237,7 @@ class Trainer:
         summary = self.metrics.summary(status=status, final_step=step, resumed_from=resumed_from)
         if env.is_main:
             self.paths.output_data.mkdir(parents=True, exist_ok=True)
-            (self.paths.output_data / "summary.json").write_text(json.dumps(summary, indent=2))
+            self.paths.summary.write_text(json.dumps(summary, indent=2))
         return summary
 
 
@@ -258,7 +245,7 @@ def train(plan: Plan, opt_ml: Path) -> dict:
     """Run `plan` as this torchrun worker; returns the run summary (same on every rank)."""
     env = init_distributed()
     try:
-        return Trainer(plan, Paths(opt_ml), env).run()
+        return Trainer(plan, OptMl(opt_ml), env).run()
     finally:
         if dist.is_initialized():
             dist.destroy_process_group()

@@ -16,19 +16,22 @@ def main(argv: list[str] | None = None) -> int:
     from torch.distributed.elastic.multiprocessing.errors import record
 
     from blackwell_sm.errors import BsmError
+    from blackwell_sm.opt_ml import root_from_env
     from blackwell_sm.planner.plan import Plan
     from blackwell_sm.train.loop import train
 
     p = argparse.ArgumentParser(prog="python -m blackwell_sm.train.main", description=__doc__)
     p.add_argument("--plan", required=True, type=Path, help="plan.json from the planner")
-    p.add_argument("--opt-ml", type=Path, default=Path(os.environ.get("BSM_OPT_ML", "/opt/ml")),
+    p.add_argument("--opt-ml", type=Path, default=root_from_env(),
                    help="the /opt/ml-shaped root (default $BSM_OPT_ML or /opt/ml)")  # fmt: skip
     args = p.parse_args(argv)
 
     @record  # torchrun's error file carries the exception and rank to the launcher
     def _run() -> int:
-        try:
-            plan = Plan.from_json(args.plan.read_text())
+        from blackwell_sm.safe_load import load_mapping
+
+        try:  # the one safe loader: size cap, UTF-8, no duplicate keys, no NaN
+            plan = Plan.model_validate(load_mapping(args.plan, field="plan.json", fmt="json"))
         except (OSError, ValueError) as e:
             raise BsmError(f"cannot read the plan {args.plan}: {e}") from e
         if not plan.feasible:

@@ -13,23 +13,10 @@ from typing import Any
 import torch
 
 from blackwell_sm.metrics import format_step_line, format_val_line
+from blackwell_sm.opt_ml import METRICS_FILE
 from blackwell_sm.planner.plan import Plan
 
 GIB = 1024**3
-
-
-def gpu_peak_flops(plan: Plan) -> float:
-    """The plan's dense BF16 peak per GPU (the MFU denominator the planner used)."""
-    from blackwell_sm.hardware import CATALOG
-
-    if plan.instance.type in CATALOG:
-        return CATALOG[plan.instance.type].gpu.peak_flops("bf16")
-    t = plan.throughput  # a local "instance": recover the peak the planner divided by
-    if t.mfu > 0:
-        return t.tokens_per_s_per_gpu * t.flops_per_token / t.mfu
-    from blackwell_sm.hardware import local_instance
-
-    return local_instance(nproc=max(1, plan.instance.count)).gpu.peak_flops("bf16")
 
 
 def peak_memory(device: torch.device) -> tuple[float, float, str]:
@@ -50,9 +37,9 @@ class MetricsLog:
 
     def __init__(self, out_dir: Path, plan: Plan, device: torch.device, *, is_main: bool) -> None:
         self.plan, self.device, self.is_main = plan, device, is_main
-        self.path = out_dir / "metrics.jsonl"
+        self.path = out_dir / METRICS_FILE
         self.flops_per_token = plan.spec.model.flops_per_token(plan.config.seq_len)
-        self.peak_flops = gpu_peak_flops(plan)
+        self.peak_flops = plan.instance.peak_flops_bf16  # the MFU basis the planner used
         self.records: list[dict[str, Any]] = []
         if is_main:
             out_dir.mkdir(parents=True, exist_ok=True)

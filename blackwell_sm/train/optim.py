@@ -50,8 +50,10 @@ def set_lr(optimizer: torch.optim.Optimizer, lr: float) -> None:
         group["lr"] = lr
 
 
-def clip_grad_norm(model: nn.Module, max_norm: float | None) -> float:
-    """Total grad norm over all shards (DTensor-aware); clips in place when max_norm is set."""
+def clip_grad_norm(model: nn.Module, max_norm: float | None) -> torch.Tensor:
+    """Total grad norm over all shards (DTensor-aware), a 0-d tensor left on the device (reading
+    it is a host sync: the loop does so on logged steps only); clips in place when max_norm is
+    set."""
     from torch.distributed.tensor import DTensor
 
     params = [p for p in model.parameters() if p.grad is not None]
@@ -62,4 +64,4 @@ def clip_grad_norm(model: nn.Module, max_norm: float | None) -> float:
         total = total.full_tensor()
     if max_norm is not None:
         torch.nn.utils.clip_grads_with_norm_(params, max_norm, total, foreach=None)
-    return float(total)
+    return total

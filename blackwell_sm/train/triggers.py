@@ -12,9 +12,10 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from blackwell_sm.opt_ml import ENV_CAPACITY_EXPIRY, ENV_JOB_START_UNIX, ENV_MAX_RUNTIME_S
 from blackwell_sm.spec.training import CheckpointSpec
 
-EXPIRY_ENV = "SAGEMAKER_CURRENT_CAPACITY_BLOCK_EXPIRATION_TIMESTAMP"
+EXPIRY_ENV = ENV_CAPACITY_EXPIRY
 
 
 def parse_unix_time(text: str) -> float:
@@ -28,7 +29,7 @@ def deadline_from_env(env: Mapping[str, str]) -> tuple[float, str] | None:
     ends: list[tuple[float, str]] = []
     if env.get(EXPIRY_ENV, "").strip():
         ends.append((parse_unix_time(env[EXPIRY_ENV]), "capacity block expiry"))
-    start, runtime = env.get("BSM_JOB_START_UNIX", ""), env.get("BSM_MAX_RUNTIME_S", "")
+    start, runtime = env.get(ENV_JOB_START_UNIX, ""), env.get(ENV_MAX_RUNTIME_S, "")
     if start.strip() and runtime.strip():
         ends.append((parse_unix_time(start) + float(runtime), "job max runtime"))
     return min(ends) if ends else None

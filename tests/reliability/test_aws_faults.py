@@ -27,14 +27,12 @@ from aws_support import (
     PLAN_NAME,
     REGION,
     HttpFaults,
-    fake_credentials,
     no_sleep,
     plan_response,
     spec_dict,
 )
 from botocore.awsrequest import AWSResponse
 from botocore.stub import Stubber
-from moto import mock_aws
 
 from blackwell_sm.aws.logs import LOG_GROUP, job_streams, read_new_events
 from blackwell_sm.aws.session import AwsContext
@@ -49,14 +47,11 @@ ALWAYS = 12  # more faults than botocore's attempts: the call fails for good
 
 
 @pytest.fixture
-def aws(monkeypatch, tmp_path):
-    fake_credentials(monkeypatch, tmp_path)
+def aws(aws, monkeypatch):
+    """conftest's moto context, with 4 attempts per call and back-off sleeps recorded."""
     monkeypatch.setenv("AWS_MAX_ATTEMPTS", "4")
-    with mock_aws():
-        boto3.client("s3", region_name=REGION).create_bucket(Bucket=BUCKET)
-        ctx = AwsContext(REGION)
-        ctx.slept = no_sleep(monkeypatch)
-        yield ctx
+    aws.slept = no_sleep(monkeypatch)
+    return aws
 
 
 def jobs(aws: AwsContext) -> list[str]:

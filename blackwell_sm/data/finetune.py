@@ -24,9 +24,9 @@ from typing import Any, Literal, NamedTuple
 
 import numpy as np
 
+from blackwell_sm.data.prepare import DEFAULT_SHARD_TOKENS, Manifest, ShardInfo
+from blackwell_sm.data.shards import FLAG_LOSS, FLAG_START, token_dtype, write_shard
 from blackwell_sm.errors import SpecError
-from blackwell_sm.train.data import FLAG_LOSS, FLAG_START, token_dtype, write_shard
-from blackwell_sm.train.prepare import DEFAULT_SHARD_TOKENS, Manifest, ShardInfo
 
 FORMAT_NAME = "bsm-tokens-v2"
 Format = Literal["chat", "prompt-completion"]

@@ -1,4 +1,4 @@
-"""`bsm data prepare`: text or JSONL → token shards (the format in `train/data.py`).
+"""`bsm data prepare`: text or JSONL → token shards (the format in `data/shards.py`).
 
 Tokenizers: the built-in byte-level one (ids 0-255 are the UTF-8 bytes; documents are separated
 by id 0, the NUL byte, which text does not contain), or a Hugging Face `tokenizer.json` through
@@ -16,8 +16,8 @@ from pathlib import Path
 import numpy as np
 from pydantic import BaseModel, ConfigDict
 
+from blackwell_sm.data.shards import FORMAT_NAME, token_dtype, write_shard
 from blackwell_sm.errors import SpecError
-from blackwell_sm.train.data import FORMAT_NAME, token_dtype, write_shard
 
 DEFAULT_SHARD_TOKENS = 256 * 1024 * 1024
 _EOS_NAMES = ("<|endoftext|>", "<|end_of_text|>", "</s>", "<eos>", "<|eot_id|>")
