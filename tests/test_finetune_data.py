@@ -176,6 +176,7 @@ def test_chat_finetune_of_an_imported_model_runs_in_run_local(tmp_path):
         "training": {
             "task": "finetune", "init_from": str(src), "seq_len": 24, "global_batch_seqs": 2,
             "epochs": 2, "precision": "bf16", "activation_checkpointing": "selective-op",
+            "schedule": {"warmup_steps": 1},
             "data": {"source": "channel", "sequences": rows},
             "checkpoint": {"interval_steps": None, "interval_minutes": None, "async_save": False},
         },

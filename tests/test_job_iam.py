@@ -140,19 +140,13 @@ def test_cli_derives_from_a_spec_file(capsys):
 
 
 def test_job_role_reads_init_from():
-    from job_plans import JOB
+    from aws_support import spec_dict
 
     from blackwell_sm.spec import parse_spec
 
-    spec = parse_spec(
-        {
-            "model": "qwen3-8b",
-            "training": {"init_from": "s3://bsm-weights/hf/Qwen3-8B"},
-            "compute": {"instance_type": "ml.p6-b200.48xlarge", "instance_count": 1},
-            "job": JOB,
-        }
-    )
-    role = _statements(iam_policies(spec)["job_role"])
+    d = spec_dict("qwen3-8b")
+    d["training"] = {"init_from": "s3://bsm-weights/hf/Qwen3-8B"}
+    role = _statements(iam_policies(parse_spec(d))["job_role"])
     assert (
         "arn:aws:s3:::bsm-weights/hf/Qwen3-8B/*" in role["ReadCodeDataAndCheckpoints"]["Resource"]
     )

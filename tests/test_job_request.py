@@ -383,16 +383,11 @@ def test_sdk_view_refuses_an_unresolved_training_plan_before_importing_the_sdk()
 
 
 def _init_spec(init_from: str, **job):
-    from job_plans import JOB
+    from aws_support import spec_dict
 
-    return parse_spec(
-        {
-            "model": "qwen3-8b",
-            "training": {"seq_len": 8192, "total_tokens": 10_000_000, "init_from": init_from},
-            "compute": {"instance_type": "ml.p6-b200.48xlarge", "instance_count": 1},
-            "job": {**JOB, **job},
-        }
-    )
+    d = spec_dict("qwen3-8b", **job)
+    d["training"] = {"seq_len": 8192, "total_tokens": 10_000_000_000, "init_from": init_from}
+    return parse_spec(d)
 
 
 def test_init_from_s3_is_the_init_channel_with_fastfile():
@@ -420,11 +415,13 @@ def test_init_from_local_path_or_a_clashing_channel_is_refused():
     with pytest.raises(SpecError) as e:
         build_job_request(spec, plan_for(spec))
     assert e.value.field == "training.init_from" and "S3" in str(e.value)
-    from job_plans import JOB
+    from aws_support import BUCKET
 
-    spec = _init_spec(
-        "s3://bsm-test-bucket/m/", channels={**JOB["channels"], "init": {"s3_uri": "s3://b0b/x/"}}
-    )
+    channels = {
+        "train": {"s3_uri": f"s3://{BUCKET}/data/train/"},
+        "init": {"s3_uri": "s3://b0b/x/"},
+    }
+    spec = _init_spec("s3://bsm-test-bucket/m/", channels=channels)
     with pytest.raises(SpecError) as e:
         build_job_request(spec, plan_for(spec))
     assert e.value.field == "job.channels.init"

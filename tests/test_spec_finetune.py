@@ -21,7 +21,8 @@ def test_finetune_lowers_the_default_lr_but_keeps_an_explicit_one():
 
 
 def test_epochs_set_total_steps_and_survive_a_round_trip():
-    tr = _t(task="finetune", epochs=2, data={"sequences": 100}, global_batch_seqs=8)
+    tr = _t(task="finetune", epochs=2, data={"sequences": 100}, global_batch_seqs=8,
+            schedule={"warmup_steps": 5})  # fmt: skip
     assert tr.total_steps == 25  # ceil(2 x 100 / 8)
     again = parse_spec({"model": "tiny", "training": tr.model_dump()}).training
     assert again.total_steps == 25 and again.optimizer.lr == FINETUNE_LR

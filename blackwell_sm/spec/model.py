@@ -33,11 +33,17 @@ class RopeScaling(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     rope_type: Literal["llama3"] = Field("llama3", description="The one scaling supported.")
-    factor: PosFloat = Field(le=1e6, description="Low frequencies are divided by this.")
-    low_freq_factor: PosFloat = Field(le=1e6, description="Wavelength bound of the low band.")
-    high_freq_factor: PosFloat = Field(le=1e6, description="Wavelength bound of the high band.")
+    factor: PosFloat = Field(
+        le=1e6, description="Low frequencies are divided by this, in (0, 1000000]."
+    )
+    low_freq_factor: PosFloat = Field(
+        le=1e6, description="Wavelength bound of the low band, in (0, 1000000]."
+    )
+    high_freq_factor: PosFloat = Field(
+        le=1e6, description="Wavelength bound of the high band, in (0, 1000000]."
+    )
     original_max_position_embeddings: PosInt = Field(
-        le=MAX_SEQ, description="Context length the model was first trained at."
+        le=MAX_SEQ, description=f"Context length the model was first trained at, 1..{MAX_SEQ}."
     )
 
     @model_validator(mode="after")
@@ -72,7 +78,8 @@ class ModelSpec(BaseModel):
     head_dim: PosInt | None = Field(
         None,
         le=MAX_WIDTH,
-        description="Width of one head; null: d_model / n_heads (which must then divide).",
+        description=f"Width of one head, 1..{MAX_WIDTH}; null: d_model / n_heads (which must "
+        "then divide).",
     )
     ffn_dim: PosInt = Field(
         le=MAX_WIDTH, description=f"SwiGLU inner size (gate, up: d_model->ffn_dim), 1..{MAX_WIDTH}."
@@ -94,7 +101,8 @@ class ModelSpec(BaseModel):
     bos_token_id: NonNegInt | None = Field(
         None,
         lt=MAX_VOCAB,
-        description="Beginning-of-sequence token (from an imported config; exported).",
+        description=f"Beginning-of-sequence token, >= 0 and < {MAX_VOCAB} (from an imported "
+        "config; exported).",
     )
     eos_token_id: tuple[NonNegInt, ...] | None = Field(
         None, description="End-of-sequence token(s) (from an imported config; exported)."

@@ -89,8 +89,8 @@ class DataSpec(_Strict):
 
     sequences: StepCount | None = Field(
         None,
-        description="Training sequences in the prepared data (its manifest's `sequences`); "
-        "needed to train for `epochs`.",
+        description="Training sequences in the prepared data (its manifest's `sequences`), "
+        f"1..{INT32_MAX}; needed to train for `epochs`.",
     )
 
     source: Literal["synthetic", "channel"] = Field(
@@ -160,8 +160,8 @@ class TrainingSpec(_Strict):
     epochs: PosFloat | None = Field(
         None,
         le=1e6,
-        description="Passes over the data (with data.sequences): total_steps = ceil(epochs x "
-        "sequences / sequences per step).",
+        description="Passes over the data, in (0, 1000000] (with data.sequences): total_steps = "
+        "ceil(epochs x sequences / sequences per step).",
     )
     optimizer: OptimizerSpec = Field(default_factory=OptimizerSpec)
     schedule: ScheduleSpec = Field(default_factory=ScheduleSpec)
@@ -189,9 +189,10 @@ class TrainingSpec(_Strict):
         None,
         min_length=1,
         max_length=1024,
-        description="Start from these weights instead of random ones: a Hugging Face folder "
-        "(safetensors, one file or shards with an index) or an s3:// prefix, which the job "
-        "mounts as the `init` channel (FastFile). On resume a newer checkpoint wins.",
+        description="Start from these weights instead of random ones (1-1024 characters): a "
+        "Hugging Face folder (safetensors, one file or shards with an index) or an s3:// prefix, "
+        "which the job mounts as the `init` channel (FastFile). On resume a newer checkpoint "
+        "wins.",
     )
 
     @field_validator("init_from")

@@ -65,7 +65,9 @@ class ShardDataset:
             raise BsmError(f"{directory}: fewer than seq_len+1 = {seq_len + 1} tokens in any shard")
 
     @staticmethod
-    def _check_manifest(directory: Path, vocab_size: int | None, seq_len: int) -> None:
+    def _check_manifest(
+        directory: Path, vocab_size: int | None, seq_len: int | None = None
+    ) -> None:
         from blackwell_sm.safe_load import load_mapping
 
         manifest = directory / "manifest.json"
@@ -73,7 +75,7 @@ class ShardDataset:
             return
         data = load_mapping(manifest, field="manifest.json", fmt="json")
         rows = data.get("seq_len")
-        if rows is not None and rows != seq_len:
+        if rows is not None and seq_len is not None and rows != seq_len:
             raise BsmError(
                 f"{directory}: fine-tuning rows were packed to seq_len {rows}, the plan trains "
                 f"at seq_len {seq_len}",
