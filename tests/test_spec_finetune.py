@@ -59,3 +59,20 @@ def test_norms_and_biases_never_decay():
     }
     assert {n for n in names.values() if n.endswith((".bias", "norm.weight"))} == no_decay
     assert any(n.endswith("q_proj.bias") for n in no_decay)
+
+
+def test_the_planner_counts_the_mask_of_packed_fine_tuning_rows():
+    from blackwell_sm.planner.api import make_plan
+
+    def plan(task):
+        return make_plan(
+            parse_spec({"model": "qwen3-8b", "training": {
+                "task": task, "seq_len": 4096, "total_steps": 100, "precision": "bf16",
+                "activation_checkpointing": "selective-op",
+                "pins": {"micro_batch_size": 1, "compile": True}}})
+        )  # fmt: skip
+
+    pre, fine = plan("pretrain"), plan("finetune")
+    extra = fine.memory_gib.activations - pre.memory_gib.activations
+    assert extra == pytest.approx(4096**2 / 1024**3, abs=2e-3)  # one bool mask, b = 1
+    assert fine.throughput.step_time_s > pre.throughput.step_time_s  # no causal half skipped
