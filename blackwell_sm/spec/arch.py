@@ -226,15 +226,21 @@ def block_saved_bytes_per_token(
     return norms + d * sum(inputs.values()) + qkv + attention + swiglu
 
 
-def document_mask_bytes(spec: ModelSpec, micro_batch: int, seq_len: int, mode: str) -> int:
-    """Bytes the block-diagonal mask of packed samples keeps (fine-tuning rows).
+def document_mask_bytes(
+    spec: ModelSpec, micro_batch: int, seq_len: int, mode: str, dtype_bytes: int = 2
+) -> int:
+    """Bytes packed samples add to what the blocks keep (fine-tuning rows).
 
-    The boolean (b, 1, s, s) mask is made once per forward; with checkpointing it is each block's
-    saved input (one storage); without, each block's attention keeps its own bf16 additive copy
-    instead (measured: tests/test_activation_memory.py).
+    The boolean (b, 1, s, s) block-diagonal mask is made once per forward; with checkpointing it
+    is each block's saved input (one storage); without, each block's attention keeps its own bf16
+    additive copy instead, and the K/V heads it saves are expanded to all query heads (a masked
+    SDPA with GQA would fall back to the math kernel). Measured: tests/test_activation_memory.py.
     """
     per = micro_batch * seq_len * seq_len
-    return per if mode != "none" else 2 * spec.n_layers * per
+    if mode != "none":
+        return per
+    kv_growth = 2 * dtype_bytes * (spec.q_dim - spec.kv_dim) * micro_batch * seq_len
+    return spec.n_layers * (2 * per + kv_growth)
 
 
 def recompute_flops_per_token(spec: ModelSpec, seq_len: int, mode: str) -> tuple[float, float]:

@@ -92,7 +92,11 @@ class Attention(nn.Module):
         if mask is None:
             out = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
         else:  # packed samples: causal within each, nothing across (block-diagonal)
-            out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=True)
+            # K/V heads expanded here: with a mask, `enable_gqa` sends CUDA's SDPA to the math
+            # kernel (an s x s score matrix per head); expanded, the memory-efficient one runs.
+            rep = self.n_heads // self.n_kv_heads
+            k, v = k.repeat_interleave(rep, dim=1), v.repeat_interleave(rep, dim=1)
+            out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
         return self.o_proj(out.transpose(1, 2).reshape(b, s, -1))
 
 
