@@ -185,3 +185,13 @@ def test_the_spec_family_literal_is_the_description_table():
     from blackwell_sm.spec.model import Family
 
     assert set(get_args(Family)) == set(arch.FAMILIES)
+
+
+def test_the_json_schema_takes_model_hf():
+    jsonschema = pytest.importorskip("jsonschema")
+    from blackwell_sm.spec.schema import spec_json_schema
+
+    schema = spec_json_schema()
+    jsonschema.validate({"model": {"hf": "/m/Qwen3-8B", "max_seq_len": 8192}}, schema)
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate({"model": {"hf": "/m/Qwen3-8B", "experts": 8}}, schema)
