@@ -126,6 +126,9 @@ def test_prepare_chat_writes_v2_rows_that_the_reader_masks(tmp_path):
     m = json.loads(r.output)
     assert m["format"] == "bsm-tokens-v2" and m["samples"] == 12 and m["seq_len"] == 24
     assert json.loads((out / "manifest.json").read_text())["sequences"] == m["sequences"]
+    # the tokenizer travels with the rows it made
+    saved = load_tokenizer(out / "tokenizer")
+    assert saved.chat_template and saved.get_vocab() == load_tokenizer(tok_dir).get_vocab()
     ds = ShardDataset(out, seq_len=24, vocab_size=64)
     assert len(ds) == m["sequences"]
     tokens, loss_mask, doc_ids = ds.batch(np.arange(len(ds)), seed=0)

@@ -29,6 +29,7 @@ from blackwell_sm.data.shards import FLAG_LOSS, FLAG_START, token_dtype, write_s
 from blackwell_sm.errors import SpecError
 
 FORMAT_NAME = "bsm-tokens-v2"
+TOKENIZER_DIR = "tokenizer"  # under the output folder: the tokenizer that made the rows
 Format = Literal["chat", "prompt-completion"]
 
 
@@ -38,7 +39,11 @@ class Sample(NamedTuple):
 
 
 def load_tokenizer(path: Path):
-    """A Hugging Face tokenizer folder (tokenizer.json, tokenizer_config.json, chat template)."""
+    """A Hugging Face tokenizer folder (tokenizer.json, tokenizer_config.json, chat template), or
+    a file in one (its folder is read)."""
+    path = Path(path)
+    if path.is_file():
+        path = path.parent
     try:
         from transformers import AutoTokenizer
     except ImportError as e:
@@ -250,5 +255,7 @@ def prepare_finetune(
         truncated=st.truncated,
         dropped=st.dropped,
     )
+    # The tokenizer travels with the data it made (an export can ship it beside the model).
+    tok.save_pretrained(str(out_dir / TOKENIZER_DIR))
     (out_dir / "manifest.json").write_text(manifest.model_dump_json(indent=2) + "\n")
     return manifest
