@@ -195,3 +195,12 @@ def test_the_json_schema_takes_model_hf():
     jsonschema.validate({"model": {"hf": "/m/Qwen3-8B", "max_seq_len": 8192}}, schema)
     with pytest.raises(jsonschema.ValidationError):
         jsonschema.validate({"model": {"hf": "/m/Qwen3-8B", "experts": 8}}, schema)
+
+
+def test_set_override_rederives_a_derived_head_dim():
+    from blackwell_sm.spec import spec_from_preset, with_overrides
+
+    spec = with_overrides(spec_from_preset("llama-3.1-8b"), {"model.d_model": 2048})
+    assert spec.model.head_dim == 64 and spec.model.q_dim == 2048
+    spec = with_overrides(spec_from_preset("qwen3-8b"), {"model.d_model": 2048})
+    assert spec.model.head_dim == 128  # set by the preset

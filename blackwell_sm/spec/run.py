@@ -235,6 +235,8 @@ def with_overrides(spec: RunSpec, overrides: dict[str, Any]) -> RunSpec:
     that field. The result is validated again.
     """
     data = spec.model_dump(mode="python", exclude_none=False)
+    if "head_dim" not in spec.model.model_fields_set:
+        data["model"]["head_dim"] = None  # derived: follows a changed d_model / n_heads
     for key, value in overrides.items():
         path = override_path(key).split(".")
         node = data
