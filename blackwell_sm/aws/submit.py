@@ -61,8 +61,9 @@ def prepare(
     *,
     training_plan: str | None = None,
     new: bool = False,
-) -> tuple[RunSpec, Plan, Any]:
-    """(spec, plan, JobRequest) without any AWS call: what a dry run shows."""
+) -> tuple[RunSpec, Any, Any]:
+    """(spec, plan, JobRequest) without any AWS call: what a dry run shows. With
+    `compute.instance_preferences` the plan is a PreferencePlans (a plan per type)."""
     from blackwell_sm.job.request import build_job_request
     from blackwell_sm.job.wheels import fetch_for
     from blackwell_sm.planner.api import make_plan
@@ -71,6 +72,14 @@ def prepare(
     rs = as_spec(spec)
     if training_plan is not None:
         rs = with_overrides(rs, {"compute.training_plan": training_plan})
+    if rs.compute.instance_preferences:
+        from blackwell_sm.planner.preferences import plan_preferences
+
+        plans = plan_preferences(rs)
+        plans.require_feasible()  # exit 3 naming each preference that cannot fit
+        wheels = fetch_for(rs, plans.primary, plans.plans[1:])
+        jr = build_job_request(rs, plans, new=new, region=_region(rs), wheelhouse=wheels)
+        return rs, plans, jr
     plan = make_plan(rs)
     if not plan.feasible:
         raise InfeasiblePlanError(
@@ -105,6 +114,9 @@ def submit(
     """
     say = notify or (lambda _msg: None)
     rs, plan, jr = prepare(spec, training_plan=training_plan, new=new)
+    prefs = None
+    if rs.compute.instance_preferences:
+        prefs, plan = plan, plan.primary
     if dry_run:
         job = TrainingJob(
             jr.job_name,
@@ -113,6 +125,7 @@ def submit(
             job_request=jr,
             dry_run=True,
             warnings=jr.warnings,
+            preference_plans=prefs,
         )
         job.region_source = region_choice(rs).source
         return job
@@ -131,6 +144,14 @@ def submit(
 
     aws = aws or AwsContext(jr.region)
     sm = aws.sagemaker
+    pref_fits: list[PlanFit] = []
+    if prefs is not None:
+        # Plan names become ARNs first (describe only), so a reattach compares the very list.
+        infos = resolve_preference_plans(aws, prefs)
+        jr = build_job_request(
+            rs, prefs, new=new, region=jr.region, wheelhouse=jr.wheelhouse,
+            preference_arns={i: info.arn for i, info in infos.items()},
+        )  # fmt: skip
     if not new:
         existing = find_job(sm, jr.job_name)
         if existing is not None:
@@ -152,13 +173,16 @@ def submit(
                 )
             return TrainingJob(
                 jr.job_name, aws=aws, plan=plan, job_request=jr, reattached=True,
-                warnings=jr.warnings,
+                warnings=jr.warnings, preference_plans=prefs,
             )  # fmt: skip
 
     plan_info: TrainingPlanInfo | None = None
     fit: PlanFit | None = None
     warnings = list(jr.warnings)
-    if rs.compute.training_plan is not None:
+    if prefs is not None:
+        pref_fits = check_preference_fits(infos, prefs, allow_partial=allow_partial)
+        warnings += [w for f in pref_fits for w in f.warnings]
+    elif rs.compute.training_plan is not None:
         plan_info, fit = resolve_training_plan(
             aws,
             rs,
@@ -196,7 +220,52 @@ def submit(
         training_plan=plan_info,
         plan_fit=fit,
         warnings=warnings,
+        preference_plans=prefs,
     )
+
+
+def resolve_preference_plans(aws: AwsContext, prefs: Any) -> dict[int, TrainingPlanInfo]:
+    """DescribeTrainingPlan for each instance preference that names a plan (index -> plan)."""
+    from blackwell_sm.aws import training_plans as tp
+
+    out = {}
+    for pp in prefs.preferences:
+        if pp.training_plan is None:
+            continue
+        try:
+            out[pp.index] = tp.describe_plan(aws.plans, pp.training_plan)
+        except SpecError as e:
+            e.field = f"compute.instance_preferences.{pp.index}.training_plan"
+            raise
+    return out
+
+
+def check_preference_fits(
+    infos: dict[int, TrainingPlanInfo], prefs: Any, *, allow_partial: bool
+) -> list[PlanFit]:
+    """Each preference's plan can take that preference's run (type, count, status, window)."""
+    from blackwell_sm.aws import training_plans as tp
+    from blackwell_sm.job.request import STARTUP_HOURS
+
+    fits = []
+    for index, info in sorted(infos.items()):
+        pp = prefs.preferences[index]
+        fit = tp.check_plan(
+            info,
+            instance_type=pp.instance_type,
+            instance_count=pp.instance_count,
+            run_hours=pp.plan.run.hours,
+            startup_hours=STARTUP_HOURS,
+        )
+        try:
+            tp.require_fit(fit, allow_partial=allow_partial)
+        except (SpecError, InfeasiblePlanError) as e:
+            e.message = f"instance_preferences[{index}] ({pp.instance_type}): {e.message}"
+            if isinstance(e, SpecError):
+                e.field = f"compute.instance_preferences.{index}.training_plan"
+            raise
+        fits.append(fit)
+    return fits
 
 
 def resolve_training_plan(

@@ -163,15 +163,24 @@ def _show_dry_run(job: Any, output: str) -> None:
                 "bundle": jr.bundle.model_dump(mode="json"),
                 "placeholders": placeholders,
                 "unresolved_training_plan": jr.unresolved_training_plan,
+                "unresolved_preference_plans": jr.unresolved_preference_plans,
                 "warnings": jr.warnings,
                 "request": jr.request,
                 "plan": job.plan.model_dump(mode="json"),
+                **(
+                    {"preferences": job.preference_plans.model_dump(mode="json")["preferences"]}
+                    if job.preference_plans
+                    else {}
+                ),
             }
         )
     else:
-        from blackwell_sm.cli.plan import render
+        from blackwell_sm.cli.plan import render, render_preferences
 
-        render(job.plan)
+        if job.preference_plans:
+            render_preferences(job.preference_plans)
+        else:
+            render(job.plan)
         click.echo(f"\n# CreateTrainingJob request ({jr.region}); nothing was sent or uploaded")
         click.echo(json.dumps(jr.request, indent=2, default=str))
         click.echo(

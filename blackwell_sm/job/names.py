@@ -47,8 +47,11 @@ def capacity_identity(compute: dict[str, Any], plan: Any) -> dict[str, Any]:
     return capacity
 
 
-def spec_hash(spec: Any, plan: Any) -> str:
-    """Hash of what defines the run: the whole spec, its capacity and the plan's configuration."""
+def spec_hash(spec: Any, plan: Any, others: Any = ()) -> str:
+    """Hash of what defines the run: the whole spec, its capacity and the plan's configuration.
+
+    `others`: the other instance preferences' plans; their instances and configurations join
+    the hash (a spec without preferences hashes as before)."""
     data = spec.model_dump(mode="json")
     compute = data.pop("compute", {})
     payload = {
@@ -59,6 +62,14 @@ def spec_hash(spec: Any, plan: Any) -> str:
             "schema_version": plan.schema_version,
         },
     }
+    if others:
+        payload["preference_plans"] = [
+            {
+                "instance": [p.instance.type, p.instance.count],
+                "config": p.config.model_dump(mode="json"),
+            }
+            for p in others
+        ]
     return sha256_hex(canonical_json(payload))[:HASH_CHARS]
 
 
