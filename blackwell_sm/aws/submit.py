@@ -294,7 +294,11 @@ def resolve_training_plan(
     if ref != "auto":
         info = tp.describe_plan(sm, ref)
         fit = tp.check_plan(info, **kw)
-        tp.require_fit(fit, allow_partial=allow_partial)
+        try:
+            tp.require_fit(fit, allow_partial=allow_partial)
+        except InfeasiblePlanError as e:
+            e.hint = extension_advice(sm, info, fit) or e.hint
+            raise
         return info, fit
 
     # 'auto': a plan this spec booked before (same name) is reused, never bought twice.
@@ -331,6 +335,24 @@ def resolve_training_plan(
     tp.require_fit(fit, allow_partial=allow_partial)
     say(f"reserved training plan {info.name} ({info.arn})")
     return info, fit
+
+
+def extension_advice(sm: Any, info: TrainingPlanInfo, fit: PlanFit) -> str | None:
+    """For a plan too short: the `bsm plans extend` command with the best extension offering
+    (the shortest that covers the missing hours), or None when there is none to name."""
+    from blackwell_sm.aws.extensions import best_extension, search_extensions
+
+    try:
+        best = best_extension(search_extensions(sm, info), fit.extension_hours)
+    except AwsError:  # the advice is a courtesy; the refusal stands without it
+        return None
+    if best is None:
+        return None
+    return (
+        f"extend the plan by the {fit.extension_hours} h it lacks: bsm plans extend {info.name} "
+        f"--offering {best.offering_id} ({best.describe()}); or submit with --allow-partial to "
+        "run until the plan ends and resume on the next one"
+    )
 
 
 def _require_same_capacity(described: dict[str, Any], jr: Any, plan_ref: str | None) -> None:

@@ -60,6 +60,12 @@ _CREATE_PLAN = Call(
         ("sagemaker:AddTags", "reserved"),
     ),
 )
+_EXTEND_PLAN = Call("sagemaker:ExtendTrainingPlan", "sagemaker:ExtendTrainingPlan", "plans")
+_EXTENSION_HISTORY = Call(
+    "sagemaker:DescribeTrainingPlanExtensionHistory",
+    "sagemaker:DescribeTrainingPlanExtensionHistory",
+    "plans",
+)
 _BUCKET_REGION = Call("s3:GetBucketLocation", "s3:GetBucketLocation", "bucket")
 _HEAD_CODE = Call("s3:HeadObject", "s3:GetObject", "code_objects")
 _PUT_CODE = Call("s3:PutObject", "s3:PutObject", "code_objects")
@@ -87,7 +93,8 @@ COMMAND_CALLS: dict[str, tuple[Call, ...]] = {
     "plans list": (
         Call("sagemaker:ListTrainingPlans", "sagemaker:ListTrainingPlans", "any"),
     ),
-    "plans describe": (_DESCRIBE_PLAN,),
+    "plans extend": (_DESCRIBE_PLAN, _SEARCH_OFFERINGS, _EXTEND_PLAN),
+    "plans describe": (_DESCRIBE_PLAN, _EXTENSION_HISTORY),
     "to_model_trainer": (_BUCKET_REGION, _HEAD_CODE, _PUT_CODE, _DELETE_CODE, _CREATE_JOB),
 }  # fmt: skip
 
@@ -103,8 +110,14 @@ CALLER_RESOURCES: dict[str, tuple[str, str]] = {
     "code_objects": ("UploadAndCheckTheCodeBundle", "upload once, verify, remove a bad upload"),
     "job_logs": ("ReadJobLogs", "bsm logs / submit --logs"),
 }
-# Reserving spends money: without these actions a caller can use plans but never buy one.
-BUY_ACTIONS = frozenset({"sagemaker:CreateTrainingPlan", "sagemaker:CreateReservedCapacity"})
+# Reserving and extending spend money: without these a caller can use plans but never buy.
+BUY_ACTIONS = frozenset(
+    {
+        "sagemaker:CreateTrainingPlan",
+        "sagemaker:CreateReservedCapacity",
+        "sagemaker:ExtendTrainingPlan",
+    }
+)
 LOG_WRITE_ACTIONS = [
     "logs:CreateLogGroup",
     "logs:CreateLogStream",
@@ -343,8 +356,8 @@ def iam_policies(spec: RunSpec | None = None) -> dict[str, Any]:
         if repo is None:
             notes.append(f"image {image!r} is not in ECR: add its registry's pull permissions")
     notes.append(
-        "ReserveTrainingPlans allows sagemaker:CreateTrainingPlan, which spends money; remove it "
-        "for users who must not reserve capacity"
+        "ReserveTrainingPlans allows sagemaker:CreateTrainingPlan and sagemaker:ExtendTrainingPlan,"
+        " which spend money; remove it for users who must not reserve or extend capacity"
     )
     notes.append(
         "the job role's VpcNetworkInterfacesAndTheSdkRoleCheck statement is needed by VPC jobs "
