@@ -248,10 +248,19 @@ def test_submit_resolves_plan_names_and_status_shows_the_selected_type(aws, monk
     from blackwell_sm.cli import submit as submit_cli
 
     monkeypatch.setattr(submit_cli, "aws_context", lambda region: aws)
+
+    def status_stubs(sm) -> None:
+        sm.add_response("describe_training_job", picked)
+        # is it one job of a longer run? (`<name>-r2` would be the next)
+        sm.add_response("describe_training_job", picked, {"TrainingJobName": job.name})
+        sm.add_client_error("describe_training_job", service_error_code="ValidationException",
+                            service_message="Requested resource not found.",
+                            expected_params={"TrainingJobName": f"{job.name}-r2"})  # fmt: skip
+
     with Stubber(aws.sagemaker) as sm:
-        sm.add_response("describe_training_job", picked)
+        status_stubs(sm)
         code, out, err = run("status", job.name)
-        sm.add_response("describe_training_job", picked)
+        status_stubs(sm)
         _, out_j, _ = run("status", job.name, "--output", "json")
     assert code == 0, err
     assert f"1 x {B300}" in out and f"plans/{B300}.json" in out and "on-demand" in out

@@ -61,6 +61,8 @@ def prepare(
     *,
     training_plan: str | None = None,
     new: bool = False,
+    run_index: int = 1,
+    done_steps: int = 0,
 ) -> tuple[RunSpec, Any, Any]:
     """(spec, plan, JobRequest) without any AWS call: what a dry run shows. With
     `compute.instance_preferences` the plan is a PreferencePlans (a plan per type)."""
@@ -70,6 +72,7 @@ def prepare(
     from blackwell_sm.spec.run import with_overrides
 
     rs = as_spec(spec)
+    run = {"run_index": run_index, "done_steps": done_steps}
     if training_plan is not None:
         rs = with_overrides(rs, {"compute.training_plan": training_plan})
     if rs.compute.instance_preferences:
@@ -78,7 +81,7 @@ def prepare(
         plans = plan_preferences(rs)
         plans.require_feasible()  # exit 3 naming each preference that cannot fit
         wheels = fetch_for(rs, plans.primary, plans.plans[1:])
-        jr = build_job_request(rs, plans, new=new, region=_region(rs), wheelhouse=wheels)
+        jr = build_job_request(rs, plans, new=new, region=_region(rs), wheelhouse=wheels, **run)
         return rs, plans, jr
     plan = make_plan(rs)
     if not plan.feasible:
@@ -89,7 +92,8 @@ def prepare(
             hint="; ".join(plan.advice) or "see `bsm plan SPEC`",
         )
     wheels = fetch_for(rs, plan)  # the container's wheels: downloaded once, then cached
-    return rs, plan, build_job_request(rs, plan, new=new, region=_region(rs), wheelhouse=wheels)
+    jr = build_job_request(rs, plan, new=new, region=_region(rs), wheelhouse=wheels, **run)
+    return rs, plan, jr
 
 
 def submit(
@@ -103,6 +107,8 @@ def submit(
     aws: AwsContext | None = None,
     confirm: Confirm | None = None,
     notify: Notify | None = None,
+    run_index: int = 1,
+    done_steps: int = 0,
 ) -> TrainingJob:
     """Submit `spec` as a SageMaker training job and return its handle.
 
@@ -110,10 +116,14 @@ def submit(
     job name (it still resumes from the spec's checkpoints). `yes` agrees to reserving a plan
     for 'auto'; otherwise `confirm` (a callable that asks a person, as the CLI's prompt does) is
     asked, and without one ConsentRequiredError is raised. The AWS layer never prompts itself.
-    `allow_partial` accepts a plan that ends before the predicted run does.
+    `allow_partial` accepts a plan that ends before the predicted run does. `run_index` and
+    `done_steps` make the N-th job of a run longer than one job (`aws/run.py`).
     """
     say = notify or (lambda _msg: None)
-    rs, plan, jr = prepare(spec, training_plan=training_plan, new=new)
+    rs, plan, jr = prepare(
+        spec, training_plan=training_plan, new=new, run_index=run_index, done_steps=done_steps
+    )
+    run = {"run_index": run_index, "done_steps": done_steps}
     prefs = None
     if rs.compute.instance_preferences:
         prefs, plan = plan, plan.primary
@@ -150,7 +160,7 @@ def submit(
         infos = resolve_preference_plans(aws, prefs)
         jr = build_job_request(
             rs, prefs, new=new, region=jr.region, wheelhouse=jr.wheelhouse,
-            preference_arns={i: info.arn for i, info in infos.items()},
+            preference_arns={i: info.arn for i, info in infos.items()}, **run,
         )  # fmt: skip
     if not new:
         existing = find_job(sm, jr.job_name)
@@ -194,7 +204,7 @@ def submit(
         )
         jr = build_job_request(
             rs, plan, new=new, training_plan_arn=plan_info.arn, region=jr.region,
-            wheelhouse=jr.wheelhouse,
+            wheelhouse=jr.wheelhouse, **run,
         )  # fmt: skip
         warnings = list(jr.warnings) + fit.warnings
 

@@ -102,11 +102,29 @@ def status(name: str, wait: bool, region: str | None, output: str) -> None:
             raise Interrupted("stopped waiting", hint=reattach_hint(name)) from None
     else:
         info = job.status()
+    from blackwell_sm.aws.run import run_summary
+
+    run = run_summary(job.aws, name)
     if output == "json":
         emit_json({**info.model_dump(mode="json"), "running_plan": info.running_plan,
-                   "region": job.region})  # fmt: skip
+                   "region": job.region, "run": run and run.model_dump(mode="json")})  # fmt: skip
     else:
         show_info(info, job.region)
+        if run is not None:
+            show_run(run)
+
+
+def show_run(run: Any) -> None:
+    """The run this job belongs to: each job, and the steps, tokens and time so far."""
+    click.echo(f"\nrun {run.base}: {len(run.jobs)} jobs")
+    for j in run.jobs:
+        why = f" ({j.failure_reason})" if j.failure_reason else ""
+        click.echo(f"  {j.index}. {j.name}  {j.status} / {j.secondary_status or '-'}  "
+                   f"{j.instance}  {j.billable_seconds or 0} s billable{why}")  # fmt: skip
+    steps = "-" if run.steps_done is None else f"{run.steps_done:,}"
+    tokens = "-" if run.tokens_done is None else f"{run.tokens_done:,}"
+    click.echo(f"  so far: {steps} steps, {tokens} tokens, {run.billable_seconds / 3600:.2f} h "
+               f"billable job time; checkpoint {run.checkpoint or '-'}")  # fmt: skip
 
 
 @click.command("logs")

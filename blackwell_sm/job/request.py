@@ -26,11 +26,17 @@ from blackwell_sm.job.capacity import (
 )
 from blackwell_sm.job.images import default_image_uri
 from blackwell_sm.job.limits import MAX_RUNTIME_S
-from blackwell_sm.job.names import base_job_name, sha256_hex, spec_hash, unique_suffix
+from blackwell_sm.job.names import (
+    base_job_name,
+    run_job_name,
+    sha256_hex,
+    spec_hash,
+    unique_suffix,
+)
 from blackwell_sm.job.validate import request_origins, validate_request
 from blackwell_sm.job.wheels import Wheelhouse, requirements_for
 from blackwell_sm.metrics import METRIC_REGEXES
-from blackwell_sm.opt_ml import DEFAULT_ROOT, ENV_MAX_RUNTIME_S, ENV_OPT_ML, OptMl
+from blackwell_sm.opt_ml import COMPLETE_MARKER, DEFAULT_ROOT, ENV_MAX_RUNTIME_S, ENV_OPT_ML, OptMl
 from blackwell_sm.planner.plan import Plan
 from blackwell_sm.planner.preferences import PreferencePlans
 from blackwell_sm.spec.job import JobSpec, is_placeholder
@@ -38,6 +44,8 @@ from blackwell_sm.spec.run import RunSpec
 
 CODE_CHANNEL = "code"
 CHECKPOINT_LOCAL_PATH = str(OptMl(Path(DEFAULT_ROOT)).checkpoints)
+# Synced to CheckpointConfig.S3Uri: `step-XXXXXXXX/COMPLETE` marks a whole checkpoint (aws/run.py)
+CHECKPOINT_MARKER = COMPLETE_MARKER
 # `exec` makes the launcher PID 1, so SageMaker's SIGTERM (stop, max runtime) reaches it.
 # BSM_OPT_ML lets a test run the very same command against a temporary /opt/ml tree.
 CONTAINER_COMMAND = (
@@ -187,6 +195,8 @@ def build_job_request(
     preference_arns: dict[int, str] | None = None,
     region: str | None = None,
     wheelhouse: Wheelhouse | None = None,
+    run_index: int = 1,
+    done_steps: int = 0,
 ) -> JobRequest:
     """Build and validate the CreateTrainingJob request for `spec` run as `plan`.
 
@@ -196,7 +206,9 @@ def build_job_request(
     `training_plan_arn` is the ARN the AWS layer resolved `compute.training_plan` (a name or
     'auto') into, `preference_arns` the same per preference index; `region` fills in
     `job.region` when the spec leaves it to the session.
-    `wheelhouse` is `job.wheels.fetch_wheels`'s result for this spec's requirements (the one
+    `run_index` > 1 names the N-th job of a run longer than one job (`<base>-rN`, the same
+    checkpoint prefix) and `done_steps` (the step its checkpoint holds) sizes its MaxRuntime for
+    the steps left. `wheelhouse` is `job.wheels.fetch_wheels`'s result for this spec's requirements (the one
     network-touching step, done by the caller); without it the bundle carries no wheels.
     Raises SpecError (naming the field and the limit) before anything is sent.
     """
@@ -243,11 +255,17 @@ def build_job_request(
     bundle = build_bundle(plan_json, wheelhouse, plan_files(prefs) if prefs else None)
     digest = spec_hash(spec, plan, others)
     base = base_job_name(spec.model.name, digest)
-    name = base + unique_suffix() if new else base
+    name = base + unique_suffix() if new else run_job_name(base, run_index)
     bundle_uri = f"{job.code_prefix}/{bundle.sha256}/{BUNDLE_FILE}"
     checkpoint_uri = f"{job.checkpoint_prefix}/{base}"
     # One MaxRuntime whichever type SageMaker picks: the slowest preference's.
-    runtime_s = max_runtime_seconds(job, max([plan, *others], key=lambda p: p.run.hours), warnings)
+    slowest = max([plan, *others], key=lambda p: p.run.hours)
+    if done_steps:  # a later job of a run: time for the steps left (the loop resumes)
+        left = max(0.0, 1 - done_steps / slowest.run.steps)
+        slowest = slowest.model_copy(
+            update={"run": slowest.run.model_copy(update={"hours": slowest.run.hours * left})}
+        )
+    runtime_s = max_runtime_seconds(job, slowest, warnings)
     pref_unresolved: list[str] = []
     if prefs is not None:
         arn, unresolved = None, None
@@ -336,6 +354,7 @@ def build_job_request(
             "bsm_plan_sha256": plan_sha,
             "bsm_bundle_sha256": bundle.sha256,
             "bsm_version": __version__,
+            "bsm_tokens_per_step": str(plan.config.global_batch_sequences * plan.config.seq_len),
         },
         "InputDataConfig": channels,
         "OutputDataConfig": output,
