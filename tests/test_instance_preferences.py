@@ -124,6 +124,14 @@ def test_dry_run_request_has_instance_preferences_and_no_instance_type(monkeypat
     assert not report.has_errors(), report.generate_report()
 
 
+def test_the_caller_policy_lets_the_job_start_on_every_preference():
+    from blackwell_sm.job.iam import iam_policies
+
+    caller = {st["Sid"]: st for st in iam_policies(parse_spec(three()))["caller"]["Statement"]}
+    condition = caller["CreateTheSpecsTrainingJobs"]["Condition"]["ForAllValues:StringEquals"]
+    assert condition["sagemaker:InstanceTypes"] == [B200, B300, P5EN]
+
+
 def test_exclusions_are_refused_before_any_call():
     spec = parse_spec(three())
     jr = build_job_request(spec, plan_preferences(spec))

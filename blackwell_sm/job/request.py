@@ -99,8 +99,8 @@ def max_runtime_seconds(job: JobSpec, plan: Plan, warnings: list[str]) -> int:
         if job.max_runtime_hours < plan.run.hours:
             warnings.append(
                 f"job.max_runtime_hours {job.max_runtime_hours:g} is shorter than the predicted "
-                f"{plan.run.hours:.2f} h: the job will be stopped early (a --new rerun resumes "
-                "from its checkpoints)"
+                f"{plan.run.hours:.2f} h: the job will be stopped early (`bsm submit SPEC "
+                "--until-done` follows with the next job, which resumes from its checkpoint)"
             )
         return seconds
     hours = plan.run.hours * job.runtime_margin + STARTUP_HOURS
@@ -109,7 +109,7 @@ def max_runtime_seconds(job: JobSpec, plan: Plan, warnings: list[str]) -> int:
         warnings.append(
             f"predicted {plan.run.hours:.1f} h x margin {job.runtime_margin:g} exceeds SageMaker's "
             f"28-day limit: MaxRuntimeInSeconds capped at {MAX_RUNTIME_S}; the run needs "
-            f"{math.ceil(hours * 3600 / MAX_RUNTIME_S)} jobs (each --new rerun resumes)"
+            f"{math.ceil(hours * 3600 / MAX_RUNTIME_S)} jobs: `bsm submit SPEC --until-done` submits them in turn"
         )
         seconds = MAX_RUNTIME_S
     return seconds
