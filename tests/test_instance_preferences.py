@@ -132,6 +132,19 @@ def test_the_caller_policy_lets_the_job_start_on_every_preference():
     assert condition["sagemaker:InstanceTypes"] == [B200, B300, P5EN]
 
 
+def test_tools_that_take_one_plan_say_which_preference_or_refuse():
+    from blackwell_sm.job.sdk import model_trainer_and_request
+    from blackwell_sm.planner.preferences import plan_for_type
+
+    spec = parse_spec(three())
+    assert plan_for_type(spec, P5EN).instance.type == P5EN  # `plans search SPEC --instance-type`
+    with pytest.raises(SpecError, match="each has its own plan: name one") as e:
+        plan_for_type(spec, None)  # never silently the default instance type
+    assert e.value.field == "--instance-type"
+    with pytest.raises(SpecError, match="to_model_trainer does not map"):
+        model_trainer_and_request(spec)
+
+
 def test_exclusions_are_refused_before_any_call():
     spec = parse_spec(three())
     jr = build_job_request(spec, plan_preferences(spec))

@@ -44,11 +44,11 @@ def capacity_for(
     if spec_path is not None:
         from blackwell_sm.aws.training_plans import RECLAIM_HOURS
         from blackwell_sm.job.request import STARTUP_HOURS
-        from blackwell_sm.planner.api import make_plan
+        from blackwell_sm.planner.preferences import plan_for_type
         from blackwell_sm.spec import load_spec
 
         spec = load_spec(spec_path)
-        plan = make_plan(spec)
+        plan = plan_for_type(spec, instance_type)
         instance_type = instance_type or plan.instance.type
         count = count or plan.instance.count
         if hours is None:
@@ -238,14 +238,20 @@ def extend(
             click.echo(f"extended {info.name}: {e.describe()}")
 
 
+def _plan_on(spec: Any, info: Any) -> Any:
+    """SPEC's plan on the training plan's instance type (its preference's, with preferences)."""
+    from blackwell_sm.planner.preferences import plan_for_type
+
+    return plan_for_type(spec, info.instance_types[0] if len(info.instance_types) == 1 else None)
+
+
 def _fits_after(info: Any, offer: Any, spec_path: str) -> bool:
     """Whether SPEC's predicted run fits the plan once `offer` extends it to its end."""
     from blackwell_sm.aws.training_plans import check_plan
     from blackwell_sm.job.request import STARTUP_HOURS
-    from blackwell_sm.planner.api import make_plan
     from blackwell_sm.spec import load_spec
 
-    plan = make_plan(load_spec(spec_path))
+    plan = _plan_on(load_spec(spec_path), info)
     longer = info.model_copy(update={"end_time": offer.end or info.end_time})
     return check_plan(longer, instance_type=plan.instance.type, instance_count=plan.instance.count,
                       run_hours=plan.run.hours, startup_hours=STARTUP_HOURS).fits  # fmt: skip
@@ -303,7 +309,6 @@ def describe(ref: str, spec_path: str | None, region: str | None, output: str) -
     fit = None
     if spec_path:
         from blackwell_sm.job.request import STARTUP_HOURS
-        from blackwell_sm.planner.api import make_plan
         from blackwell_sm.spec import load_spec
 
         spec = load_spec(spec_path)
@@ -314,7 +319,7 @@ def describe(ref: str, spec_path: str | None, region: str | None, output: str) -
     info = describe_plan(aws.plans, ref)
     history = extension_history(aws.plans, info)
     if spec_path:
-        plan = make_plan(spec)
+        plan = _plan_on(spec, info)
         fit = check_plan(
             info,
             instance_type=plan.instance.type,

@@ -120,3 +120,22 @@ def plan_preferences(spec: RunSpec) -> PreferencePlans:
             )
         )
     return PreferencePlans(preferences=out)
+
+
+def plan_for_type(spec: RunSpec, instance_type: str | None) -> Plan:
+    """The plan of `spec` on `instance_type`: with instance preferences, that preference's plan
+    (a spec with preferences has no single plan: `instance_type` must name one); without, the
+    spec's own plan (`instance_type` ignored, as the caller's flags already override the spec)."""
+    prefs = spec.compute.instance_preferences
+    if not prefs:
+        return make_plan(spec)
+    types = ", ".join(p.instance_type for p in prefs)
+    for pref in prefs:
+        if pref.instance_type == instance_type:
+            return make_plan(preference_spec(spec, pref))
+    raise SpecError(
+        f"the spec has instance preferences ({types}) and each has its own plan: "
+        + (f"{instance_type} is not one of them" if instance_type else "name one"),
+        field="--instance-type",
+        hint="pass --instance-type with one of the preference's types",
+    )
