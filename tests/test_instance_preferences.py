@@ -143,6 +143,11 @@ def test_tools_that_take_one_plan_say_which_preference_or_refuse():
     assert e.value.field == "--instance-type"
     with pytest.raises(SpecError, match="to_model_trainer does not map"):
         model_trainer_and_request(spec)
+    from blackwell_sm.planner.api import make_plan, plan
+
+    with pytest.raises(SpecError, match="each type has its own plan"):
+        make_plan(spec)
+    assert [p.instance.type for p in plan(spec).plans] == [B200, B300, P5EN]
 
 
 def test_exclusions_are_refused_before_any_call():
