@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import math
 import sys
-from functools import cache
 from typing import Any
 
 import click
@@ -26,15 +25,16 @@ OUTPUT_OPTION = click.option(
 )
 
 
-@cache
 def err_console() -> Any:
-    """A rich Console on stderr (imported lazily); markup is off for everything printed."""
+    """A rich Console on stderr (imported lazily); markup is off for everything printed.
+
+    Made anew on each call (cheap), so the terminal width and the streams are read when printing.
+    """
     from rich.console import Console
 
     return Console(stderr=True, highlight=False, soft_wrap=True, markup=False)
 
 
-@cache
 def out_console() -> Any:
     """A rich Console on stdout for tables; markup is off for everything printed."""
     from rich.console import Console

@@ -95,7 +95,9 @@ class ComputeSpec(BaseModel):
     instance_preferences: list[InstancePreference] | None = Field(
         None,
         min_length=1,
-        description="Ordered capacity preferences (ResourceConfig.InstancePreferences): "
+        max_length=5,  # botocore's model: ResourceConfig.InstancePreferences holds 1..5 entries
+        description="Ordered capacity preferences (ResourceConfig.InstancePreferences), 1..5 "
+        "entries: "
         "SageMaker starts the job on the first type with capacity. Each type is planned on its "
         "own and the container runs the plan of the type it lands on. Replaces instance_type, "
         "instance_count, training_plan and price_per_hour; at most one entry per type.",
