@@ -12,10 +12,12 @@ from typing import Any
 from blackwell_sm.errors import SpecError
 from blackwell_sm.hardware import InstanceType, get_instance
 from blackwell_sm.opt_ml import is_local_run
+from blackwell_sm.planner.checkpoint_size import checkpoint_size
 from blackwell_sm.planner.counts import choose_count, search_precisions
 from blackwell_sm.planner.explain import advice_for, alternatives, reasons_for, to_config
 from blackwell_sm.planner.memory import GIB
 from blackwell_sm.planner.plan import (
+    CheckpointEstimate,
     InstanceRef,
     MemoryBreakdown,
     ModelRef,
@@ -195,6 +197,7 @@ def _assemble(
         total=g(m.total), limit=limit, allocator_reserved=g(m.reserved),
     )  # fmt: skip
     tokens = best.steps * c.global_batch_seqs * tr.seq_len
+    ck = checkpoint_size(model.n_params, c.shard_degree, inst.gpus_per_instance)
     return Plan(
         feasible=feasible,
         model=ModelRef(name=model.name, n_params=model.n_params),
@@ -226,6 +229,12 @@ def _assemble(
             price_source=None
             if local
             else ("compute.price_per_hour" if comp.price_per_hour else inst.price_source),
+        ),
+        checkpoint=CheckpointEstimate(
+            bytes_per_save=ck.bytes_per_save,
+            gib_per_save=g(ck.bytes_per_save),
+            max_gib_per_host=g(ck.max_bytes_per_host),
+            save_s=round(ck.save_s, 1),
         ),
         alternatives=alternatives(evaluated, best, limit, tr.seq_len),
         warnings=warnings,

@@ -122,6 +122,11 @@ COMM_OVERLAP = 0.95
 OPTIMIZER_BYTES_PER_PARAM = 32
 HBM_EFFICIENCY = 0.7
 
+#: Write rate of one host's checkpoint save, GB/s (DCP writes one file per rank to the local
+#: /opt/ml/checkpoints volume; SageMaker uploads it to S3 in the background). A conservative
+#: figure for one NVMe's sequential writes through Python file I/O; not measured on p6-b200.
+CHECKPOINT_WRITE_GB_S = 2.0
+
 # ---------------------------------------------------------------------------------------------
 # Hardware of the measured rows that the catalog does not have
 # ---------------------------------------------------------------------------------------------

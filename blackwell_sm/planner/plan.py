@@ -107,6 +107,19 @@ class RunEstimate(_Out):
     price_source: str | None = None
 
 
+class CheckpointEstimate(_Out):
+    """One checkpoint save (planner/checkpoint_size.py): model and optimizer state."""
+
+    bytes_per_save: int = Field(
+        description="fp32 params + AdamW states, summed over ranks (HSDP replicas de-duplicated)."
+    )
+    gib_per_save: float
+    max_gib_per_host: float = Field(
+        description="What one host's ranks hold: the most it writes to /opt/ml/checkpoints."
+    )
+    save_s: float = Field(description="Predicted wall time of one save on the slowest host.")
+
+
 class Alternative(_Out):
     """A runner-up configuration and why it lost."""
 
@@ -137,6 +150,7 @@ class Plan(_Out):
     memory_gib: MemoryBreakdown
     throughput: Throughput
     run: RunEstimate
+    checkpoint: CheckpointEstimate | None = None
     alternatives: list[Alternative] = Field(default_factory=list)
     warnings: list[str] = Field(default_factory=list)
     reasons: list[str] = Field(default_factory=list, description="Why each choice was made.")
