@@ -219,7 +219,7 @@ def resolve_training_plan(
     kw = dict(
         instance_type=plan.instance.type,
         instance_count=plan.instance.count,
-        run_hours=plan.run.hours,
+        run_hours=plan.run.pessimistic_hours,  # capacity is sized from the range's high end
         startup_hours=STARTUP_HOURS,
     )
     if ref != "auto":
@@ -237,7 +237,7 @@ def resolve_training_plan(
             tp.require_fit(fit, allow_partial=allow_partial)
             say(f"using training plan {name}, reserved for this spec before")
             return existing, fit
-    hours = plan.run.hours + STARTUP_HOURS + tp.RECLAIM_HOURS
+    hours = plan.run.pessimistic_hours + STARTUP_HOURS + tp.RECLAIM_HOURS
     offers = tp.search_offerings(
         sm,
         instance_type=plan.instance.type,

@@ -85,11 +85,15 @@ def max_runtime_seconds(job: JobSpec, plan: Plan, warnings: list[str]) -> int:
                 "from its checkpoints)"
             )
         return seconds
-    hours = plan.run.hours * job.runtime_margin + STARTUP_HOURS
+    # The pessimistic end of the plan's range (issue 13): a run stopped early costs more than a
+    # limit never reached.
+    predicted = plan.run.pessimistic_hours
+    hours = predicted * job.runtime_margin + STARTUP_HOURS
     seconds = math.ceil(hours * 3600)
     if seconds > MAX_RUNTIME_S:
         warnings.append(
-            f"predicted {plan.run.hours:.1f} h x margin {job.runtime_margin:g} exceeds SageMaker's "
+            f"predicted {predicted:.1f} h (pessimistic end) x margin {job.runtime_margin:g} "
+            "exceeds SageMaker's "
             f"28-day limit: MaxRuntimeInSeconds capped at {MAX_RUNTIME_S}; the run needs "
             f"{math.ceil(hours * 3600 / MAX_RUNTIME_S)} jobs (each --new rerun resumes)"
         )

@@ -210,8 +210,17 @@ H100_96GB_USABLE_GIB = 93.58
 # Choices (not physics): thresholds the search uses to prefer the simpler configuration
 # ---------------------------------------------------------------------------------------------
 
-#: Candidates within this fraction of the fastest time to train are ties; the simplest wins.
+#: Candidates within this fraction of the fastest time to train are ties; among ties the ones
+#: with the most free memory (within ROOMY_FRACTION of the usable limit of the roomiest), then the
+#: simplest, win: free memory absorbs allocator spikes the model does not see.
 TIE_FRACTION = 0.01
+ROOMY_FRACTION = 0.05
+#: "Near miss": a runner-up at least this much faster that misses the usable limit by at most
+#: NEAR_MISS_MEMORY gets advice on what would make it fit.
+NEAR_MISS_SPEEDUP = 0.10
+NEAR_MISS_MEMORY = 0.05
+#: A plan whose exposed communication is over this fraction of the step is communication-bound.
+COMM_BOUND_FRACTION = 0.20
 #: `precision: auto` picks fp8/mxfp8 only when predicted faster than bf16 by at least this much:
 #: low precision carries numerical risk (loss spikes, divergence on small models) that a few
 #: percent of speed does not pay for.

@@ -16,7 +16,7 @@ from blackwell_sm.planner.memory import GIB, MemoryTerms, memory_terms, shape
 from blackwell_sm.planner.step_time import StepTime, step_time
 from blackwell_sm.spec import ModelSpec
 
-MODES = ("none", "selective", "full")
+MODES = ("none", "selective", "full")  # + "selective-op" when the spec's Checkpointing has it
 PRECISIONS = ("bf16", "fp8", "mxfp8")
 TRAINING_PLAN_COUNTS = (1, 2, 4, 8, 16, 32, 64)
 MAX_INSTANCES = 64
@@ -106,7 +106,7 @@ def limit_bytes(instance: InstanceType) -> float:
 
 
 def fits(instance: InstanceType, mem: MemoryTerms) -> bool:
-    return mem.total <= limit_bytes(instance) * (1.0 - C.MEMORY_HEADROOM)
+    return mem.total <= usable_bytes(instance)
 
 
 @lru_cache(maxsize=256)
@@ -234,6 +234,31 @@ class SearchResult(NamedTuple):
     best: Evaluation  # the chosen one, or (none fits) the one needing least memory
     feasible: bool
     evaluated: list[Evaluation]  # every candidate on the chosen count
+    note: str | None = None  # why the choice is not simply the simplest of the ties
+
+
+def usable_bytes(instance: InstanceType) -> float:
+    return limit_bytes(instance) * (1.0 - C.MEMORY_HEADROOM)
+
+
+def pick(ok: list[Evaluation], usable: float) -> tuple[Evaluation, str | None]:
+    """The choice among fitting evaluations: the fastest, where candidates within TIE_FRACTION
+    are ties; among ties, those with the most free memory (within ROOMY_FRACTION of the usable
+    limit of the roomiest), then the simplest."""
+    fastest = min(e.hours for e in ok)
+    ties = [e for e in ok if e.hours <= fastest * (1.0 + C.TIE_FRACTION)]
+    least = min(e.mem.total for e in ties)
+    roomy = [e for e in ties if e.mem.total <= least + C.ROOMY_FRACTION * usable]
+    key = lambda e: (complexity(e.cand), e.hours)  # noqa: E731
+    best, simplest = min(roomy, key=key), min(ties, key=key)
+    note = None
+    if best is not simplest:
+        note = (
+            f"chose {best.memory_gib:.1f} GiB over {simplest.memory_gib:.1f} GiB: within "
+            f"{C.TIE_FRACTION:.0%} of the fastest, more free memory of the usable "
+            f"{usable / GIB:.1f} GiB"
+        )
+    return best, note
 
 
 def search_count(ctx: Context, count: int, pins: Pins, precisions: tuple[str, ...]) -> SearchResult:
@@ -256,10 +281,8 @@ def search_count(ctx: Context, count: int, pins: Pins, precisions: tuple[str, ..
             too_big = key
     ok = [e for e in evals if e.fits]
     if ok:
-        fastest = min(e.hours for e in ok)
-        ties = [e for e in ok if e.hours <= fastest * (1.0 + C.TIE_FRACTION)]
-        best = min(ties, key=lambda e: (complexity(e.cand), e.hours))
-        return SearchResult(best, True, evals)
+        best, note = pick(ok, usable_bytes(ctx.instance))
+        return SearchResult(best, True, evals, note)
     best = min(evals, key=lambda e: (e.mem.total, e.hours))
     return SearchResult(best, False, evals)
 

@@ -43,6 +43,13 @@ class ComputeSpec(BaseModel):
         description="USD per instance-hour, in (0, 1000000]; overrides the catalog's price table.",
     )
 
+    confirm_cost_usd: PosFloat = Field(
+        100_000.0,
+        le=1e9,
+        description="A run whose pessimistic cost is above this many USD is flagged in the plan, "
+        "and `bsm submit` asks for confirmation (or --yes); in (0, 1e9].",
+    )
+
     @field_validator("training_plan")
     @classmethod
     def _plan_shape(cls, v: str | None) -> str | None:
