@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from blackwell_sm.aws.handle import TrainingJob
-from blackwell_sm.errors import AwsError, InfeasiblePlanError, SpecError
+from blackwell_sm.errors import AwsError, ConsentRequiredError, InfeasiblePlanError, SpecError
 
 if TYPE_CHECKING:
     from blackwell_sm.aws.session import AwsContext
@@ -81,6 +81,28 @@ def prepare(
         )
     wheels = fetch_for(rs, plan)  # the container's wheels: downloaded once, then cached
     return rs, plan, build_job_request(rs, plan, new=new, region=_region(rs), wheelhouse=wheels)
+
+
+def confirm_cost(rs: RunSpec, plan: Plan, *, consent: Any) -> None:
+    """Above `compute.confirm_cost_usd` (pessimistic end of the plan's cost), a job starts only
+    with consent: True (--yes), or a prompt that says yes; no terminal and no --yes: exit 5."""
+    r = plan.run
+    high = r.cost_usd_range[1] if r.cost_usd_range else r.cost_usd
+    limit = rs.compute.confirm_cost_usd
+    if high is None or high <= limit or consent is True:
+        return
+    what = (
+        f"{plan.model.name} on {plan.instance.count} x {plan.instance.type}: predicted "
+        f"${r.cost_usd:,.0f}, up to ${high:,.0f} at the pessimistic end, over "
+        f"compute.confirm_cost_usd ${limit:,.0f}"
+    )
+    if not callable(consent):
+        raise ConsentRequiredError(
+            f"{what}\nRefusing without consent: there is no terminal to ask on.",
+            hint="run it again with --yes (Python: yes=True), or raise compute.confirm_cost_usd",
+        )
+    if not consent(f"{what}\nStart the job?"):
+        raise ConsentRequiredError("not submitted: you declined", hint="nothing was started")
 
 
 def submit(
@@ -155,6 +177,7 @@ def submit(
                 warnings=jr.warnings,
             )  # fmt: skip
 
+    confirm_cost(rs, plan, consent=True if yes else confirm)
     plan_info: TrainingPlanInfo | None = None
     fit: PlanFit | None = None
     warnings = list(jr.warnings)
