@@ -175,8 +175,16 @@ def _gib(x: float) -> str:
 
 
 def hours_text(hours: float) -> str:
-    """Hours, with days when over 48 h."""
+    """Hours, with days when over 48 h; minutes or seconds when under 0.1 h."""
+    if hours < 0.1:
+        s = hours * 3600
+        return f"{s / 60:.1f} min" if s >= 60 else f"{s:.2g} s"
     return f"{hours:,.1f} h" + (f" ({hours / 24:,.1f} days)" if hours > 48 else "")
+
+
+def seconds_text(s: float) -> str:
+    """A step time: seconds, or milliseconds under 0.1 s."""
+    return f"{s:.3f} s" if s >= 0.1 else f"{s * 1e3:.3g} ms"
 
 
 def count_text(n: float) -> str:
@@ -188,7 +196,9 @@ def count_text(n: float) -> str:
 
 
 def usd_text(x: float) -> str:
-    """Dollars; under $100 with cents (a local or short run is not '$0')."""
+    """Dollars; under $100 with cents, under $1 in cents (a short run is not '$0')."""
+    if x < 1:
+        return f"{x * 100:.2g}¢"
     return f"${x:,.2f}" if x < 100 else f"${x:,.0f}"
 
 
@@ -233,7 +243,7 @@ def render(p: Any) -> None:
             ("speed", "bold"),
             f": {t.tokens_per_s_per_gpu:,.0f} tokens/s/GPU"
             + (f" (range {rng[0]:,.0f}-{rng[1]:,.0f}, constants {t.evidence})" if rng else "")
-            + f", step {t.step_time_s:.3f} s, MFU {t.mfu:.1%}  ",
+            + f", step {seconds_text(t.step_time_s)}, MFU {t.mfu:.1%}  ",
             (f"(MFU basis: {t.mfu_basis})", "dim"),
         )
     )
@@ -242,16 +252,17 @@ def render(p: Any) -> None:
         con.print(
             text(
                 ("step", "bold"),
-                f": compute {b.compute:.3f} s, recompute {b.recompute:.3f} s, exposed "
-                f"communication {b.exposed_communication:.3f} s, optimizer {b.optimizer:.3f} s",
+                f": compute {seconds_text(b.compute)}, recompute {seconds_text(b.recompute)}, "
+                f"exposed communication {seconds_text(b.exposed_communication)}, optimizer "
+                f"{seconds_text(b.optimizer)}",
             )
         )
     cost = "n/a (no price)" if r.cost_usd is None else usd_text(r.cost_usd)
     if r.cost_usd_range:
-        cost += f" (range {usd_text(r.cost_usd_range[0])}-{usd_text(r.cost_usd_range[1])})"
+        cost += f" (range {usd_text(r.cost_usd_range[0])} to {usd_text(r.cost_usd_range[1])})"
     hours = hours_text(r.hours)
     if r.hours_range:
-        hours += f" (range {r.hours_range[0]:,.1f}-{r.hours_range[1]:,.1f} h)"
+        hours += f" (range {hours_text(r.hours_range[0])} to {hours_text(r.hours_range[1])})"
     jobs = (
         f", {r.jobs} SageMaker jobs of at most 28 days, each resuming from the checkpoints"
         if r.jobs > 1
@@ -260,7 +271,7 @@ def render(p: Any) -> None:
     con.print(
         text(
             ("run", "bold"),
-            f": {r.steps:,} steps, {r.tokens / 1e9:,.2f}B tokens, {hours}, cost {cost}{jobs}",
+            f": {r.steps:,} steps, {count_text(r.tokens)} tokens, {hours}, cost {cost}{jobs}",
             (f" ({r.price_source})" if r.price_source else "", "dim"),
         )
     )

@@ -160,7 +160,12 @@ GPU_CALIBRATION: dict[str, GpuCalibration] = {
         BLACKWELL_SCALE, "carried", "H100/H200 fit x Megatron's B200/H100 efficiency ratio"
     ),
     "B300": GpuCalibration(BLACKWELL_SCALE, "carried", "B200's (same tensor-core rate)"),
-    "cpu": GpuCalibration(1.0, "measured", "this machine's matmul rate, timed at start"),
+    # The measured rate is an achieved rate: undo the GPU matmul efficiency.
+    "cpu": GpuCalibration(
+        1.0 / MATMUL_EFFICIENCY[("bf16", False)],
+        "measured",
+        "this machine's bf16 matmul rate, timed at start (train/peak.py)",
+    ),
 }
 
 #: Width of the speed range by evidence: (fraction below, fraction above) the point estimate of
