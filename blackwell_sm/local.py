@@ -152,7 +152,9 @@ def measure_cpu_peak(spec: RunSpec, nproc: int) -> float:
     count (`blackwell_sm.train.peak`; this side never imports torch)."""
     m = spec.model
     threads = 1 if nproc > 1 else (os.cpu_count() or 1)  # torchrun: 1 thread per worker if > 1
-    args = [str(spec.training.seq_len), str(m.d_model), str(m.ffn_dim), str(threads)]
+    # Capped so that one call stays in milliseconds: past ~1k a dimension the rate is flat.
+    dims = (min(spec.training.seq_len, 1024), min(m.d_model, 1024), min(m.ffn_dim, 2048))
+    args = [*map(str, dims), str(threads)]
     cmd = [sys.executable, "-m", "blackwell_sm.train.peak", *args]
     try:
         done = subprocess.run(cmd, capture_output=True, text=True, timeout=120, check=True)
@@ -196,7 +198,8 @@ def run_local(
     The launcher's output streams to `stdout` (default: ours). A run that fails raises BsmError
     with the launcher's failure reason; Ctrl-C stops the workers cleanly (they save) and re-raises.
     """
-    plan = plan_local(spec, nproc=nproc, peak_tflops=measure_cpu_peak(spec, max(nproc, 1)))
+    plan_local(spec, nproc=nproc)  # memory does not depend on the peak: refuse before measuring
+    plan = plan_local(spec, nproc=nproc, peak_tflops=measure_cpu_peak(spec, nproc))
     out = out.resolve()
     if fresh:
         for sub in ("checkpoints", "model", "output"):
