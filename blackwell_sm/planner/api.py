@@ -233,6 +233,12 @@ def _assemble(
     if warn:
         warnings = [*warnings, warn]
     hours_range = (best.hours * tps / sr.high, best.hours * tps / sr.low)
+    jobs = max(1, math.ceil(hours_range[1] / MAX_RUNTIME_HOURS))
+    if jobs > 1 and best.hours <= MAX_RUNTIME_HOURS and not local:
+        warnings = [*warnings, (
+            f"at the pessimistic end of the range ({hours_range[1]:,.1f} h) the run needs {jobs} "
+            "SageMaker jobs of at most 28 days, each resuming from the same checkpoints"
+        )]  # fmt: skip
     cost_range = None
     if best.price_per_hour is not None:
         cost_range = (round(hours_range[0] * best.price_per_hour, 2),
@@ -284,7 +290,7 @@ def _assemble(
             else ("compute.price_per_hour" if comp.price_per_hour else inst.price_source),
             hours_range=(round(hours_range[0], 3), round(hours_range[1], 3)),
             cost_usd_range=cost_range,
-            jobs=max(1, math.ceil(hours_range[1] / MAX_RUNTIME_HOURS)),
+            jobs=jobs,
         ),
         checkpoint=CheckpointEstimate(
             bytes_per_save=ck.bytes_per_save,
