@@ -7,11 +7,11 @@ Pure: builds policy documents, calls nothing.
 
 from __future__ import annotations
 
-import re
 from typing import Any, NamedTuple
 
 from blackwell_sm.job.images import default_image_uri
 from blackwell_sm.job.names import JOB_NAME_PREFIX, name_stem
+from blackwell_sm.spec.aws_rules import ECR_IMAGE_RE
 from blackwell_sm.spec.job import S3_URI_RE
 from blackwell_sm.spec.run import RunSpec
 
@@ -128,7 +128,6 @@ VPC_ACTIONS = [
     "ec2:DescribeVpcs",
 ]
 LOG_GROUP = "/aws/sagemaker/TrainingJobs"
-ECR_IMAGE_RE = re.compile(r"^(\d{12})\.dkr\.ecr\.([a-z0-9-]+)\.amazonaws\.com(?:\.cn)?/([^:@]+)")
 
 
 def _doc(*statements: dict[str, Any]) -> dict[str, Any]:
@@ -274,7 +273,7 @@ def _ecr_repository(c: _Ctx) -> tuple[str | None, str]:
     m = ECR_IMAGE_RE.match(image)
     if not m:
         return None, image
-    account, region, repo = m.groups()
+    account, region, repo = m.group("account"), m.group("region"), m.group("repo")
     return f"arn:{c.partition}:ecr:{region}:{account}:repository/{repo}", image
 
 
