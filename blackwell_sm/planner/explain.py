@@ -291,7 +291,7 @@ def reasons_for(e: Evaluation, ctx: Context, pins: Pins) -> list[str]:
         "none": "no checkpointing needed: fastest",
         "selective": "selective: saves matmul and attention outputs, recomputes the cheap ops",
         "full": "full: only block inputs kept; recompute costs ~1/3 more block FLOPs",
-    }[c.activation_checkpointing]  # fmt: skip
+    }.get(c.activation_checkpointing, "fastest that fits")  # fmt: skip
     out.append(f"activation_checkpointing {c.activation_checkpointing} ({ac})")
     if c.shard_degree > 1:
         out.append(

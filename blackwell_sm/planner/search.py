@@ -7,20 +7,23 @@ from __future__ import annotations
 import math
 from collections.abc import Iterator
 from functools import lru_cache
-from typing import NamedTuple
+from typing import NamedTuple, get_args
 
 from blackwell_sm.errors import SpecError
 from blackwell_sm.hardware import InstanceType
 from blackwell_sm.planner import calibration as C
 from blackwell_sm.planner.memory import GIB, MemoryTerms, memory_terms, shape
 from blackwell_sm.planner.step_time import StepTime, step_time
-from blackwell_sm.spec import ModelSpec
+from blackwell_sm.spec import Checkpointing, ModelSpec
 
-MODES = ("none", "selective", "full")  # + "selective-op" when the spec's Checkpointing has it
+# Every activation-checkpointing mode the spec accepts is searched (a new mode in
+# spec.training.Checkpointing joins the search, the alternatives and the round-trip test).
+MODES: tuple[str, ...] = get_args(Checkpointing)
 PRECISIONS = ("bf16", "fp8", "mxfp8")
 TRAINING_PLAN_COUNTS = (1, 2, 4, 8, 16, 32, 64)
 MAX_INSTANCES = 64
-_MODE_RANK = {"none": 0, "selective": 1, "selective-every-other-mm": 1, "full": 2}
+# Simplicity rank for ties: less recompute is simpler; modes without an entry rank as selective.
+_MODE_RANK = {"none": 0, "selective": 1, "full": 2}
 _PREC_RANK = {"bf16": 0, "fp8": 1, "mxfp8": 2}
 
 
@@ -96,7 +99,7 @@ def complexity(c: Candidate) -> tuple:
     """Smaller is simpler: fewer instances, plain FSDP, less checkpointing, bf16, eager, the
     FSDP2 default reshard_after_forward=True, larger micro-batches (fewer steps to accumulate)."""
     return (
-        c.instance_count, c.replicate_degree > 1, _MODE_RANK[c.activation_checkpointing], _PREC_RANK[c.precision],
+        c.instance_count, c.replicate_degree > 1, _MODE_RANK.get(c.activation_checkpointing, 1), _PREC_RANK[c.precision],
         c.compile, not c.reshard_after_forward, c.grad_accum_steps,
     )  # fmt: skip
 
