@@ -215,11 +215,13 @@ H100_96GB_USABLE_GIB = 93.58
 # Choices (not physics): thresholds the search uses to prefer the simpler configuration
 # ---------------------------------------------------------------------------------------------
 
-#: Candidates within this fraction of the fastest time to train are ties; among ties the ones
-#: with the most free memory (within ROOMY_FRACTION of the usable limit of the roomiest), then the
-#: simplest, win: free memory absorbs allocator spikes the model does not see.
+#: Candidates within this fraction of the fastest time to train are ties. Among ties the simplest
+#: that uses at most COMFORT_FRACTION of the usable memory wins, else (every tie is tighter) the one
+#: needing the least: free memory absorbs allocator spikes the model does not see. Not "always the
+#: least memory": the step model has no micro-batch efficiency term, so a pure least-memory rule
+#: would pick micro-batch 1 wherever speed is flat, which is slower on a real GPU.
 TIE_FRACTION = 0.01
-ROOMY_FRACTION = 0.05
+COMFORT_FRACTION = 0.85
 #: "Near miss": a runner-up at least this much faster that misses the usable limit by at most
 #: NEAR_MISS_MEMORY gets advice on what would make it fit.
 NEAR_MISS_SPEEDUP = 0.10

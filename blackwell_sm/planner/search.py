@@ -246,20 +246,19 @@ def usable_bytes(instance: InstanceType) -> float:
 
 def pick(ok: list[Evaluation], usable: float) -> tuple[Evaluation, str | None]:
     """The choice among fitting evaluations: the fastest, where candidates within TIE_FRACTION
-    are ties; among ties, those with the most free memory (within ROOMY_FRACTION of the usable
-    limit of the roomiest), then the simplest."""
+    are ties; among ties the simplest that leaves COMFORT_FRACTION of the usable memory free,
+    else (all ties are tight) the one needing the least memory."""
     fastest = min(e.hours for e in ok)
     ties = [e for e in ok if e.hours <= fastest * (1.0 + C.TIE_FRACTION)]
-    least = min(e.mem.total for e in ties)
-    roomy = [e for e in ties if e.mem.total <= least + C.ROOMY_FRACTION * usable]
     key = lambda e: (complexity(e.cand), e.hours)  # noqa: E731
-    best, simplest = min(roomy, key=key), min(ties, key=key)
+    simplest = min(ties, key=key)
+    comfy = [e for e in ties if e.mem.total <= C.COMFORT_FRACTION * usable]
+    best = min(comfy, key=key) if comfy else min(ties, key=lambda e: (e.mem.total, key(e)))
     note = None
     if best is not simplest:
         note = (
-            f"chose {best.memory_gib:.1f} GiB over {simplest.memory_gib:.1f} GiB: within "
-            f"{C.TIE_FRACTION:.0%} of the fastest, more free memory of the usable "
-            f"{usable / GIB:.1f} GiB"
+            f"chose {best.memory_gib:.1f} GiB over {simplest.memory_gib:.1f} GiB (of the usable "
+            f"{usable / GIB:.1f}): within {C.TIE_FRACTION:.0%} of the fastest, with more free memory"
         )
     return best, note
 
