@@ -281,3 +281,14 @@ def test_absurd_scale_is_flagged():
     assert any("compute.confirm_cost_usd" in w for w in costly.warnings)
     cheap = plan("llama-3.2-1b", **{"training.total_tokens": 10**9})
     assert not any("confirm_cost_usd" in w for w in cheap.warnings)
+
+
+def test_communication_bound_and_near_miss_advice():
+    """The 70B template on 2 nodes: full shard across nodes is EFA-bound (a warning says what would
+    help); HSDP 8 x 2 would be much faster but misses the usable limit by a little (advice)."""
+    p = make_plan(load_spec(ROOT / "templates" / "llama-3.1-70b.yaml"))
+    b = p.throughput.breakdown_s
+    assert b.exposed_communication > 0.2 * p.throughput.step_time_s
+    assert any(w.startswith("communication-bound") and "would help" in w for w in p.warnings)
+    near = [a for a in p.advice if "faster but needs" in a]
+    assert near and f"usable {p.memory_gib.usable:.1f} GiB" in near[0]
