@@ -44,6 +44,9 @@ COMPLETE_MARKER = "COMPLETE"
 METRICS_FILE = "metrics.jsonl"
 SUMMARY_FILE = "summary.json"
 PLAN_FILE = "plan.json"
+# With compute.instance_preferences the bundle carries one plan per type, `plans/<type>.json`,
+# next to plan.json; the launcher runs the one for the hardware it woke up on, never another.
+PLANS_DIR = "plans"
 
 # Instance names of plans made for this machine (`hardware.local_instance`): local-cpu, local-cuda.
 LOCAL_INSTANCE_PREFIX = "local-"
@@ -52,6 +55,11 @@ LOCAL_INSTANCE_PREFIX = "local-"
 def is_local_run(instance_type: str) -> bool:
     """True for a plan made for this machine (`bsm run-local`), not a SageMaker instance type."""
     return instance_type.startswith(LOCAL_INSTANCE_PREFIX)
+
+
+def plan_file_for(instance_type: str) -> str:
+    """The bundle path of the plan for `instance_type` (`plans/ml.p5.48xlarge.json`)."""
+    return f"{PLANS_DIR}/{instance_type}.json"
 
 
 def root_from_env(environ: Mapping[str, str] | None = None) -> Path:

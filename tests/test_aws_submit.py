@@ -116,6 +116,8 @@ def test_too_short_plan_is_refused_with_cycles_and_extension(aws):
         plans.add_response(
             "describe_training_plan", plan_response(hours=24), {"TrainingPlanName": PLAN_NAME}
         )
+        # no extension offered now: the advice stays the generic one
+        plans.add_response("search_training_plan_offerings", {"TrainingPlanOfferings": []})
         with pytest.raises(InfeasiblePlanError) as e:
             submit(spec, aws=aws)
     msg = str(e.value)

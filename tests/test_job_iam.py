@@ -46,7 +46,16 @@ def test_caller_policy_is_narrowed_to_the_spec():
         "arn:aws:sagemaker:us-east-1:123456789012:training-job/bsm-*"
     ]
     assert "sagemaker:AddTags" in caller["UseAndReserveTrainingPlans"]["Action"]
-    assert caller["ReserveTrainingPlans"]["Action"] == ["sagemaker:CreateTrainingPlan"]
+    # issue 15: extending spends money too, so it sits in the statement to drop; the history
+    # is read with the other plan actions
+    assert caller["ReserveTrainingPlans"]["Action"] == [
+        "sagemaker:CreateTrainingPlan",
+        "sagemaker:ExtendTrainingPlan",
+    ]
+    assert (
+        "sagemaker:DescribeTrainingPlanExtensionHistory"
+        in caller["UseAndReserveTrainingPlans"]["Action"]
+    )
     # only calls without resource-level permissions get "*"
     wide = {s["Sid"] for s in caller.values() if "*" in _resources(s)}
     assert wide == {"ListJobsAndPlansSearchOfferings"}

@@ -236,6 +236,7 @@ def test_cli_plans_reserve_refuses_without_tty_or_yes_and_reserves_with_yes(
     spec_path.write_text(yaml.safe_dump(spec_dict("llama-3.1-8b")))
     with Stubber(aws.plans) as st:
         st.add_response("describe_training_plan", plan_response(hours=24))
+        st.add_response("describe_training_plan_extension_history", {"TrainingPlanExtensions": []})
         r = CliRunner().invoke(
             cli, ["plans", "describe", PLAN_NAME, "--spec", str(spec_path), "-o", "json"]
         )

@@ -155,3 +155,35 @@ def async_checkpoint_worker(root: str) -> None:
     for a, p in zip(before, model.parameters(), strict=True):
         assert torch.equal(a, p.detach().to_local())
     dist.destroy_process_group()
+
+
+def recording_worker(plan_json: str, opt_ml: str, stop_after: int | None = None) -> None:
+    """Like `train_worker`, but each rank records the stream positions it trains on at each
+    step (OPT_ML/positions-rank<R>.json), and with `stop_after` rank 0 receives SIGTERM during
+    that step (as `sigterm_worker`): what a resume on other hardware must reproduce."""
+    import json
+    import signal
+
+    from blackwell_sm.train import loop
+
+    seen: dict[int, list[int]] = {}
+    original_batches, original_step = loop.Trainer._micro_batches, loop.Trainer.train_step
+
+    def micro_batches(self, step: int):
+        seen[step + 1] = sorted(
+            int(p)
+            for m in range(self.cfg.grad_accum_steps)
+            for p in self.layout.positions(step, m, self.env.rank)
+        )
+        return original_batches(self, step)
+
+    def train_step(self, step: int):
+        if stop_after is not None and self.env.rank == 0 and step + 1 == stop_after:
+            os.kill(os.getpid(), signal.SIGTERM)
+        return original_step(self, step)
+
+    loop.Trainer._micro_batches = micro_batches
+    loop.Trainer.train_step = train_step
+    with _stdout_to_file(opt_ml):
+        loop.train(Plan.from_json(plan_json), Path(opt_ml))
+    Path(opt_ml, f"positions-rank{os.environ['RANK']}.json").write_text(json.dumps(seen))

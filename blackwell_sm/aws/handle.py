@@ -46,6 +46,7 @@ class TrainingJob:
         training_plan: TrainingPlanInfo | None = None,
         plan_fit: PlanFit | None = None,
         warnings: list[str] | None = None,
+        preference_plans: Any = None,
     ) -> None:
         self.name = name
         self.region = region or (aws.region if aws else None)
@@ -58,6 +59,8 @@ class TrainingJob:
         self.upload = upload
         self.training_plan = training_plan
         self.plan_fit = plan_fit
+        # With compute.instance_preferences: the PreferencePlans (`plan` is the first one's).
+        self.preference_plans = preference_plans
         self.warnings = list(warnings or [])
         self.region_source = (
             aws.region_choice.source if aws is not None and hasattr(aws, "region_choice") else None

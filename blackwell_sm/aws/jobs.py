@@ -37,6 +37,11 @@ class JobInfo(BaseModel):
     instance_type: str | None = None
     instance_count: int | None = None
     training_plan_arn: str | None = None
+    selected_instance_type: str | None = Field(
+        None, description="With InstancePreferences: the type SageMaker started the job on."
+    )
+    selected_instance_count: int | None = None
+    instance_preferences: list[dict[str, Any]] = Field(default_factory=list)
     creation_time: datetime | None = None
     training_start_time: datetime | None = None
     training_end_time: datetime | None = None
@@ -48,6 +53,24 @@ class JobInfo(BaseModel):
     @property
     def terminal(self) -> bool:
         return self.status in TERMINAL
+
+    @property
+    def running_plan(self) -> str | None:
+        """The bundle plan the container runs: `plans/<selected type>.json` for a job with
+        instance preferences once SageMaker has chosen, else None (plan.json)."""
+        from blackwell_sm.job.bundle import plan_file_for
+
+        if self.instance_preferences and self.selected_instance_type:
+            return plan_file_for(self.selected_instance_type)
+        return None
+
+    @property
+    def selected_training_plan(self) -> str | None:
+        """The training plan ARN of the selected preference (None: on-demand or not chosen)."""
+        for pref in self.instance_preferences:
+            if pref.get("InstanceType") == self.selected_instance_type:
+                return (pref.get("TrainingPlanArns") or [None])[0]
+        return None
 
     @classmethod
     def from_describe(cls, d: dict[str, Any]) -> JobInfo:
@@ -64,6 +87,9 @@ class JobInfo(BaseModel):
             instance_type=rc.get("InstanceType"),
             instance_count=rc.get("InstanceCount"),
             training_plan_arn=rc.get("TrainingPlanArn"),
+            selected_instance_type=rc.get("SelectedInstanceType"),
+            selected_instance_count=rc.get("SelectedInstanceCount"),
+            instance_preferences=list(rc.get("InstancePreferences", [])),
             creation_time=d.get("CreationTime"),
             training_start_time=d.get("TrainingStartTime"),
             training_end_time=d.get("TrainingEndTime"),
@@ -141,6 +167,14 @@ def capacity_differences(
     live ARN's name, 'auto' any plan; None means on-demand.
     """
     problems = []
+    if "InstancePreferences" in asked:
+        # The plans are in the list; SageMaker reports its choice in Selected* (not compared).
+        if asked["InstancePreferences"] != live.get("InstancePreferences"):
+            problems.append(
+                f"InstancePreferences: asked {asked['InstancePreferences']!r}, the job has "
+                f"{live.get('InstancePreferences')!r}"
+            )
+        return problems
     want_arn, have_arn = asked.get("TrainingPlanArn"), live.get("TrainingPlanArn")
     if want_arn is None and plan_ref is not None:
         have_name = have_arn.rsplit("/", 1)[-1] if have_arn else None
@@ -174,7 +208,10 @@ def create_job(sm: Any, request: dict[str, Any], *, spec_hash: str) -> tuple[dic
     from botocore.exceptions import ClientError
 
     name = request["TrainingJobName"]
-    instance_type = request["ResourceConfig"].get("InstanceType")
+    rc = request["ResourceConfig"]
+    instance_type = rc.get("InstanceType") or (rc.get("InstancePreferences") or [{}])[0].get(
+        "InstanceType"
+    )
     created = True
     with translate(f"creating training job {name}", instance_type=instance_type):
         try:

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from blackwell_sm.aws.handle import TrainingJob
-from blackwell_sm.errors import AwsError, ConsentRequiredError, InfeasiblePlanError, SpecError
+from blackwell_sm.errors import AwsError, InfeasiblePlanError, SpecError
 
 if TYPE_CHECKING:
     from blackwell_sm.aws.session import AwsContext
@@ -61,16 +61,28 @@ def prepare(
     *,
     training_plan: str | None = None,
     new: bool = False,
-) -> tuple[RunSpec, Plan, Any]:
-    """(spec, plan, JobRequest) without any AWS call: what a dry run shows."""
+    run_index: int = 1,
+    done_steps: int = 0,
+) -> tuple[RunSpec, Any, Any]:
+    """(spec, plan, JobRequest) without any AWS call: what a dry run shows. With
+    `compute.instance_preferences` the plan is a PreferencePlans (a plan per type)."""
     from blackwell_sm.job.request import build_job_request
     from blackwell_sm.job.wheels import fetch_for
     from blackwell_sm.planner.api import make_plan
     from blackwell_sm.spec.run import with_overrides
 
     rs = as_spec(spec)
+    run = {"run_index": run_index, "done_steps": done_steps}
     if training_plan is not None:
         rs = with_overrides(rs, {"compute.training_plan": training_plan})
+    if rs.compute.instance_preferences:
+        from blackwell_sm.planner.preferences import plan_preferences
+
+        plans = plan_preferences(rs)
+        plans.require_feasible()  # exit 3 naming each preference that cannot fit
+        wheels = fetch_for(rs, plans.primary, plans.plans[1:])
+        jr = build_job_request(rs, plans, new=new, region=_region(rs), wheelhouse=wheels, **run)
+        return rs, plans, jr
     plan = make_plan(rs)
     if not plan.feasible:
         raise InfeasiblePlanError(
@@ -80,29 +92,8 @@ def prepare(
             hint="; ".join(plan.advice) or "see `bsm plan SPEC`",
         )
     wheels = fetch_for(rs, plan)  # the container's wheels: downloaded once, then cached
-    return rs, plan, build_job_request(rs, plan, new=new, region=_region(rs), wheelhouse=wheels)
-
-
-def confirm_cost(rs: RunSpec, plan: Plan, *, consent: Any) -> None:
-    """Above `compute.confirm_cost_usd` (pessimistic end of the plan's cost), a job starts only
-    with consent: True (--yes), or a prompt that says yes; no terminal and no --yes: exit 5."""
-    r = plan.run
-    high = r.cost_usd_range[1] if r.cost_usd_range else r.cost_usd
-    limit = rs.compute.confirm_cost_usd
-    if high is None or high <= limit or consent is True:
-        return
-    what = (
-        f"{plan.model.name} on {plan.instance.count} x {plan.instance.type}: predicted "
-        f"${r.cost_usd:,.0f}, up to ${high:,.0f} at the pessimistic end, over "
-        f"compute.confirm_cost_usd ${limit:,.0f}"
-    )
-    if not callable(consent):
-        raise ConsentRequiredError(
-            f"{what}\nRefusing without consent: there is no terminal to ask on.",
-            hint="run it again with --yes (Python: yes=True), or raise compute.confirm_cost_usd",
-        )
-    if not consent(f"{what}\nStart the job?"):
-        raise ConsentRequiredError("not submitted: you declined", hint="nothing was started")
+    jr = build_job_request(rs, plan, new=new, region=_region(rs), wheelhouse=wheels, **run)
+    return rs, plan, jr
 
 
 def submit(
@@ -116,6 +107,8 @@ def submit(
     aws: AwsContext | None = None,
     confirm: Confirm | None = None,
     notify: Notify | None = None,
+    run_index: int = 1,
+    done_steps: int = 0,
 ) -> TrainingJob:
     """Submit `spec` as a SageMaker training job and return its handle.
 
@@ -123,10 +116,17 @@ def submit(
     job name (it still resumes from the spec's checkpoints). `yes` agrees to reserving a plan
     for 'auto'; otherwise `confirm` (a callable that asks a person, as the CLI's prompt does) is
     asked, and without one ConsentRequiredError is raised. The AWS layer never prompts itself.
-    `allow_partial` accepts a plan that ends before the predicted run does.
+    `allow_partial` accepts a plan that ends before the predicted run does. `run_index` and
+    `done_steps` make the N-th job of a run longer than one job (`aws/run.py`).
     """
     say = notify or (lambda _msg: None)
-    rs, plan, jr = prepare(spec, training_plan=training_plan, new=new)
+    rs, plan, jr = prepare(
+        spec, training_plan=training_plan, new=new, run_index=run_index, done_steps=done_steps
+    )
+    run = {"run_index": run_index, "done_steps": done_steps}
+    prefs = None
+    if rs.compute.instance_preferences:
+        prefs, plan = plan, plan.primary
     if dry_run:
         job = TrainingJob(
             jr.job_name,
@@ -135,6 +135,7 @@ def submit(
             job_request=jr,
             dry_run=True,
             warnings=jr.warnings,
+            preference_plans=prefs,
         )
         job.region_source = region_choice(rs).source
         return job
@@ -153,6 +154,14 @@ def submit(
 
     aws = aws or AwsContext(jr.region)
     sm = aws.sagemaker
+    pref_fits: list[PlanFit] = []
+    if prefs is not None:
+        # Plan names become ARNs first (describe only), so a reattach compares the very list.
+        infos = resolve_preference_plans(aws, prefs)
+        jr = build_job_request(
+            rs, prefs, new=new, region=jr.region, wheelhouse=jr.wheelhouse,
+            preference_arns={i: info.arn for i, info in infos.items()}, **run,
+        )  # fmt: skip
     if not new:
         existing = find_job(sm, jr.job_name)
         if existing is not None:
@@ -174,14 +183,19 @@ def submit(
                 )
             return TrainingJob(
                 jr.job_name, aws=aws, plan=plan, job_request=jr, reattached=True,
-                warnings=jr.warnings,
+                warnings=jr.warnings, preference_plans=prefs,
             )  # fmt: skip
+
+    from blackwell_sm.aws.cost import confirm_cost
 
     confirm_cost(rs, plan, consent=True if yes else confirm)
     plan_info: TrainingPlanInfo | None = None
     fit: PlanFit | None = None
     warnings = list(jr.warnings)
-    if rs.compute.training_plan is not None:
+    if prefs is not None:
+        pref_fits = check_preference_fits(infos, prefs, allow_partial=allow_partial)
+        warnings += [w for f in pref_fits for w in f.warnings]
+    elif rs.compute.training_plan is not None:
         plan_info, fit = resolve_training_plan(
             aws,
             rs,
@@ -193,7 +207,7 @@ def submit(
         )
         jr = build_job_request(
             rs, plan, new=new, training_plan_arn=plan_info.arn, region=jr.region,
-            wheelhouse=jr.wheelhouse,
+            wheelhouse=jr.wheelhouse, **run,
         )  # fmt: skip
         warnings = list(jr.warnings) + fit.warnings
 
@@ -219,7 +233,52 @@ def submit(
         training_plan=plan_info,
         plan_fit=fit,
         warnings=warnings,
+        preference_plans=prefs,
     )
+
+
+def resolve_preference_plans(aws: AwsContext, prefs: Any) -> dict[int, TrainingPlanInfo]:
+    """DescribeTrainingPlan for each instance preference that names a plan (index -> plan)."""
+    from blackwell_sm.aws import training_plans as tp
+
+    out = {}
+    for pp in prefs.preferences:
+        if pp.training_plan is None:
+            continue
+        try:
+            out[pp.index] = tp.describe_plan(aws.plans, pp.training_plan)
+        except SpecError as e:
+            e.field = f"compute.instance_preferences.{pp.index}.training_plan"
+            raise
+    return out
+
+
+def check_preference_fits(
+    infos: dict[int, TrainingPlanInfo], prefs: Any, *, allow_partial: bool
+) -> list[PlanFit]:
+    """Each preference's plan can take that preference's run (type, count, status, window)."""
+    from blackwell_sm.aws import training_plans as tp
+    from blackwell_sm.job.request import STARTUP_HOURS
+
+    fits = []
+    for index, info in sorted(infos.items()):
+        pp = prefs.preferences[index]
+        fit = tp.check_plan(
+            info,
+            instance_type=pp.instance_type,
+            instance_count=pp.instance_count,
+            run_hours=pp.plan.run.pessimistic_hours,  # the range's high end, as for one type
+            startup_hours=STARTUP_HOURS,
+        )
+        try:
+            tp.require_fit(fit, allow_partial=allow_partial)
+        except (SpecError, InfeasiblePlanError) as e:
+            e.message = f"instance_preferences[{index}] ({pp.instance_type}): {e.message}"
+            if isinstance(e, SpecError):
+                e.field = f"compute.instance_preferences.{index}.training_plan"
+            raise
+        fits.append(fit)
+    return fits
 
 
 def resolve_training_plan(
@@ -248,7 +307,11 @@ def resolve_training_plan(
     if ref != "auto":
         info = tp.describe_plan(sm, ref)
         fit = tp.check_plan(info, **kw)
-        tp.require_fit(fit, allow_partial=allow_partial)
+        try:
+            tp.require_fit(fit, allow_partial=allow_partial)
+        except InfeasiblePlanError as e:
+            e.hint = extension_advice(sm, info, fit) or e.hint
+            raise
         return info, fit
 
     # 'auto': a plan this spec booked before (same name) is reused, never bought twice.
@@ -285,6 +348,24 @@ def resolve_training_plan(
     tp.require_fit(fit, allow_partial=allow_partial)
     say(f"reserved training plan {info.name} ({info.arn})")
     return info, fit
+
+
+def extension_advice(sm: Any, info: TrainingPlanInfo, fit: PlanFit) -> str | None:
+    """For a plan too short: the `bsm plans extend` command with the best extension offering
+    (the shortest that covers the missing hours), or None when there is none to name."""
+    from blackwell_sm.aws.extensions import best_extension, search_extensions
+
+    try:
+        best = best_extension(search_extensions(sm, info), fit.extension_hours)
+    except AwsError:  # the advice is a courtesy; the refusal stands without it
+        return None
+    if best is None:
+        return None
+    return (
+        f"extend the plan by the {fit.extension_hours} h it lacks: bsm plans extend {info.name} "
+        f"--offering {best.offering_id} ({best.describe()}); or submit with --allow-partial to "
+        "run until the plan ends and resume on the next one"
+    )
 
 
 def _require_same_capacity(described: dict[str, Any], jr: Any, plan_ref: str | None) -> None:

@@ -211,7 +211,7 @@ def list_plans(sm: Any, *, status: str | None = None) -> list[TrainingPlanInfo]:
 Consent = bool | Confirm | None
 
 
-def require_consent(what: str, *, consent: Consent) -> None:
+def require_consent(what: str, *, consent: Consent, ask: str = "Reserve it") -> None:
     """Raise ConsentRequiredError unless `consent` is True or a callable that says yes (the AWS
     layer never prompts: the CLI passes its terminal prompt, or None when there is no one)."""
     if consent is True:
@@ -222,8 +222,8 @@ def require_consent(what: str, *, consent: Consent) -> None:
             "there is no terminal to ask on.",
             hint="run it again with --yes (Python: yes=True) to agree to the fee shown",
         )
-    if not consent(f"{what}\nReserve it? This spends money and cannot be cancelled"):
-        raise ConsentRequiredError("not reserved: you declined", hint="nothing was bought")
+    if not consent(f"{what}\n{ask}? This spends money and cannot be cancelled"):
+        raise ConsentRequiredError(f"declined ({ask.lower()})", hint="nothing was bought")
 
 
 def reserve(

@@ -28,14 +28,44 @@ def _fmt_time(ts: Any) -> str:
     return ts.strftime("%Y-%m-%d %H:%M:%S %Z") if ts else "-"
 
 
+def _capacity_rows(info: Any) -> list[tuple[str, str]]:
+    """Instances and plan; with instance preferences, the list, SageMaker's choice and the
+    bundle plan that runs on it."""
+    if not info.instance_preferences:
+        return [
+            ("instances", f"{info.instance_count} x {info.instance_type}"),
+            ("training plan", info.training_plan_arn or "- (on-demand capacity)"),
+        ]
+    prefs = ", ".join(
+        f"{p.get('InstanceCount')} x {p.get('InstanceType')}"
+        + (
+            f" on {p['TrainingPlanArns'][0].rsplit('/', 1)[-1]}"
+            if p.get("TrainingPlanArns")
+            else ""
+        )
+        for p in info.instance_preferences
+    )
+    if info.selected_instance_type:
+        selected = f"{info.selected_instance_count} x {info.selected_instance_type}"
+        plan = info.selected_training_plan or "- (on-demand capacity)"
+        runs = info.running_plan
+    else:
+        selected, plan, runs = "- (not chosen yet)", "-", "- (chosen when SageMaker picks a type)"
+    return [
+        ("preferences", prefs),
+        ("selected", selected),
+        ("training plan", plan),
+        ("plan run", runs),
+    ]
+
+
 def show_info(info: Any, region: str | None = None) -> None:
     rows = [
         ("job", info.name),
         ("region", region or "-"),
         ("status", f"{info.status} / {info.secondary_status or '-'}"),
         ("message", info.status_message or "-"),
-        ("instances", f"{info.instance_count} x {info.instance_type}"),
-        ("training plan", info.training_plan_arn or "- (on-demand capacity)"),
+        *_capacity_rows(info),
         ("created", _fmt_time(info.creation_time)),
         ("started", _fmt_time(info.training_start_time)),
         ("ended", _fmt_time(info.training_end_time)),
@@ -72,10 +102,29 @@ def status(name: str, wait: bool, region: str | None, output: str) -> None:
             raise Interrupted("stopped waiting", hint=reattach_hint(name)) from None
     else:
         info = job.status()
+    from blackwell_sm.aws.run import run_summary
+
+    run = run_summary(job.aws, name)
     if output == "json":
-        emit_json({**info.model_dump(mode="json"), "region": job.region})
+        emit_json({**info.model_dump(mode="json"), "running_plan": info.running_plan,
+                   "region": job.region, "run": run and run.model_dump(mode="json")})  # fmt: skip
     else:
         show_info(info, job.region)
+        if run is not None:
+            show_run(run)
+
+
+def show_run(run: Any) -> None:
+    """The run this job belongs to: each job, and the steps, tokens and time so far."""
+    click.echo(f"\nrun {run.base}: {len(run.jobs)} jobs")
+    for j in run.jobs:
+        why = f" ({j.failure_reason})" if j.failure_reason else ""
+        click.echo(f"  {j.index}. {j.name}  {j.status} / {j.secondary_status or '-'}  "
+                   f"{j.instance}  {j.billable_seconds or 0} s billable{why}")  # fmt: skip
+    steps = "-" if run.steps_done is None else f"{run.steps_done:,}"
+    tokens = "-" if run.tokens_done is None else f"{run.tokens_done:,}"
+    click.echo(f"  so far: {steps} steps, {tokens} tokens, {run.billable_seconds / 3600:.2f} h "
+               f"billable job time; checkpoint {run.checkpoint or '-'}")  # fmt: skip
 
 
 @click.command("logs")

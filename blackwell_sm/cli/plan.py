@@ -148,6 +148,9 @@ def plan(
     overrides.update(sets_parsed)
     if overrides:
         spec = with_overrides(spec, overrides)
+    if spec.compute.instance_preferences:
+        _plan_preferences(spec, output)
+        return
     p = make_plan(spec)
     if output != "json":
         render(p)
@@ -168,6 +171,64 @@ def plan(
                 f"best candidate needs {m.total:.1f} GiB per GPU of the usable {usable:.1f} GiB"
             )
         raise InfeasiblePlanError(msg, plan=p, hint="; ".join(p.advice) or None)
+
+
+def _plan_preferences(spec: Any, output: str) -> None:
+    """One plan per instance preference: a row each (or JSON with every plan); exit 3 if any
+    preference cannot fit."""
+    from blackwell_sm.planner.preferences import plan_preferences
+
+    plans = plan_preferences(spec)
+    if output == "json":
+        if plans.feasible:
+            emit_json(plans)
+    else:
+        render_preferences(plans)
+    plans.require_feasible()
+
+
+def render_preferences(plans: Any) -> None:
+    """The preferences as one table, a row per instance type, in SageMaker's order."""
+    from rich.table import Table
+
+    from blackwell_sm.cli.output import out_console, text
+
+    con = out_console()
+    first = plans.primary
+    con.print(
+        text(
+            (first.model.name, "bold"),
+            f" ({count_text(first.model.n_params)} params): {len(plans.preferences)} instance "
+            "preferences, each with its own plan (SageMaker starts on the first with capacity)",
+        )
+    )
+    table = Table(title="instance preferences", title_justify="left")
+    for col in ("#", "instances", "capacity", "fits", "GiB/GPU", "config", "tok/s/GPU", "hours",
+                "cost", "plan file"):  # fmt: skip
+        table.add_column(col)
+    for pp in plans.preferences:
+        p, c = pp.plan, pp.plan.config
+        cost = "n/a" if p.run.cost_usd is None else usd_text(p.run.cost_usd)
+        cells = [
+            str(pp.index),
+            f"{pp.instance_count} x {pp.instance_type}",
+            pp.training_plan.rsplit("/", 1)[-1] if pp.training_plan else "on-demand",
+            "yes" if p.feasible else ("NO", "bold red"),
+            f"{_gib(p.memory_gib.total)} / {_gib(p.memory_gib.usable or p.memory_gib.limit)}",
+            f"{c.precision} shard {c.shard_degree}x{c.replicate_degree} mb {c.micro_batch_size}"
+            f" ga {c.grad_accum_steps} ac {c.activation_checkpointing}",
+            f"{p.throughput.tokens_per_s_per_gpu:,.0f}",
+            hours_text(p.run.hours),
+            cost,
+            pp.plan_file,
+        ]
+        table.add_row(*(text(cell) for cell in cells))  # literal: plan names are user text
+    con.print(table)
+    for pp in plans.preferences:
+        for title, items, style in (("warnings", pp.plan.warnings, "yellow"),
+                                    ("to make it fit", pp.plan.advice, "bold")):  # fmt: skip
+            for item in items:
+                con.print(text((f"[{pp.index}] {title}: ", "bold"), (item, style)))
 
 
 def _gib(x: float) -> str:

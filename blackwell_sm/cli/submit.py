@@ -73,6 +73,18 @@ def print_log_event(event: Any, *, output: str) -> None:
     is_flag=True,
     help="Accept a training plan that ends before the predicted run (resume on the next one).",
 )
+@click.option(
+    "--until-done",
+    is_flag=True,
+    help="Follow the run: when a job ends on MaxRuntime or the end of its capacity block with a "
+    "newer checkpoint, submit the next (<name>-r2, -r3, ...) until the run is done.",
+)
+@click.option(
+    "--resume",
+    is_flag=True,
+    help="One step of --until-done by hand (e.g. from CI): submit the run's next job if the "
+    "last one ended resumably, else say why not.",
+)
 @click.option("--region", metavar="REGION", help="Default: job.region, AWS_REGION, the profile.")
 @OUTPUT_OPTION
 def submit(
@@ -84,6 +96,8 @@ def submit(
     new: bool,
     yes: bool,
     allow_partial: bool,
+    until_done: bool,
+    resume: bool,
     region: str | None,
     output: str,
 ) -> None:
@@ -100,6 +114,7 @@ def submit(
     from blackwell_sm.spec import load_spec, with_overrides
 
     check_settings()  # bad AWS_* settings are exit 2 before anything else happens
+    _run_flags(until_done, resume, dry_run=dry_run, new=new, wait=wait, logs=follow_logs)
     for flag, on, what in (("--wait", wait, "wait for"), ("--logs", follow_logs, "follow")):
         if dry_run and on:
             raise SpecError(
@@ -112,6 +127,12 @@ def submit(
     say(choice.describe())
     if region:
         spec = with_overrides(spec, {"job.region": region})
+    if until_done or resume:
+        _run(spec, until_done=until_done, training_plan=training_plan, yes=yes,
+             allow_partial=allow_partial,
+             aws=aws_context(region or (spec.job.region if spec.job else None)),
+             output=output)  # fmt: skip
+        return
     job = do_submit(
         spec,
         training_plan=training_plan,
@@ -154,6 +175,43 @@ def submit(
             click.echo(f"follow it: bsm logs {job.name} --follow    status: bsm status {job.name}")
 
 
+def _run_flags(until_done: bool, resume: bool, **others: bool) -> None:
+    from blackwell_sm.errors import SpecError
+
+    if until_done and resume:
+        raise SpecError("--until-done and --resume conflict: give one", field="--resume")
+    flag = "--until-done" if until_done else "--resume" if resume else None
+    if flag is None:
+        return
+    for name, on in others.items():
+        if on:
+            other = "--" + name.replace("_", "-")
+            raise SpecError(
+                f"{flag} and {other} conflict: a run names its jobs <name>, <name>-r2, ... and "
+                + ("follows them itself" if name in ("wait", "logs") else "submits them itself"),
+                field=other,
+            )
+
+
+def _run(spec: Any, *, until_done: bool, output: str, **kw: Any) -> None:
+    from blackwell_sm.aws.run import submit_run
+
+    try:
+        jobs = submit_run(spec, until_done=until_done, confirm=consent_prompt(), notify=say,
+                          on_status=lambda i: say(f"{i.name}: {i.status} / {i.secondary_status}"),
+                          **kw)  # fmt: skip
+    except KeyboardInterrupt:
+        raise Interrupted("stopped following the run", hint="the current job keeps running; "
+                          "`bsm submit SPEC --resume` continues the run later") from None  # fmt: skip
+    names = [j.name for j in jobs]
+    if output == "json":
+        emit_json({"submitted": names, "until_done": until_done})
+    elif names:
+        click.echo("submitted " + ", ".join(names))
+    else:
+        click.echo("no job submitted")
+
+
 def _show_dry_run(job: Any, output: str) -> None:
     jr = job.job_request
     placeholders = jr.placeholders
@@ -169,15 +227,24 @@ def _show_dry_run(job: Any, output: str) -> None:
                 "bundle": jr.bundle.model_dump(mode="json"),
                 "placeholders": placeholders,
                 "unresolved_training_plan": jr.unresolved_training_plan,
+                "unresolved_preference_plans": jr.unresolved_preference_plans,
                 "warnings": jr.warnings,
                 "request": jr.request,
                 "plan": job.plan.model_dump(mode="json"),
+                **(
+                    {"preferences": job.preference_plans.model_dump(mode="json")["preferences"]}
+                    if job.preference_plans
+                    else {}
+                ),
             }
         )
     else:
-        from blackwell_sm.cli.plan import render
+        from blackwell_sm.cli.plan import render, render_preferences
 
-        render(job.plan)
+        if job.preference_plans:
+            render_preferences(job.preference_plans)
+        else:
+            render(job.plan)
         click.echo(f"\n# CreateTrainingJob request ({jr.region}); nothing was sent or uploaded")
         click.echo(json.dumps(jr.request, indent=2, default=str))
         click.echo(

@@ -1,7 +1,7 @@
-"""`bsm plans search|reserve|list|describe`: SageMaker Flexible Training Plans.
+"""`bsm plans search|reserve|extend|list|describe`: SageMaker Flexible Training Plans.
 
-`reserve` is the only command that buys a plan. It shows the offering's upfront fee and window
-and asks; with no terminal it refuses unless --yes is given (exit 5).
+`reserve` and `extend` are the only commands that spend money. They show the upfront fee and
+window and ask; with no terminal they refuse unless --yes is given (exit 5).
 """
 
 from __future__ import annotations
@@ -44,11 +44,11 @@ def capacity_for(
     if spec_path is not None:
         from blackwell_sm.aws.training_plans import RECLAIM_HOURS
         from blackwell_sm.job.request import STARTUP_HOURS
-        from blackwell_sm.planner.api import make_plan
+        from blackwell_sm.planner.preferences import plan_for_type
         from blackwell_sm.spec import load_spec
 
         spec = load_spec(spec_path)
-        plan = make_plan(spec)
+        plan = plan_for_type(spec, instance_type)
         instance_type = instance_type or plan.instance.type
         count = count or plan.instance.count
         if hours is None:
@@ -172,6 +172,91 @@ def reserve(
         click.echo(f"use it: compute.training_plan: {info.name}  (or --training-plan {info.name})")
 
 
+@plans.command("extend")
+@click.argument("ref", metavar="PLAN")
+@click.option("--days", type=click.IntRange(1, 182), help="Buy the extension of this many days.")
+@click.option("--offering", "offering_id", metavar="ID", help="Buy this extension offering.")
+@click.option(
+    "--spec", "spec_path", type=click.Path(dir_okay=False), help="Say whether SPEC's run fits."
+)
+@click.option("--yes", "-y", is_flag=True, help="Agree to the upfront fee without a prompt.")
+@REGION_OPTION
+@OUTPUT_OPTION
+def extend(
+    ref: str,
+    days: int | None,
+    offering_id: str | None,
+    spec_path: str | None,
+    yes: bool,
+    region: str | None,
+    output: str,
+) -> None:
+    """Extend a training plan (ExtendTrainingPlan): without --days/--offering, list the
+    extension offerings (fee, currency, new end); with one, show it and ask before buying."""
+    from blackwell_sm.aws import extensions as ext
+    from blackwell_sm.aws.training_plans import describe_plan
+
+    if days is not None and offering_id is not None:
+        raise SpecError("give --days or --offering, not both", field="--days")
+    if region is None and ref.startswith("arn:"):
+        region = ref.split(":")[3]
+    aws = submit_cli.aws_context(region)
+    info = describe_plan(aws.plans, ref)
+    offers = ext.search_extensions(aws.plans, info)
+    fits = {o.offering_id: _fits_after(info, o, spec_path) for o in offers} if spec_path else {}
+    if days is None and offering_id is None:
+        if output == "json":
+            emit_json({"plan": info.model_dump(mode="json"), "offerings": [
+                {**o.model_dump(mode="json"), "run_fits": fits.get(o.offering_id)} for o in offers
+            ]})  # fmt: skip
+            return
+        if not offers:
+            say(f"no extension offerings for {info.name} now (extensions are bought 1 hour to 56 "
+                "days before a plan ends)")  # fmt: skip
+        for i, o in enumerate(offers, 1):
+            verdict = (
+                ""
+                if o.offering_id not in fits
+                else (
+                    "; the run then fits" if fits[o.offering_id] else "; the run still does not fit"
+                )
+            )
+            click.echo(f"{i}. {o.describe()}{verdict}")
+        if offers:
+            say(f"buy one (spends the fee shown; extensions cannot be cancelled): bsm plans "
+                f"extend {info.name} --offering ID (or --days N)")  # fmt: skip
+        return
+    offer = ext.choose_extension(offers, days=days, offering_id=offering_id)
+    if offer.offering_id in fits:
+        say("this spec's run " + ("fits" if fits[offer.offering_id] else "still does NOT fit")
+            + " the extended plan")  # fmt: skip
+    done = ext.extend_plan(aws.plans, info, offer, consent=True if yes else consent_prompt())
+    if output == "json":
+        emit_json({"plan": info.name, "extensions": [e.model_dump(mode="json") for e in done]})
+    else:
+        for e in done:
+            click.echo(f"extended {info.name}: {e.describe()}")
+
+
+def _plan_on(spec: Any, info: Any) -> Any:
+    """SPEC's plan on the training plan's instance type (its preference's, with preferences)."""
+    from blackwell_sm.planner.preferences import plan_for_type
+
+    return plan_for_type(spec, info.instance_types[0] if len(info.instance_types) == 1 else None)
+
+
+def _fits_after(info: Any, offer: Any, spec_path: str) -> bool:
+    """Whether SPEC's predicted run fits the plan once `offer` extends it to its end."""
+    from blackwell_sm.aws.training_plans import check_plan
+    from blackwell_sm.job.request import STARTUP_HOURS
+    from blackwell_sm.spec import load_spec
+
+    plan = _plan_on(load_spec(spec_path), info)
+    longer = info.model_copy(update={"end_time": offer.end or info.end_time})
+    return check_plan(longer, instance_type=plan.instance.type, instance_count=plan.instance.count,
+                      run_hours=plan.run.hours, startup_hours=STARTUP_HOURS).fits  # fmt: skip
+
+
 @plans.command("list")
 @click.option(
     "--status",
@@ -218,12 +303,12 @@ def _plan_line(r: Any) -> str:
 @OUTPUT_OPTION
 def describe(ref: str, spec_path: str | None, region: str | None, output: str) -> None:
     """A training plan's status, capacity and window (and, with --spec, whether a run fits)."""
+    from blackwell_sm.aws.extensions import extension_history
     from blackwell_sm.aws.training_plans import check_plan, describe_plan
 
     fit = None
     if spec_path:
         from blackwell_sm.job.request import STARTUP_HOURS
-        from blackwell_sm.planner.api import make_plan
         from blackwell_sm.spec import load_spec
 
         spec = load_spec(spec_path)
@@ -232,8 +317,9 @@ def describe(ref: str, spec_path: str | None, region: str | None, output: str) -
         region = ref.split(":")[3]
     aws = submit_cli.aws_context(region)
     info = describe_plan(aws.plans, ref)
+    history = extension_history(aws.plans, info)
     if spec_path:
-        plan = make_plan(spec)
+        plan = _plan_on(spec, info)
         fit = check_plan(
             info,
             instance_type=plan.instance.type,
@@ -243,7 +329,11 @@ def describe(ref: str, spec_path: str | None, region: str | None, output: str) -
         )
     if output == "json":
         emit_json(
-            {"plan": info.model_dump(mode="json"), "fit": fit and fit.model_dump(mode="json")}
+            {
+                "plan": info.model_dump(mode="json"),
+                "fit": fit and fit.model_dump(mode="json"),
+                "extensions": [e.model_dump(mode="json") for e in history],
+            }
         )
         return
     click.echo(_plan_line(info))
@@ -252,6 +342,9 @@ def describe(ref: str, spec_path: str | None, region: str | None, output: str) -
         click.echo(f"upfront fee: {info.upfront_fee} {info.currency or ''}")
     if info.status_message:
         click.echo(f"message: {info.status_message}")
+    click.echo(f"extensions: {len(history) or 'none'}")
+    for e in history:
+        click.echo(f"  - {e.describe()}")
     if fit is not None:
         verdict = "fits" if fit.fits else "usable, but too short" if fit.usable else "unusable"
         click.echo(

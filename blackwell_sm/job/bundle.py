@@ -1,4 +1,5 @@
-"""The code bundle: `blackwell_sm/`, `entrypoints/`, `plan.json` and, given a wheelhouse,
+"""The code bundle: `blackwell_sm/`, `entrypoints/`, `plan.json` (with instance preferences
+also `plans/<instance-type>.json`, one per type) and, given a wheelhouse,
 `wheels/*.whl` with `wheels/manifest.json` (the container's dependencies, `job/wheels.py`), in a
 reproducible tar.gz.
 
@@ -20,6 +21,9 @@ import blackwell_sm
 from blackwell_sm.errors import BsmError
 from blackwell_sm.job.names import sha256_hex
 from blackwell_sm.job.wheels import CarriedWheel, Requirement, Wheelhouse
+from blackwell_sm.opt_ml import plan_file_for
+
+__all__ = ["BUNDLE_FILE", "PLAN_FILE", "CodeBundle", "build_bundle", "plan_file_for"]
 
 PACKAGE_DIR = Path(blackwell_sm.__file__).resolve().parent
 ENTRYPOINTS_DIR = PACKAGE_DIR.parent / "entrypoints"
@@ -73,8 +77,13 @@ def _member(name: str, size: int, executable: bool = False) -> tarfile.TarInfo:
     return info
 
 
-def build_bundle(plan_json: str, wheelhouse: Wheelhouse | None = None) -> CodeBundle:
-    """Pack the installed package, the entrypoints, `plan_json` and the wheelhouse (if any)."""
+def build_bundle(
+    plan_json: str,
+    wheelhouse: Wheelhouse | None = None,
+    plans: dict[str, str] | None = None,
+) -> CodeBundle:
+    """Pack the installed package, the entrypoints, `plan_json`, the per-type `plans` (bundle
+    path -> plan JSON) and the wheelhouse (if any)."""
     if not ENTRYPOINTS_DIR.is_dir():
         raise BsmError(
             f"cannot build the code bundle: {ENTRYPOINTS_DIR} is missing",
@@ -92,6 +101,7 @@ def build_bundle(plan_json: str, wheelhouse: Wheelhouse | None = None) -> CodeBu
             )
             names.append(arcname)
         extra = [(PLAN_FILE, plan_json.encode())]
+        extra += [(path, text.encode()) for path, text in sorted((plans or {}).items())]
         if wheelhouse is not None:
             extra += [(f"wheels/{w.file}", Path(w.path).read_bytes()) for w in wheelhouse.wheels]
             manifest = json.dumps(wheelhouse.manifest(), indent=1, sort_keys=True) + "\n"

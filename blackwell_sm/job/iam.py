@@ -60,10 +60,19 @@ _CREATE_PLAN = Call(
         ("sagemaker:AddTags", "reserved"),
     ),
 )
+_EXTEND_PLAN = Call("sagemaker:ExtendTrainingPlan", "sagemaker:ExtendTrainingPlan", "plans")
+_EXTENSION_HISTORY = Call(
+    "sagemaker:DescribeTrainingPlanExtensionHistory",
+    "sagemaker:DescribeTrainingPlanExtensionHistory",
+    "plans",
+)
 _BUCKET_REGION = Call("s3:GetBucketLocation", "s3:GetBucketLocation", "bucket")
 _HEAD_CODE = Call("s3:HeadObject", "s3:GetObject", "code_objects")
 _PUT_CODE = Call("s3:PutObject", "s3:PutObject", "code_objects")
 _DELETE_CODE = Call("s3:DeleteObject", "s3:DeleteObject", "code_objects")
+# --until-done / --resume / status of a run read the checkpoints' COMPLETE markers
+_LIST_CHECKPOINTS = Call("s3:ListObjectsV2", "s3:ListBucket", "checkpoint_list")
+_READ_MARKER = Call("s3:GetObject", "s3:GetObject", "checkpoint_objects")
 _LOG_STREAMS = Call("logs:DescribeLogStreams", "logs:DescribeLogStreams", "job_logs")
 _LOG_EVENTS = Call("logs:GetLogEvents", "logs:GetLogEvents", "job_logs")
 _LOGS = (_DESCRIBE_JOB, _LOG_STREAMS, _LOG_EVENTS)
@@ -77,8 +86,9 @@ COMMAND_CALLS: dict[str, tuple[Call, ...]] = {
         _BUCKET_REGION, _HEAD_CODE, _PUT_CODE, _DELETE_CODE, _CREATE_JOB,
         _STOP_JOB,  # a job created without the capacity asked for is stopped at once
         *_LOGS,  # --logs / --wait
+        _LIST_CHECKPOINTS, _READ_MARKER,  # --until-done / --resume
     ),
-    "status": (_DESCRIBE_JOB,),
+    "status": (_DESCRIBE_JOB, _LIST_CHECKPOINTS, _READ_MARKER),
     "logs": _LOGS,
     "stop": (_DESCRIBE_JOB, _STOP_JOB),
     "list": (Call("sagemaker:ListTrainingJobs", "sagemaker:ListTrainingJobs", "any"), _LIST_TAGS),
@@ -87,7 +97,8 @@ COMMAND_CALLS: dict[str, tuple[Call, ...]] = {
     "plans list": (
         Call("sagemaker:ListTrainingPlans", "sagemaker:ListTrainingPlans", "any"),
     ),
-    "plans describe": (_DESCRIBE_PLAN,),
+    "plans extend": (_DESCRIBE_PLAN, _SEARCH_OFFERINGS, _EXTEND_PLAN),
+    "plans describe": (_DESCRIBE_PLAN, _EXTENSION_HISTORY),
     "to_model_trainer": (_BUCKET_REGION, _HEAD_CODE, _PUT_CODE, _DELETE_CODE, _CREATE_JOB),
 }  # fmt: skip
 
@@ -101,10 +112,18 @@ CALLER_RESOURCES: dict[str, tuple[str, str]] = {
     "role": ("PassTheJobRoleToSageMaker", "CreateTrainingJob passes job.role_arn"),
     "bucket": ("FindTheBucketsRegion", "refuse a bucket outside the job's region first"),
     "code_objects": ("UploadAndCheckTheCodeBundle", "upload once, verify, remove a bad upload"),
+    "checkpoint_list": ("ListTheRunsCheckpoints", "--until-done/--resume find the newest"),
+    "checkpoint_objects": ("ReadCheckpointMarkers", "a run's COMPLETE markers (step, time)"),
     "job_logs": ("ReadJobLogs", "bsm logs / submit --logs"),
 }
-# Reserving spends money: without these actions a caller can use plans but never buy one.
-BUY_ACTIONS = frozenset({"sagemaker:CreateTrainingPlan", "sagemaker:CreateReservedCapacity"})
+# Reserving and extending spend money: without these a caller can use plans but never buy.
+BUY_ACTIONS = frozenset(
+    {
+        "sagemaker:CreateTrainingPlan",
+        "sagemaker:CreateReservedCapacity",
+        "sagemaker:ExtendTrainingPlan",
+    }
+)
 LOG_WRITE_ACTIONS = [
     "logs:CreateLogGroup",
     "logs:CreateLogStream",
@@ -221,19 +240,28 @@ def caller_policy(spec: RunSpec | None = None) -> dict[str, Any]:
         "role": [c.role_arn],
         "bucket": [f"arn:{c.partition}:s3:::{_s3_parts(c.code)[0]}"],
         "code_objects": [c.s3_objects(c.code)],
+        "checkpoint_list": [f"arn:{c.partition}:s3:::{_s3_parts(c.checkpoints)[0]}"],
+        "checkpoint_objects": [c.s3_objects(c.checkpoints)],
         "job_logs": [
             c.arn("logs", f"log-group:{LOG_GROUP}"),
             c.arn("logs", f"log-group:{LOG_GROUP}:*"),
         ],
     }
+    ck_key = _s3_parts(c.checkpoints)[1]
     extra: dict[str, dict[str, Any]] = {
-        "role": {"Condition": {"StringEquals": {"iam:PassedToService": "sagemaker.amazonaws.com"}}}
+        "role": {"Condition": {"StringEquals": {"iam:PassedToService": "sagemaker.amazonaws.com"}}},
+        "checkpoint_list": {"Condition": {"StringLike": {"s3:prefix": [f"{ck_key}/*"]}}},
     }
     if spec is not None:
         extra["spec_jobs"] = {
             "Condition": {
                 "ForAllValues:StringEquals": {
-                    "sagemaker:InstanceTypes": [spec.compute.instance_type]
+                    # every type the job may start on (each instance preference's)
+                    "sagemaker:InstanceTypes": [
+                        p.instance_type for p in spec.compute.instance_preferences
+                    ]
+                    if spec.compute.instance_preferences
+                    else [spec.compute.instance_type]
                 }
             }
         }
@@ -342,8 +370,8 @@ def iam_policies(spec: RunSpec | None = None) -> dict[str, Any]:
         if repo is None:
             notes.append(f"image {image!r} is not in ECR: add its registry's pull permissions")
     notes.append(
-        "ReserveTrainingPlans allows sagemaker:CreateTrainingPlan, which spends money; remove it "
-        "for users who must not reserve capacity"
+        "ReserveTrainingPlans allows sagemaker:CreateTrainingPlan and sagemaker:ExtendTrainingPlan,"
+        " which spend money; remove it for users who must not reserve or extend capacity"
     )
     notes.append(
         "the job role's VpcNetworkInterfacesAndTheSdkRoleCheck statement is needed by VPC jobs "

@@ -47,8 +47,11 @@ def capacity_identity(compute: dict[str, Any], plan: Any) -> dict[str, Any]:
     return capacity
 
 
-def spec_hash(spec: Any, plan: Any) -> str:
-    """Hash of what defines the run: the whole spec, its capacity and the plan's configuration."""
+def spec_hash(spec: Any, plan: Any, others: Any = ()) -> str:
+    """Hash of what defines the run: the whole spec, its capacity and the plan's configuration.
+
+    `others`: the other instance preferences' plans; their instances and configurations join
+    the hash (a spec without preferences hashes as before)."""
     data = spec.model_dump(mode="json")
     compute = data.pop("compute", {})
     payload = {
@@ -59,6 +62,14 @@ def spec_hash(spec: Any, plan: Any) -> str:
             "schema_version": plan.schema_version,
         },
     }
+    if others:
+        payload["preference_plans"] = [
+            {
+                "instance": [p.instance.type, p.instance.count],
+                "config": p.config.model_dump(mode="json"),
+            }
+            for p in others
+        ]
     return sha256_hex(canonical_json(payload))[:HASH_CHARS]
 
 
@@ -81,3 +92,21 @@ def _suffix_example() -> str:
 def unique_suffix() -> str:
     """`-YYMMDDHHMMSS` (UTC) plus 4 random hex digits: unique even for two submits a second."""
     return "-" + time.strftime("%y%m%d%H%M%S", time.gmtime()) + secrets.token_hex(2)
+
+
+MAX_RUN_JOBS = 99  # `-r99` fits the room base_job_name leaves for a suffix
+_RUN_SUFFIX = re.compile(r"^(?P<base>.+)-r(?P<index>[2-9]|[1-9][0-9])$")
+
+
+def run_job_name(base: str, index: int) -> str:
+    """`base` for the first job of a run, `base-rN` for the N-th (deterministic, so a rerun of
+    `submit --resume` finds the job it made before)."""
+    if not 1 <= index <= MAX_RUN_JOBS:
+        raise ValueError(f"run job index {index} outside 1..{MAX_RUN_JOBS}")
+    return base if index == 1 else f"{base}-r{index}"
+
+
+def split_run_name(name: str) -> tuple[str, int]:
+    """(base, index) of a run's job name (`x-r3` -> ('x', 3); `x` -> ('x', 1))."""
+    m = _RUN_SUFFIX.match(name)
+    return (m["base"], int(m["index"])) if m else (name, 1)

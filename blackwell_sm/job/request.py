@@ -18,20 +18,34 @@ from blackwell_sm import __version__
 from blackwell_sm.errors import InfeasiblePlanError, SpecError
 from blackwell_sm.hardware import get_instance
 from blackwell_sm.job.bundle import BUNDLE_FILE, PLAN_FILE, CodeBundle, build_bundle
+from blackwell_sm.job.capacity import (
+    check_preference_plans,
+    plan_files,
+    preference_entries,
+    resolve_training_plan_arn,
+)
 from blackwell_sm.job.images import default_image_uri
 from blackwell_sm.job.limits import MAX_RUNTIME_S
-from blackwell_sm.job.names import base_job_name, sha256_hex, spec_hash, unique_suffix
+from blackwell_sm.job.names import (
+    base_job_name,
+    run_job_name,
+    sha256_hex,
+    spec_hash,
+    unique_suffix,
+)
 from blackwell_sm.job.validate import request_origins, validate_request
 from blackwell_sm.job.wheels import Wheelhouse, requirements_for
 from blackwell_sm.metrics import METRIC_REGEXES
-from blackwell_sm.opt_ml import DEFAULT_ROOT, ENV_MAX_RUNTIME_S, ENV_OPT_ML, OptMl
+from blackwell_sm.opt_ml import COMPLETE_MARKER, DEFAULT_ROOT, ENV_MAX_RUNTIME_S, ENV_OPT_ML, OptMl
 from blackwell_sm.planner.plan import Plan
-from blackwell_sm.spec.compute import TRAINING_PLAN_ARN_RE
+from blackwell_sm.planner.preferences import PreferencePlans
 from blackwell_sm.spec.job import JobSpec, is_placeholder
 from blackwell_sm.spec.run import RunSpec
 
 CODE_CHANNEL = "code"
 CHECKPOINT_LOCAL_PATH = str(OptMl(Path(DEFAULT_ROOT)).checkpoints)
+# Synced to CheckpointConfig.S3Uri: `step-XXXXXXXX/COMPLETE` marks a whole checkpoint (aws/run.py)
+CHECKPOINT_MARKER = COMPLETE_MARKER
 # `exec` makes the launcher PID 1, so SageMaker's SIGTERM (stop, max runtime) reaches it.
 # BSM_OPT_ML lets a test run the very same command against a temporary /opt/ml tree.
 CONTAINER_COMMAND = (
@@ -64,6 +78,10 @@ class JobRequest(BaseModel):
     unresolved_training_plan: str | None = Field(
         None, description="compute.training_plan name or 'auto' not yet resolved to an ARN."
     )
+    unresolved_preference_plans: list[str] = Field(
+        default_factory=list,
+        description="'[i] NAME' for instance preferences whose plan name is not an ARN yet.",
+    )
     placeholders: list[str] = Field(
         default_factory=list, description="Spec fields still holding REPLACE-ME values."
     )
@@ -71,31 +89,27 @@ class JobRequest(BaseModel):
 
 
 def max_runtime_seconds(job: JobSpec, plan: Plan, warnings: list[str]) -> int:
-    """The job's MaxRuntimeInSeconds: the user's, or the plan's estimate with a margin.
-
-    SDKs default to one hour, which would stop almost any real run; this default follows the
-    prediction instead, capped at SageMaker's 28 days.
-    """
+    """The job's MaxRuntimeInSeconds: the user's, or the plan's estimate with a margin. SDKs
+    default to one hour; this follows the prediction's pessimistic end (a run stopped early costs
+    more than a limit never reached), capped at SageMaker's 28 days."""
     if job.max_runtime_hours is not None:
         seconds = math.ceil(job.max_runtime_hours * 3600)
         if job.max_runtime_hours < plan.run.hours:
             warnings.append(
                 f"job.max_runtime_hours {job.max_runtime_hours:g} is shorter than the predicted "
-                f"{plan.run.hours:.2f} h: the job will be stopped early (a --new rerun resumes "
-                "from its checkpoints)"
+                f"{plan.run.hours:.2f} h: the job will be stopped early (`bsm submit SPEC "
+                "--until-done` follows with the next job, which resumes from its checkpoint)"
             )
         return seconds
-    # The pessimistic end of the plan's range (issue 13): a run stopped early costs more than a
-    # limit never reached.
     predicted = plan.run.pessimistic_hours
     hours = predicted * job.runtime_margin + STARTUP_HOURS
     seconds = math.ceil(hours * 3600)
     if seconds > MAX_RUNTIME_S:
+        n = math.ceil(hours * 3600 / MAX_RUNTIME_S)
         warnings.append(
-            f"predicted {predicted:.1f} h (pessimistic end) x margin {job.runtime_margin:g} "
-            "exceeds SageMaker's "
-            f"28-day limit: MaxRuntimeInSeconds capped at {MAX_RUNTIME_S}; the run needs "
-            f"{math.ceil(hours * 3600 / MAX_RUNTIME_S)} jobs (each --new rerun resumes)"
+            f"predicted {predicted:.1f} h (pessimistic) x margin {job.runtime_margin:g} exceeds the "
+            f"28-day limit: MaxRuntimeInSeconds capped at {MAX_RUNTIME_S}; the run needs {n} jobs: "
+            "`bsm submit SPEC --until-done` submits them in turn"
         )
         seconds = MAX_RUNTIME_S
     return seconds
@@ -142,45 +156,17 @@ def _check_channels(spec: RunSpec, job: JobSpec) -> None:
             )
 
 
-def _resolve_training_plan(
-    spec: RunSpec, region: str, training_plan_arn: str | None, warnings: list[str]
-) -> tuple[str | None, str | None]:
-    """(ARN to send, unresolved name/'auto')."""
-    wanted = spec.compute.training_plan
-    arn = training_plan_arn or (wanted if wanted and wanted.startswith("arn:") else None)
-    unresolved = None
-    if arn is None and wanted is not None:
-        unresolved = wanted
-        warnings.append(
-            f"compute.training_plan {wanted!r} is not resolved to an ARN yet: this request has "
-            "no TrainingPlanArn (submit resolves it before sending)"
-        )
-    if arn is not None:
-        if not TRAINING_PLAN_ARN_RE.match(arn):
-            raise SpecError(
-                f"training plan ARN {arn!r} does not look like "
-                "arn:aws:sagemaker:REGION:ACCOUNT:training-plan/NAME",
-                field="compute.training_plan",
-            )
-        arn_region = arn.split(":")[3]
-        if arn_region != region:
-            raise SpecError(
-                f"training plan {arn} is in {arn_region} but the job runs in {region}",
-                field="compute.training_plan",
-                hint="a job can only use a training plan of its own region",
-            )
-        if not get_instance(spec.compute.instance_type).supports_training_plans:
-            raise SpecError(
-                f"{spec.compute.instance_type} cannot run on a training plan",
-                field="compute.training_plan",
-            )
-    return arn, unresolved
-
-
 _TAG_UNSAFE = re.compile(r"[^\w\s.:/=+\-@]")  # outside the TagValue pattern of the API model
 
 
-def _tags(job: JobSpec, model: str, digest: str, plan_sha: str, plan_ref: str | None) -> list:
+def _tags(
+    job: JobSpec,
+    model: str,
+    digest: str,
+    plan_sha: str,
+    plan_ref: str | None,
+    prefs: PreferencePlans | None = None,
+) -> list:
     auto = {
         "bsm:model": _TAG_UNSAFE.sub("-", model)[:256],
         "bsm:spec-hash": digest,
@@ -188,6 +174,10 @@ def _tags(job: JobSpec, model: str, digest: str, plan_sha: str, plan_ref: str | 
     }
     if plan_ref:
         auto["bsm:training-plan"] = plan_ref.rsplit("/", 1)[-1]
+    refs = [p.training_plan.rsplit("/", 1)[-1] for p in (prefs.preferences if prefs else [])
+            if p.training_plan]  # fmt: skip
+    if refs:
+        auto["bsm:training-plan"] = " ".join(refs)[:256]
     merged = {**dict(sorted(job.tags.items())), **auto}
     return [{"Key": k, "Value": v} for k, v in merged.items()]
 
@@ -198,18 +188,27 @@ def _named(plan: str | None) -> str | None:
 
 def build_job_request(
     spec: RunSpec,
-    plan: Plan,
+    plan: Plan | PreferencePlans,
     *,
     new: bool = False,
     training_plan_arn: str | None = None,
+    preference_arns: dict[int, str] | None = None,
     region: str | None = None,
     wheelhouse: Wheelhouse | None = None,
+    run_index: int = 1,
+    done_steps: int = 0,
 ) -> JobRequest:
     """Build and validate the CreateTrainingJob request for `spec` run as `plan`.
 
+    `plan` is a PreferencePlans (`planner.preferences.plan_preferences`) when the spec has
+    `compute.instance_preferences`: the request then lists them as
+    `ResourceConfig.InstancePreferences` and the bundle carries a plan per type.
     `training_plan_arn` is the ARN the AWS layer resolved `compute.training_plan` (a name or
-    'auto') into; `region` fills in `job.region` when the spec leaves it to the session.
-    `wheelhouse` is `job.wheels.fetch_wheels`'s result for this spec's requirements (the one
+    'auto') into, `preference_arns` the same per preference index; `region` fills in
+    `job.region` when the spec leaves it to the session.
+    `run_index` > 1 names the N-th job of a run longer than one job (`<base>-rN`, the same
+    checkpoint prefix) and `done_steps` (the step its checkpoint holds) sizes its MaxRuntime for
+    the steps left. `wheelhouse` is `job.wheels.fetch_wheels`'s result for this spec's requirements (the one
     network-touching step, done by the caller); without it the bundle carries no wheels.
     Raises SpecError (naming the field and the limit) before anything is sent.
     """
@@ -226,14 +225,26 @@ def build_job_request(
             "no region: set job.region, AWS_REGION or a profile region",
             field="job.region",
         )
-    _check_plan_matches(spec, plan)
+    prefs = plan if isinstance(plan, PreferencePlans) else None
+    if prefs is not None:
+        check_preference_plans(spec, prefs)
+        plan = prefs.primary
+    elif spec.compute.instance_preferences:
+        raise SpecError(
+            "the spec has compute.instance_preferences: build the job from a plan per "
+            "preference (planner.preferences.plan_preferences(spec)), not one plan",
+            field="compute.instance_preferences",
+        )
+    else:
+        _check_plan_matches(spec, plan)
+    others = prefs.plans[1:] if prefs else []
     _check_channels(spec, job)
     warnings: list[str] = []
     placeholders = job.placeholders()
     for path in placeholders:
         warnings.append(f"{path} is a REPLACE-ME placeholder: set it before submitting")
 
-    target, requirements, target_warnings = requirements_for(spec, plan)
+    target, requirements, target_warnings = requirements_for(spec, plan, others)
     warnings += target_warnings
     if wheelhouse is None:
         wheelhouse = Wheelhouse(target=target, requirements=requirements, wheels=[])
@@ -241,19 +252,30 @@ def build_job_request(
         raise ValueError("the wheelhouse was fetched for other requirements than this spec's")
     plan_json = plan.to_json()
     plan_sha = sha256_hex(plan_json.encode())
-    bundle = build_bundle(plan_json, wheelhouse)
-    digest = spec_hash(spec, plan)
+    bundle = build_bundle(plan_json, wheelhouse, plan_files(prefs) if prefs else None)
+    digest = spec_hash(spec, plan, others)
     base = base_job_name(spec.model.name, digest)
-    name = base + unique_suffix() if new else base
+    name = base + unique_suffix() if new else run_job_name(base, run_index)
     bundle_uri = f"{job.code_prefix}/{bundle.sha256}/{BUNDLE_FILE}"
     checkpoint_uri = f"{job.checkpoint_prefix}/{base}"
-    runtime_s = max_runtime_seconds(job, plan, warnings)
-    arn, unresolved = _resolve_training_plan(spec, region, training_plan_arn, warnings)
-    instance = get_instance(plan.instance.type)
-    nvme_only = instance.local_nvme_tb > 0
+    # One MaxRuntime whichever type SageMaker picks: the slowest preference's.
+    slowest = max([plan, *others], key=lambda p: p.run.pessimistic_hours)
+    if done_steps:  # a later job of a run: time for the steps left (the loop resumes)
+        left = max(0.0, 1 - done_steps / slowest.run.steps)
+        slowest = slowest.model_copy(update={"run": slowest.run.scaled(left)})
+    runtime_s = max_runtime_seconds(job, slowest, warnings)
+    pref_unresolved: list[str] = []
+    if prefs is not None:
+        arn, unresolved = None, None
+        entries, pref_unresolved = preference_entries(prefs, region, preference_arns, warnings)
+    else:
+        arn, unresolved = resolve_training_plan_arn(spec, region, training_plan_arn, warnings)
+    nvme = [get_instance(p.instance.type) for p in [plan, *others] if
+            get_instance(p.instance.type).local_nvme_tb > 0]  # fmt: skip
+    nvme_only = bool(nvme)
     if nvme_only and job.volume_kms_key_id:
         raise SpecError(
-            f"job.volume_kms_key_id cannot be used on {instance.name}: its storage is local "
+            f"job.volume_kms_key_id cannot be used on {nvme[0].name}: its storage is local "
             "NVMe only, which SageMaker encrypts with a hardware key and which takes no KMS key",
             field="job.volume_kms_key_id",
             hint="remove job.volume_kms_key_id; job.output_kms_key_id still encrypts the output",
@@ -293,11 +315,12 @@ def build_job_request(
             }
         )
 
-    resource: dict[str, Any] = {
-        "InstanceType": plan.instance.type,
-        "InstanceCount": plan.instance.count,
-        "VolumeSizeInGB": job.volume_size_gb,
-    }
+    resource: dict[str, Any] = (
+        {"InstancePreferences": entries}
+        if prefs is not None
+        else {"InstanceType": plan.instance.type, "InstanceCount": plan.instance.count}
+    )
+    resource["VolumeSizeInGB"] = job.volume_size_gb
     if job.volume_kms_key_id:
         resource["VolumeKmsKeyId"] = job.volume_kms_key_id
     if job.keep_alive_minutes is not None:
@@ -329,6 +352,7 @@ def build_job_request(
             "bsm_plan_sha256": plan_sha,
             "bsm_bundle_sha256": bundle.sha256,
             "bsm_version": __version__,
+            "bsm_tokens_per_step": str(plan.config.global_batch_sequences * plan.config.seq_len),
         },
         "InputDataConfig": channels,
         "OutputDataConfig": output,
@@ -338,7 +362,7 @@ def build_job_request(
         "Environment": environment,
         "EnableNetworkIsolation": job.enable_network_isolation,
         "EnableInterContainerTrafficEncryption": job.encrypt_inter_container_traffic,
-        "Tags": _tags(job, spec.model.name, digest, plan_sha, arn or _named(unresolved)),
+        "Tags": _tags(job, spec.model.name, digest, plan_sha, arn or _named(unresolved), prefs),
     }
     if job.subnets:
         request["VpcConfig"] = {
@@ -368,6 +392,7 @@ def build_job_request(
         max_runtime_s=runtime_s,
         training_plan_arn=arn,
         unresolved_training_plan=unresolved,
+        unresolved_preference_plans=pref_unresolved,
         placeholders=placeholders,
         warnings=warnings,
     )

@@ -90,6 +90,13 @@ def model_trainer_and_request(
     makes no AWS call of its own). Placeholders are refused before the SDK is imported.
     """
     run = _load(spec)
+    if run.compute.instance_preferences:
+        raise SpecError(
+            "to_model_trainer does not map compute.instance_preferences: the SDK passes the "
+            "list through, but the bundle's plan per type is built only by `bsm submit`",
+            field="compute.instance_preferences",
+            hint="submit with `bsm submit SPEC` (blackwell_sm.submit), or use one instance_type",
+        )
     wanted = run.compute.training_plan
     if wanted and not wanted.startswith("arn:") and training_plan_arn is None:
         raise SpecError(

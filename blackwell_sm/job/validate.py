@@ -77,6 +77,45 @@ def request_origins(request: dict[str, Any], job: JobSpec) -> dict[str, str]:
         name = ch.get("ChannelName")
         if name in job.channels:
             out[f"InputDataConfig[{i}]"] = f"job.channels.{name}"
+    prefs = request.get("ResourceConfig", {}).get("InstancePreferences")
+    if prefs is not None:
+        out["ResourceConfig.InstancePreferences"] = "compute.instance_preferences"
+        for i in range(len(prefs)):
+            base = f"ResourceConfig.InstancePreferences[{i}]"
+            out[base] = f"compute.instance_preferences.{i}"
+            out[f"{base}.TrainingPlanArns"] = f"compute.instance_preferences.{i}.training_plan"
+    return out
+
+
+# ResourceConfig members (and a top-level flag) that InstancePreferences excludes (botocore
+# model documentation of ResourceConfig.InstancePreferences, botocore 1.44).
+PREFERENCE_EXCLUSIONS = (
+    "InstanceType",
+    "InstanceCount",
+    "TrainingPlanArn",
+    "InstanceGroups",
+    "InstancePlacementConfig",
+)
+
+
+def preference_exclusions(request: dict[str, Any]) -> list[tuple[str, str]]:
+    """(path, problem) for each member sent together with ResourceConfig.InstancePreferences."""
+    rc = request.get("ResourceConfig", {})
+    if "InstancePreferences" not in rc:
+        return []
+    out = [
+        (f"ResourceConfig.{k}", f"ResourceConfig.{k} cannot be sent with InstancePreferences")
+        for k in PREFERENCE_EXCLUSIONS
+        if k in rc
+    ]
+    if request.get("EnableManagedSpotTraining"):
+        out.append(
+            (
+                "EnableManagedSpotTraining",
+                "managed spot training cannot be used with InstancePreferences (only Flexible "
+                "Training Plans and on-demand capacity)",
+            )
+        )
     return out
 
 
@@ -153,7 +192,7 @@ def _short(text: str, n: int = 40) -> str:
 
 
 def _extra(request: dict[str, Any], *, nvme_only: bool) -> list[tuple[str, str]]:
-    out = []
+    out = preference_exclusions(request)
     runtime = request.get("StoppingCondition", {}).get("MaxRuntimeInSeconds")
     if isinstance(runtime, int) and runtime > MAX_RUNTIME_S:
         out.append(

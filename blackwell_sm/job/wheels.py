@@ -28,6 +28,7 @@ import subprocess
 import sys
 import tempfile
 import zipfile
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -141,26 +142,34 @@ def container_requirements(
     return reqs
 
 
-def requirements_for(spec: RunSpec, plan: Plan) -> tuple[ImageTarget, list[Requirement], list[str]]:
-    """The image target, the requirements and any warning for `spec` run as `plan` (pure)."""
+def requirements_for(
+    spec: RunSpec, plan: Plan, also: Sequence[Plan] = ()
+) -> tuple[ImageTarget, list[Requirement], list[str]]:
+    """The image target, the requirements and any warning for `spec` run as `plan` (pure).
+
+    `also`: the other instance preferences' plans; the bundle serves them all, so it needs
+    torchao if any plan trains in fp8/mxfp8 and the sm_100 torch floor if any runs on B200/B300.
+    """
     from blackwell_sm.hardware import get_instance
 
     job = spec.job
     target, warning = image_target(job.image_uri if job else None)
-    cc = get_instance(plan.instance.type).gpu.compute_capability
+    every = [plan, *also]
+    ccs = [get_instance(p.instance.type).gpu.compute_capability for p in every]
+    lowp = [p.config.precision for p in every if p.config.precision in FP8_PRECISIONS]
     reqs = container_requirements(
         target,
-        precision=plan.config.precision,
+        precision=lowp[0] if lowp else plan.config.precision,
         export_model=spec.training.export_model,
-        sm100=cc is not None and cc >= (10, 0),
+        sm100=any(cc is not None and cc >= (10, 0) for cc in ccs),
         extra=job.container_requirements if job else (),
     )
     return target, reqs, [warning] if warning else []
 
 
-def fetch_for(spec: RunSpec, plan: Plan) -> Wheelhouse:
+def fetch_for(spec: RunSpec, plan: Plan, also: Sequence[Plan] = ()) -> Wheelhouse:
     """The wheelhouse `build_job_request` wants for `spec` run as `plan` (cached download)."""
-    target, reqs, _ = requirements_for(spec, plan)
+    target, reqs, _ = requirements_for(spec, plan, also)
     return fetch_wheels(reqs, target)
 
 

@@ -18,6 +18,7 @@ from blackwell_sm.errors import BsmError
 from blackwell_sm.launch import WORKER_MODULE, log
 from blackwell_sm.launch.failure import failure_reason, write_failure
 from blackwell_sm.launch.network import network_env
+from blackwell_sm.launch.select import GpuProbe, cuda_gpus, select_plan
 from blackwell_sm.launch.supervise import Supervisor
 from blackwell_sm.launch.topology import (
     Topology,
@@ -55,6 +56,9 @@ class LaunchSpec(BaseModel):
     master_port: int
     nproc_per_node: int
     topology: Topology
+    plan_path: str = Field(description="The plan the workers run (plans/<type>.json with "
+                           "instance preferences).")  # fmt: skip
+    plan_choice: str | None = Field(None, description="Why that plan, with instance preferences.")
 
 
 def package_root() -> Path:
@@ -69,11 +73,15 @@ def build_launch(
     *,
     log_dir: Path | None = None,
     start_unix: float | None = None,
+    gpu_probe: GpuProbe = cuda_gpus,
 ) -> LaunchSpec:
-    """Everything the launcher will run, derived from the files and the environment (pure)."""
+    """Everything the launcher will run, derived from the files and the environment (pure but
+    for `gpu_probe`, asked only when a bundle with plans/ meets a resourceconfig without
+    current_instance_type)."""
     environ = dict(os.environ if environ is None else environ)
-    plan = read_plan(plan_path)
     rc = read_resource_config(opt_ml)
+    plan_path, choice = select_plan(plan_path, rc.current_instance_type, read_plan, gpu_probe)
+    plan = read_plan(plan_path)
     topo = derive_topology(rc, plan, environ)
     add, remove, notes = network_env(topo, rc, environ)
 
@@ -114,6 +122,8 @@ def build_launch(
         master_port=topo.master_port,
         nproc_per_node=topo.nproc_per_node,
         topology=topo,
+        plan_path=str(plan_path),
+        plan_choice=choice,
     )
 
 
@@ -177,6 +187,8 @@ def main(argv: list[str] | None = None) -> int:
             f"{topo.nproc_per_node} process(es) on {topo.device}, master "
             f"{topo.master_addr}:{topo.master_port}"
         )
+        if spec.plan_choice:
+            log(f"plan {spec.plan_path}: for {spec.plan_choice}")
         for note in spec.notes:
             log(f"env: {note}")
         check_devices(topo)

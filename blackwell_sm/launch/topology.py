@@ -31,6 +31,9 @@ class ResourceConfig(BaseModel):
     current_host: str = Field(description="This host's name, e.g. algo-1.")
     hosts: list[str] = Field(min_length=1, description="All hosts of the job.")
     network_interface_name: str | None = Field(None, description="Primary interface, e.g. eth0.")
+    current_instance_type: str | None = Field(
+        None, description="This host's instance type (picks the plan with instance preferences)."
+    )
 
 
 class Topology(BaseModel):

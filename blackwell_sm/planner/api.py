@@ -106,6 +106,12 @@ def make_plan(spec: RunSpec, *, instance: InstanceType | None = None) -> Plan:
     (`hardware.local_instance`) is one machine.
     """
     tr, comp, model = spec.training, spec.compute, spec.model
+    if comp.instance_preferences and instance is None:  # never the default type in their place
+        raise SpecError(
+            "the spec has compute.instance_preferences: each type has its own plan "
+            "(planner.preferences.plan_preferences, or bsm.plan(spec))",
+            field="compute.instance_preferences",
+        )
     ctx, local, warnings = _context(spec, instance)
     inst, price = ctx.instance, ctx.price_per_hour
     reasons: list[str] = []
@@ -341,7 +347,8 @@ def pinned_plan(
 def plan(spec: RunSpec | str | Path | dict[str, Any], **overrides: Any) -> Plan:
     """Notebook entry: a RunSpec, a YAML path, a mapping, or a preset name; `overrides` are
     `--set` style keys (plan config keys or dotted spec paths), e.g. `plan("llama-3.1-8b",
-    seq_len=8192, precision="bf16")`. `instance=` takes an InstanceType (e.g. local_instance)."""
+    seq_len=8192, precision="bf16")`. `instance=` takes an InstanceType (e.g. local_instance).
+    A spec with `compute.instance_preferences` gives a PreferencePlans: a plan per type."""
     from blackwell_sm.spec import load_spec, parse_spec, with_overrides
     from blackwell_sm.spec.presets import PRESETS
 
@@ -361,4 +368,8 @@ def plan(spec: RunSpec | str | Path | dict[str, Any], **overrides: Any) -> Plan:
         )
     if overrides:
         rs = with_overrides(rs, overrides)
+    if rs.compute.instance_preferences and instance is None:
+        from blackwell_sm.planner.preferences import plan_preferences
+
+        return plan_preferences(rs)  # type: ignore[return-value]  # a plan per preference
     return make_plan(rs, instance=instance)

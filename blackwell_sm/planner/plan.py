@@ -143,6 +143,11 @@ class RunEstimate(_Out):
         """The high end of the hours range: what capacity and MaxRuntime are sized from."""
         return self.hours_range[1] if self.hours_range else self.hours
 
+    def scaled(self, fraction: float) -> RunEstimate:
+        """This estimate for `fraction` of the run (the steps a resumed job has left)."""
+        rng = self.hours_range and (self.hours_range[0] * fraction, self.hours_range[1] * fraction)
+        return self.model_copy(update={"hours": self.hours * fraction, "hours_range": rng})
+
 
 class CheckpointEstimate(_Out):
     """One checkpoint save (planner/checkpoint_size.py): model and optimizer state."""

@@ -1,6 +1,6 @@
 """The user's words as validated data: model shapes and presets, training, compute, job."""
 
-from blackwell_sm.spec.compute import ComputeSpec
+from blackwell_sm.spec.compute import ComputeSpec, InstancePreference
 from blackwell_sm.spec.job import JobSpec
 from blackwell_sm.spec.model import ModelSpec
 from blackwell_sm.spec.presets import PRESETS, get_preset
@@ -29,6 +29,7 @@ __all__ = [
     "Checkpointing",
     "ComputeSpec",
     "DataSpec",
+    "InstancePreference",
     "JobSpec",
     "ModelSpec",
     "OptimizerSpec",
