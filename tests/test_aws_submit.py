@@ -156,3 +156,19 @@ def test_a_costly_run_needs_consent_like_a_reservation(aws):
     assert aws.sagemaker.list_training_jobs()["TrainingJobSummaries"] == []
     assert not any(k.endswith(".tar.gz") for k in bucket_keys(aws))  # nothing uploaded
     assert submit(spec, aws=aws, yes=True).name
+
+
+def test_dry_run_with_init_from_shows_the_init_channel(aws):
+    """`bsm submit --dry-run` with training.init_from: s3://... (issue 16): the `init` channel
+    (FastFile) is in the request, and the job role's policy reads that prefix."""
+    from blackwell_sm.job.iam import iam_policies
+    from blackwell_sm.spec import parse_spec
+
+    d = spec_dict("qwen3-8b")
+    d["training"] = {"init_from": f"s3://{BUCKET}/hf/Qwen3-8B/", "total_steps": 1000}
+    job = submit(d, dry_run=True, aws=aws)
+    init = [c for c in job.request["InputDataConfig"] if c["ChannelName"] == "init"]
+    assert init and init[0]["InputMode"] == "FastFile"
+    assert init[0]["DataSource"]["S3DataSource"]["S3Uri"] == f"s3://{BUCKET}/hf/Qwen3-8B/"
+    role = {s["Sid"]: s for s in iam_policies(parse_spec(d))["job_role"]["Statement"]}
+    assert f"arn:aws:s3:::{BUCKET}/hf/Qwen3-8B/*" in role["ReadCodeDataAndCheckpoints"]["Resource"]

@@ -146,3 +146,22 @@ def test_cli_derives_from_a_spec_file(capsys):
         "arn:aws:iam::123456789012:role/REPLACE-ME-SageMakerExecutionRole"
     ]
     assert "job.role_arn is still a placeholder" in data["notes"]
+
+
+def test_job_role_reads_init_from():
+    from aws_support import spec_dict
+
+    from blackwell_sm.spec import parse_spec
+
+    d = spec_dict("qwen3-8b")
+    d["training"] = {"init_from": "s3://bsm-weights/hf/Qwen3-8B"}
+    role = _statements(iam_policies(parse_spec(d))["job_role"])
+    assert (
+        "arn:aws:s3:::bsm-weights/hf/Qwen3-8B/*" in role["ReadCodeDataAndCheckpoints"]["Resource"]
+    )
+    listed = [s for sid, s in role.items() if sid.startswith("ListInputsAndCheckpoints")]
+    assert any(
+        s["Resource"] == "arn:aws:s3:::bsm-weights"
+        and "hf/Qwen3-8B/*" in s["Condition"]["StringLike"]["s3:prefix"]
+        for s in listed
+    )

@@ -392,3 +392,48 @@ def test_max_runtime_is_sized_from_the_pessimistic_end_of_the_range():
     runtime = build_job_request(spec, plan).request["StoppingCondition"]["MaxRuntimeInSeconds"]
     margin = spec.job.runtime_margin
     assert runtime == math.ceil((30.0 * margin + STARTUP_HOURS) * 3600)
+
+
+def _init_spec(init_from: str, **job):
+    from aws_support import spec_dict
+
+    d = spec_dict("qwen3-8b", **job)
+    d["training"] = {"seq_len": 8192, "total_tokens": 10_000_000_000, "init_from": init_from}
+    return parse_spec(d)
+
+
+def test_init_from_s3_is_the_init_channel_with_fastfile():
+    spec = _init_spec("s3://bsm-test-bucket/models/Qwen3-8B/")
+    req = build_job_request(spec, plan_for(spec)).request
+    init = [c for c in req["InputDataConfig"] if c["ChannelName"] == "init"]
+    assert init == [
+        {
+            "ChannelName": "init",
+            "DataSource": {
+                "S3DataSource": {
+                    "S3DataType": "S3Prefix",
+                    "S3Uri": "s3://bsm-test-bucket/models/Qwen3-8B/",
+                    "S3DataDistributionType": "FullyReplicated",
+                }
+            },
+            "InputMode": "FastFile",
+        }
+    ]
+    validate_request(req)  # botocore's model accepts it
+
+
+def test_init_from_local_path_or_a_clashing_channel_is_refused():
+    spec = _init_spec("/data/Qwen3-8B")
+    with pytest.raises(SpecError) as e:
+        build_job_request(spec, plan_for(spec))
+    assert e.value.field == "training.init_from" and "S3" in str(e.value)
+    from aws_support import BUCKET
+
+    channels = {
+        "train": {"s3_uri": f"s3://{BUCKET}/data/train/"},
+        "init": {"s3_uri": "s3://b0b/x/"},
+    }
+    spec = _init_spec("s3://bsm-test-bucket/m/", channels=channels)
+    with pytest.raises(SpecError) as e:
+        build_job_request(spec, plan_for(spec))
+    assert e.value.field == "job.channels.init"

@@ -51,7 +51,7 @@ LAYERS: dict[str, Layer] = {
     "planner": Layer(("planner",), "memory model, step-time model, search, explanations (pure)", _l("spec", "hardware", "plan", "errors", "opt_ml", "safe_load"), TRAINING_STACK | AWS_STACK),
     "job": Layer(("job",), "Plan + spec → CreateTrainingJob request, bundle (with the container's wheels), SDK view", _l("package", "spec", "hardware", "plan", "planner", "metrics", "errors", "opt_ml", "safe_load"), TRAINING_STACK | {"boto3"}, _l("botocore", "sagemaker")),
     "aws": Layer(("aws",), "every network call (boto3): S3, jobs, logs, training plans", _l("package", "job", "spec", "plan", "planner", "metrics", "errors"), TRAINING_STACK | {"click", "sagemaker"}, _l("boto3", "botocore")),
-    "data": Layer(("data",), "the token shard format and `bsm data prepare`", _l("errors", "safe_load"), TRAINING_STACK | AWS_STACK, _l("tokenizers")),
+    "data": Layer(("data",), "the token shard format and `bsm data prepare`", _l("errors", "safe_load"), TRAINING_STACK | AWS_STACK, _l("tokenizers", "transformers")),
     "local": Layer(("local",), "`bsm run-local`: an /opt/ml tree here, the real launcher", _l("spec", "hardware", "plan", "planner", "errors", "opt_ml", "safe_load"), TRAINING_STACK | AWS_STACK),
     "cli": Layer(("cli",), "thin click commands, loaded lazily", _l("package", "spec", "hardware", "plan", "planner", "job", "aws", "data", "local", "metrics", "errors", "opt_ml", "safe_load"), TRAINING_STACK, HEAVY | {"rich", "yaml"}),
     "package": Layer(("__init__", "__main__"), "the notebook API (lazy) and `python -m blackwell_sm`", _l("spec", "plan", "planner", "job", "aws", "cli", "errors"), TRAINING_STACK | AWS_STACK),

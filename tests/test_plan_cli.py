@@ -142,3 +142,19 @@ def test_plan_path_imports_no_torch_or_boto3():
     )
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
     assert r.returncode == 0, r.stderr
+
+
+def test_selective_op_is_selectable_and_keeps_less_than_selective(capsys):
+    """torchtitan's per-op policy: between selective and full in memory, with its recompute."""
+    got = {}
+    for mode in ("selective", "selective-op", "full"):
+        args = ["plan", "--model", "llama-3.1-8b", "--seq-len", "8192", "--set",
+                f"activation_checkpointing={mode}", "--set", "micro_batch_size=2", "--set",
+                "precision=bf16", "--output", "json"]  # fmt: skip
+        code, out, err = run(args, capsys)
+        assert code == 0, err
+        d = json.loads(out)
+        assert d["config"]["activation_checkpointing"] == mode
+        got[mode] = (d["memory_gib"]["activations"], d["throughput"]["step_time_s"])
+    assert got["full"][0] < got["selective-op"][0] < got["selective"][0]
+    assert got["selective"][1] < got["selective-op"][1] < got["full"][1]

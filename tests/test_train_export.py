@@ -26,7 +26,7 @@ def test_export_tied_embeddings_in_several_files(tmp_path):
     index = json.loads((tmp_path / "model.safetensors.index.json").read_text())
     assert set(index["weight_map"]) == {hf_name(n) for n, _ in model.named_parameters()}
     assert "lm_head.weight" not in index["weight_map"]
-    assert len(written) == len(files) + 2
+    assert len(written) == len(files) + 3  # + config.json, index, generation_config.json
     back = Transformer(spec, max_seq_len=32)
     load_exported(back, tmp_path)
     hf = LlamaForCausalLM.from_pretrained(tmp_path, torch_dtype=torch.float32).eval()
@@ -50,3 +50,21 @@ def test_export_unwraps_low_precision_weights(tmp_path):
     saved = load_file(str(tmp_path / "model.safetensors"))
     for n, t in ref.items():
         assert type(saved[hf_name(n)]) is torch.Tensor and torch.equal(saved[hf_name(n)], t), n
+
+
+def test_export_dtype_auto_is_bf16_from_1b_and_fp32_below(tmp_path):
+    from safetensors import safe_open
+
+    from blackwell_sm.train.export import export_dtype
+
+    assert export_dtype(get_preset("qwen3-8b")) == torch.bfloat16
+    assert export_dtype(get_preset("tiny")) == torch.float32
+    assert export_dtype(get_preset("qwen3-8b"), "float32") == torch.float32
+    spec = get_preset("tiny")
+    model = Transformer(spec, max_seq_len=16)
+    model.init_weights(0)
+    export_model(model, spec, tmp_path, is_main=True, dtype=torch.bfloat16)
+    assert json.loads((tmp_path / "config.json").read_text())["torch_dtype"] == "bfloat16"
+    with safe_open(str(tmp_path / "model.safetensors"), framework="pt") as f:
+        assert f.get_tensor("model.norm.weight").dtype == torch.bfloat16
+    assert (tmp_path / "generation_config.json").is_file()

@@ -23,17 +23,18 @@ def test_parameter_count_matches_the_spec(name):
     assert sum(p.numel() for p in model.parameters()) == spec.n_params
 
 
-def test_checkpointing_modes_give_the_same_gradients():
-    spec = get_preset("tiny")
+@pytest.mark.parametrize("family", ["llama", "qwen2", "qwen3"])
+def test_checkpointing_modes_give_the_same_gradients(family):
+    spec = get_preset("tiny").model_copy(update={"family": family})
     tokens = torch.randint(0, 256, (2, 16), generator=torch.Generator().manual_seed(0))
     grads = {}
-    for mode in ("none", "selective", "full"):
+    for mode in ("none", "selective", "selective-op", "full"):
         model = Transformer(spec, max_seq_len=16)
         model.init_weights(0)
         apply_activation_checkpointing(model, mode)
         model(tokens).float().logsumexp(-1).mean().backward()
         grads[mode] = [p.grad for p in model.parameters()]
-    for mode in ("selective", "full"):
+    for mode in ("selective", "selective-op", "full"):
         for a, b in zip(grads["none"], grads[mode], strict=True):
             torch.testing.assert_close(a, b, atol=1e-6, rtol=1e-5)
 

@@ -15,7 +15,7 @@ from blackwell_sm.hardware import GpuSpec, local_instance
 from blackwell_sm.local import free_port
 from blackwell_sm.planner.api import pinned_plan
 from blackwell_sm.planner.plan import Plan
-from blackwell_sm.spec import parse_spec
+from blackwell_sm.spec import ModelSpec, parse_spec
 
 __all__ = ["free_port", "local_plan", "spawn"]
 
@@ -32,8 +32,10 @@ def local_plan(
     activation_checkpointing: str = "none",
     training: dict[str, Any] | None = None,
     gpu: GpuSpec | None = None,
+    model: ModelSpec | None = None,
 ) -> Plan:
-    """The `tiny` preset on `nproc` CPU processes (or local `gpu`s) with exactly this config."""
+    """`model` (default: the `tiny` preset) on `nproc` CPU processes (or local `gpu`s) with
+    exactly this config."""
     t = {
         "seq_len": seq_len,
         "total_steps": steps,
@@ -47,7 +49,8 @@ def local_plan(
         "data": {"source": "synthetic"},
     }  # fmt: skip
     t.update(training or {})
-    spec = parse_spec({"model": "tiny", "training": t})
+    m = "tiny" if model is None else model.model_dump(exclude_unset=True)
+    spec = parse_spec({"model": m, "training": t})
     cfg = dict(shard_degree=nproc // replicate_degree, replicate_degree=replicate_degree,
                micro_batch_size=micro_batch_size, grad_accum_steps=grad_accum_steps,
                precision=precision, activation_checkpointing=activation_checkpointing,
@@ -155,6 +158,14 @@ def async_checkpoint_worker(root: str) -> None:
     for a, p in zip(before, model.parameters(), strict=True):
         assert torch.equal(a, p.detach().to_local())
     dist.destroy_process_group()
+
+
+def train_many_worker(jobs: list[tuple[str, str]], ports: list[int]) -> None:
+    """`train_worker` for several (plan JSON, /opt/ml dir) pairs in one set of processes (saves
+    the process start per run); each run gets its own rendezvous port."""
+    for (plan_json, opt_ml), port in zip(jobs, ports, strict=True):
+        os.environ["MASTER_PORT"] = str(port)
+        train_worker(plan_json, opt_ml)
 
 
 def recording_worker(plan_json: str, opt_ml: str, stop_after: int | None = None) -> None:

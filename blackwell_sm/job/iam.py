@@ -183,6 +183,9 @@ class _Ctx:
         self.output = job.output_prefix if job else f"{self.s3_prefix}/output"
         self.checkpoints = job.checkpoint_prefix if job else f"{self.s3_prefix}/checkpoints"
         self.channels = [c.s3_uri for _, c in sorted(job.channels.items())] if job else []
+        init = spec.training.init_from if spec else None
+        if job and init and init.startswith("s3://"):
+            self.channels.append(init)  # the `init` channel: starting weights
         self.job = job
 
     def arn(self, service: str, resource: str) -> str:

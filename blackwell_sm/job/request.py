@@ -43,6 +43,7 @@ from blackwell_sm.spec.job import JobSpec, is_placeholder
 from blackwell_sm.spec.run import RunSpec
 
 CODE_CHANNEL = "code"
+INIT_CHANNEL = "init"  # training.init_from (s3://), mounted with FastFile: read once, lazily
 CHECKPOINT_LOCAL_PATH = str(OptMl(Path(DEFAULT_ROOT)).checkpoints)
 # Synced to CheckpointConfig.S3Uri: `step-XXXXXXXX/COMPLETE` marks a whole checkpoint (aws/run.py)
 CHECKPOINT_MARKER = COMPLETE_MARKER
@@ -137,6 +138,27 @@ def _check_plan_matches(spec: RunSpec, plan: Plan) -> None:
             field="compute.instance_count",
             hint="make the plan from this spec (bsm.plan(spec))",
         )
+
+
+def _check_init_from(spec: RunSpec, job: JobSpec) -> str | None:
+    """The S3 URI of `training.init_from` for the `init` channel, or None when it is unset."""
+    init = spec.training.init_from
+    if init is None:
+        return None
+    if not init.startswith("s3://"):
+        raise SpecError(
+            f"training.init_from is a local path ({init}); a SageMaker job reads it from S3",
+            field="training.init_from",
+            hint="upload the folder (aws s3 sync DIR s3://bucket/prefix/) and set "
+            "training.init_from: s3://bucket/prefix/",
+        )
+    if INIT_CHANNEL in job.channels:
+        raise SpecError(
+            f"job.channels.{INIT_CHANNEL} is reserved for training.init_from",
+            field=f"job.channels.{INIT_CHANNEL}",
+            hint="rename that channel",
+        )
+    return init
 
 
 def _check_channels(spec: RunSpec, job: JobSpec) -> None:
@@ -312,6 +334,21 @@ def build_job_request(
                     }
                 },
                 "InputMode": ch.input_mode,
+            }
+        )
+    init_uri = _check_init_from(spec, job)
+    if init_uri is not None:
+        channels.append(
+            {
+                "ChannelName": INIT_CHANNEL,
+                "DataSource": {
+                    "S3DataSource": {
+                        "S3DataType": "S3Prefix",
+                        "S3Uri": init_uri,
+                        "S3DataDistributionType": "FullyReplicated",
+                    }
+                },
+                "InputMode": "FastFile",
             }
         )
 

@@ -92,8 +92,9 @@ def _context(spec: RunSpec, instance: InstanceType | None) -> tuple[Context, boo
     if not local and comp.price_per_hour is None and inst.price_source:
         warnings.append(f"price ${inst.price_per_hour}/h per instance: {inst.price_source}")
     ctx = Context(
-        model, inst, tr.seq_len, tr.global_batch_sequences, total_tokens, tr.total_steps, price
-    )
+        model, inst, tr.seq_len, tr.global_batch_sequences, total_tokens, tr.total_steps, price,
+        packed=tr.task == "finetune",
+    )  # fmt: skip
     return ctx, local, warnings
 
 

@@ -290,6 +290,8 @@ def reasons_for(e: Evaluation, ctx: Context, pins: Pins) -> list[str]:
     ac = "pinned" if pins.activation_checkpointing else {
         "none": "no checkpointing needed: fastest",
         "selective": "selective: saves matmul and attention outputs, recomputes the cheap ops",
+        "selective-op": "selective-op: saves every other matmul and the attention, recomputes "
+        "the rest (torchtitan's per-op policy)",
         "full": "full: only block inputs kept; recompute costs ~1/3 more block FLOPs",
     }.get(c.activation_checkpointing, "fastest that fits")  # fmt: skip
     out.append(f"activation_checkpointing {c.activation_checkpointing} ({ac})")

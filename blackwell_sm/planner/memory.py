@@ -4,9 +4,10 @@ Each function is pure and small so tests can hold it against a real run. The ter
 `MemoryBreakdown` in plan.py. Conventions: `b` sequences per micro-batch, `s` sequence length,
 `h` d_model, `kv` the K (or V) width, `f` the SwiGLU inner size, `nh` query heads, `L` blocks.
 
-Activation modes: "none", "selective" (this toolkit's policy: every matmul and the attention
-kernel's outputs saved, see train/activation_checkpoint.py), "full" (block input only) and
-"selective-every-other-mm" (torchtitan's op-level policy, used to re-predict its published rows).
+Activation modes: "none", "selective" (every matmul and the attention kernel's outputs saved),
+"selective-op" (torchtitan's per-op policy: every other matmul and the attention saved) and "full"
+(block input only); what each keeps per token comes from `blackwell_sm.spec.arch`, the one
+description of the block, and train/activation_checkpoint.py applies the same policies.
 """
 
 from __future__ import annotations
@@ -15,11 +16,11 @@ from functools import lru_cache
 from typing import NamedTuple
 
 from blackwell_sm.planner import calibration as C
-from blackwell_sm.spec import ModelSpec
+from blackwell_sm.spec import ModelSpec, arch
 
 GIB = 1024**3
 
-ActivationMode = str  # "none" | "selective" | "full" | "selective-every-other-mm"
+ActivationMode = str  # one of arch.AC_MODES: "none" | "selective" | "selective-op" | "full"
 
 
 class Shape(NamedTuple):
@@ -34,19 +35,24 @@ class Shape(NamedTuple):
     n_params: int
     params_per_layer: int
     n_matmul_params: int
+    linear_params: int  # one block's linears (weights and biases), arch.block_linear_params
+    spec: ModelSpec  # the description everything above comes from
 
 
 @lru_cache(maxsize=256)
 def shape(model: ModelSpec | Shape) -> Shape:
+    if isinstance(model, Shape):
+        return model
     return Shape(
         model.n_layers, model.d_model, model.kv_dim, model.ffn_dim, model.n_heads,
         model.vocab_size, model.n_params, model.params_per_layer, model.n_matmul_params,
+        arch.block_linear_params(model), model,
     )  # fmt: skip
 
 
 def block_linear_params(model: ModelSpec | Shape) -> int:
-    """Parameters of one block's linears (everything but its two RMSNorm weights)."""
-    return model.params_per_layer - 2 * model.d_model
+    """Parameters of one block's linears (everything but its RMSNorm weights)."""
+    return shape(model).linear_params
 
 
 def root_params(model: ModelSpec | Shape) -> int:
@@ -73,7 +79,7 @@ def gathered_param_bytes(
     """
     model = shape(model) if isinstance(model, ModelSpec) else model
     lin = block_linear_params(model)
-    block = lin * C.GATHER_BYTES[precision] + 2 * model.d_model * 2
+    block = lin * C.GATHER_BYTES[precision] + (model.params_per_layer - lin) * 2
     n_blocks = (
         model.n_layers if not reshard_after_forward else min(C.LIVE_GATHERED_BLOCKS, model.n_layers)
     )
@@ -93,13 +99,7 @@ def grad_transient_bytes(model: ModelSpec | Shape) -> float:
     return float(head * 2 + model.params_per_layer * C.BLOCK_GRAD_BYTES)
 
 
-def norm_saved_bytes_per_elem(fused_norm: bool) -> int:
-    """Bytes an RMSNorm keeps per input element for backward.
-
-    Fused (CUDA `_fused_rms_norm`): its bf16 input. Composite (CPU): the fp32 upcast input and the
-    fp32 normalised tensor (measured in tests/test_activation_memory.py).
-    """
-    return 2 if fused_norm else 8
+norm_saved_bytes_per_elem = arch.norm_saved_bytes_per_elem
 
 
 def activation_bytes_per_block(
@@ -111,32 +111,10 @@ def activation_bytes_per_block(
     *,
     fused_norm: bool = True,
 ) -> float:
-    """Bytes one block keeps for backward between its forward and its backward.
-
-    In: the block input, matmul inputs/outputs autograd (or the checkpoint policy) keeps, RoPE'd
-    q/k and v, the attention output and its fp32 logsumexp (flash/SDPA: no s x s term), SwiGLU's
-    gate/up/SiLU/product, RMSNorm saves. Out: parameters, the shared RoPE table, the recompute
-    working set (see `activation_bytes`), logits (see `logits_and_loss_bytes`).
-    """
+    """Bytes one block keeps for backward between its forward and its backward
+    (`arch.block_saved_bytes_per_token` x tokens: the description says what each mode keeps)."""
     model = shape(model) if isinstance(model, ModelSpec) else model
-    h, kv, f, nh = model.d_model, model.kv_dim, model.ffn_dim, model.n_heads
-    d = dtype_bytes
-    lse = 4 * nh  # fp32 logsumexp per token
-    if mode == "none":
-        norm = norm_saved_bytes_per_elem(fused_norm) * h + 4  # + fp32 rstd per token
-        # 2 norms; q/k/v input and mlp input (norm outputs); q, k (after RoPE), v; attention out;
-        # gate, up, SiLU(gate), SiLU*up (down's input).
-        per_tok = 2 * norm + 2 * d * h + d * h + 2 * d * kv + d * h + lse + 4 * d * f
-    elif mode == "selective":
-        # checkpoint input + outputs of all 7 matmuls (q, k, v, o, gate, up, down) + attention.
-        per_tok = d * h + (d * h + 2 * d * kv + d * h + 2 * d * f + d * h) + d * h + lse
-    elif mode == "selective-every-other-mm":
-        # torchtitan: saves matmuls 1, 3, 5, 7 of the block (q, v, gate, down) + attention.
-        per_tok = d * h + (d * h + d * kv + d * f + d * h) + d * h + lse
-    elif mode == "full":
-        per_tok = d * h
-    else:
-        raise ValueError(f"unknown activation mode {mode!r}")
+    per_tok = arch.block_saved_bytes_per_token(model.spec, mode, dtype_bytes, fused_norm)
     return float(micro_batch * seq_len * per_tok)
 
 
@@ -283,8 +261,10 @@ def memory_terms(
     reshard_after_forward: bool,
     kind: str = "cuda",
     compiled_loss: bool = False,
+    packed: bool = False,
 ) -> MemoryTerms:
-    """All terms for one configuration on one GPU."""
+    """All terms for one configuration on one GPU (`packed`: fine-tuning rows of packed samples,
+    whose block-diagonal attention mask adds `arch.document_mask_bytes` to the activations)."""
     model = shape(model) if isinstance(model, ModelSpec) else model
     params, grads, optim = state_bytes(model, shard_degree)
     single = shard_degree * replicate_degree == 1
@@ -293,6 +273,8 @@ def memory_terms(
     grad_t = grad_transient_bytes(model)
     fused = kind != "cpu"
     acts = activation_bytes(model, micro_batch, seq_len, mode, compile=compile, fused_norm=fused)
+    if packed:
+        acts += arch.document_mask_bytes(model.spec, micro_batch, seq_len, mode)
     logits = logits_and_loss_bytes(model, micro_batch, seq_len, compiled_loss=compiled_loss)
     lowp = fp8_extra_bytes(model, precision)
     n_groups = 0 if single else (1 if replicate_degree == 1 or shard_degree == 1 else 2)

@@ -15,26 +15,10 @@ from __future__ import annotations
 from blackwell_sm.hardware import GpuSpec
 from blackwell_sm.planner import calibration as C
 from blackwell_sm.planner.search import SearchResult
-from blackwell_sm.spec import ModelSpec
+from blackwell_sm.spec import ModelSpec, arch
 
-DIVISOR = {"fp8": 16, "mxfp8": 32}
-
-
-def lowp_ineligible(model: ModelSpec, precision: str) -> str | None:
-    """Why `precision` cannot convert every block linear of `model`, or None if it can."""
-    if precision == "bf16":
-        return None
-    k = DIVISOR[precision]
-    bad = [
-        f"{name}={v}"
-        for name, v in (
-            ("d_model", model.d_model),
-            ("kv_dim", model.kv_dim),
-            ("ffn_dim", model.ffn_dim),
-        )
-        if v % k
-    ]
-    return f"{', '.join(bad)} not divisible by {k}" if bad else None
+DIVISOR = arch.LOWP_DIVISOR
+lowp_ineligible = arch.lowp_ineligible
 
 
 def choose_precision(

@@ -22,8 +22,9 @@ MODES: tuple[str, ...] = get_args(Checkpointing)
 PRECISIONS = ("bf16", "fp8", "mxfp8")
 TRAINING_PLAN_COUNTS = (1, 2, 4, 8, 16, 32, 64)
 MAX_INSTANCES = 64
-# Simplicity rank for ties: less recompute is simpler; modes without an entry rank as selective.
-_MODE_RANK = {"none": 0, "selective": 1, "full": 2}
+# Simplicity rank for ties: less recompute is simpler (selective-op recomputes half the matmuls);
+# a mode without an entry ranks as selective.
+_MODE_RANK = {"none": 0, "selective": 1, "selective-op": 2, "full": 3}
 _PREC_RANK = {"bf16": 0, "fp8": 1, "mxfp8": 2}
 
 
@@ -73,6 +74,7 @@ class Context(NamedTuple):
     total_steps: int | None
     price_per_hour: float | None
     compiled_loss: bool = False  # the loop does not compile its loss; rows of other stacks may
+    packed: bool = False  # task: finetune: packed rows, a block-diagonal attention mask
 
 
 class Evaluation(NamedTuple):
@@ -125,8 +127,10 @@ def evaluate(ctx: Context, c: Candidate) -> Evaluation:
               mode=c.activation_checkpointing,
               compile=c.compile, reshard_after_forward=c.reshard_after_forward)  # fmt: skip
     sh = shape(m)
-    mem = memory_terms(sh, kind=inst.gpu.kind, compiled_loss=ctx.compiled_loss, **kw)
-    t = step_time(sh, inst, grad_accum=c.grad_accum_steps, **kw)
+    mem = memory_terms(
+        sh, kind=inst.gpu.kind, compiled_loss=ctx.compiled_loss, packed=ctx.packed, **kw
+    )
+    t = step_time(sh, inst, grad_accum=c.grad_accum_steps, packed=ctx.packed, **kw)
     tokens_per_step = c.global_batch_seqs * ctx.seq_len
     if ctx.total_steps is not None:
         steps = ctx.total_steps

@@ -10,25 +10,17 @@ from typing import NamedTuple
 from blackwell_sm.hardware import InstanceType
 from blackwell_sm.planner import calibration as C
 from blackwell_sm.planner.memory import Shape, block_linear_params, root_params, shape
-from blackwell_sm.spec import ModelSpec
+from blackwell_sm.spec import ModelSpec, arch
 
 
 def recompute_flops_per_token(
     model: ModelSpec | Shape, seq_len: int, mode: str
 ) -> tuple[float, float]:
-    """(linear, attention) FLOPs per token redone in backward by activation checkpointing.
-
-    full: the whole forward of every block (2 x block linears + the attention forward, a third
-    of its 12·L·h·s); every-other-mm: the forward of the unsaved matmuls (k, o, up); selective and
-    none: no matmul or attention FLOPs (selective's elementwise recompute is a time fraction).
-    """
+    """(linear, attention) FLOPs per token redone in backward by activation checkpointing
+    (`arch.recompute_flops_per_token`: full redoes every block's forward, selective-op the
+    matmuls it does not keep, selective and none no matmul or attention)."""
     model = shape(model) if isinstance(model, ModelSpec) else model
-    L, h, kv, f = model.n_layers, model.d_model, model.kv_dim, model.ffn_dim
-    if mode == "full":
-        return 2.0 * L * block_linear_params(model), 4.0 * L * h * seq_len
-    if mode == "selective-every-other-mm":
-        return 2.0 * L * (h * kv + h * h + h * f), 0.0
-    return 0.0, 0.0
+    return arch.recompute_flops_per_token(model.spec, seq_len, mode)
 
 
 def compute_time_per_token(
@@ -38,9 +30,15 @@ def compute_time_per_token(
     precision: str,
     mode: str,
     compile: bool,
+    packed: bool = False,
 ) -> float:
-    """Seconds of compute per token on one GPU (forward + backward + recompute)."""
-    base, recompute = compute_terms_per_token(model, instance, seq_len, precision, mode, compile)
+    """Seconds of compute per token on one GPU (forward + backward + recompute).
+
+    `packed` (fine-tuning rows with a block-diagonal mask): the attention kernel takes a dense
+    mask and computes every score block, where the causal kernel skips the upper half."""
+    base, recompute = compute_terms_per_token(
+        model, instance, seq_len, precision, mode, compile, packed
+    )
     return base + recompute
 
 
@@ -51,6 +49,7 @@ def compute_terms_per_token(
     precision: str,
     mode: str,
     compile: bool,
+    packed: bool = False,
 ) -> tuple[float, float]:
     """(forward + backward, recompute) seconds of compute per token on one GPU."""
     model = shape(model) if isinstance(model, ModelSpec) else model
@@ -66,7 +65,8 @@ def compute_terms_per_token(
     rec_lin, rec_attn = recompute_flops_per_token(model, seq_len, mode)
     t_lin = 6.0 * lin_params / (lowp_peak * eff_lin)
     t_head = 6.0 * head_params / (bf16_peak * eff_bf16)  # the output head stays bf16
-    attn = 12.0 * model.n_layers * model.d_model * seq_len * C.ATTENTION_CAUSAL_FRACTION
+    frac = 1.0 if packed else C.ATTENTION_CAUSAL_FRACTION
+    attn = 12.0 * model.n_layers * model.spec.q_dim * seq_len * frac
     t_attn = attn / (bf16_peak * eff_attn)
     a, b = C.ELEMENTWISE_BYTES[compile]
     t_elem = (
@@ -74,8 +74,7 @@ def compute_terms_per_token(
         * (a * model.d_model + b * model.ffn_dim)
         / (gpu.hbm_tb_s * 1e12 * C.HBM_EFFICIENCY)
     )
-    t_rec = rec_lin / (lowp_peak * eff_lin)
-    t_rec += rec_attn * C.ATTENTION_CAUSAL_FRACTION / (bf16_peak * eff_attn)
+    t_rec = rec_lin / (lowp_peak * eff_lin) + rec_attn * frac / (bf16_peak * eff_attn)
     if mode == "full":
         t_rec += 0.25 * t_elem  # the forward's elementwise ops run again
     if mode == "selective":
@@ -113,11 +112,12 @@ def step_time(
     mode: str,
     compile: bool,
     reshard_after_forward: bool,
+    packed: bool = False,
 ) -> StepTime:
     """Predicted time of one optimizer step on every GPU (they run in lock-step)."""
     model = shape(model) if isinstance(model, ModelSpec) else model
     tokens = micro_batch * seq_len
-    base, rec = compute_terms_per_token(model, instance, seq_len, precision, mode, compile)
+    base, rec = compute_terms_per_token(model, instance, seq_len, precision, mode, compile, packed)
     t_comp = tokens * (base + rec)
     gpn = instance.gpus_per_instance
     n = shard_degree

@@ -23,7 +23,10 @@ class RunSpec(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    model: ModelSpec = Field(description="Preset name, {preset: NAME, ...overrides}, or a shape.")
+    model: ModelSpec = Field(
+        description="Preset name, {preset: NAME, ...overrides}, {hf: PATH, ...overrides} (a "
+        "Hugging Face config.json or its folder), or a shape."
+    )
     training: TrainingSpec = Field(default_factory=TrainingSpec)
     compute: ComputeSpec = Field(default_factory=ComputeSpec)
     job: JobSpec | None = Field(None, description="SageMaker settings; needed only to submit.")
@@ -40,7 +43,16 @@ class RunSpec(BaseModel):
             name = v.pop("preset")
             if not isinstance(name, str) or name not in PRESETS:
                 raise ValueError(f"unknown model preset {name!r}; allowed: {', '.join(PRESETS)}")
-            base = PRESETS[name].model_dump()
+            # Only what the preset sets: derived fields (head_dim) follow the overrides.
+            base = PRESETS[name].model_dump(exclude_unset=True)
+            base.update(v)
+            return base
+        if isinstance(v, dict) and "hf" in v:
+            from blackwell_sm.spec.hf import from_hf_config, read_hf_config
+
+            v = dict(v)
+            cfg, where = read_hf_config(v.pop("hf"))
+            base = {"name": where.parent.name or "hf", **from_hf_config(cfg, str(where))}
             base.update(v)
             return base
         return v
@@ -223,6 +235,8 @@ def with_overrides(spec: RunSpec, overrides: dict[str, Any]) -> RunSpec:
     that field. The result is validated again.
     """
     data = spec.model_dump(mode="python", exclude_none=False)
+    if "head_dim" not in spec.model.model_fields_set:
+        data["model"]["head_dim"] = None  # derived: follows a changed d_model / n_heads
     for key, value in overrides.items():
         path = override_path(key).split(".")
         node = data

@@ -1,8 +1,8 @@
 """The spec's JSON schema (what `bsm schema` prints), and the list of its bounded fields.
 
-pydantic writes the schema of the validated shape; the `model` field also takes a preset name
-or `{preset: NAME, ...overrides}`, which a `before` validator resolves, so the schema states
-those two forms too (every shipped template validates against it; a test runs `jsonschema`).
+pydantic writes the schema of the validated shape; the `model` field also takes a preset name,
+`{preset: NAME, ...overrides}` or `{hf: PATH, ...overrides}` (a Hugging Face config.json), which
+a `before` validator resolves, so the schema states those forms too (every shipped template validates against it; a test runs `jsonschema`).
 """
 
 from __future__ import annotations
@@ -24,7 +24,8 @@ _BOUND_KEYS = (
 
 
 def spec_json_schema() -> dict[str, Any]:
-    """RunSpec's JSON schema, with `model` as preset name | preset + overrides | full shape."""
+    """RunSpec's JSON schema, with `model` as preset name | preset + overrides | Hugging Face
+    config + overrides | full shape."""
     from blackwell_sm.spec.presets import PRESETS
     from blackwell_sm.spec.run import RunSpec
 
@@ -41,12 +42,23 @@ def spec_json_schema() -> dict[str, Any]:
         "required": ["preset"],
         "additionalProperties": False,
     }
+    hf = {
+        "type": "object",
+        "description": "A Hugging Face config.json (or its folder) with some fields changed.",
+        "properties": {
+            "hf": {"type": "string", "minLength": 1, "description": "config.json or its folder."},
+            **copy.deepcopy(shape["properties"]),
+        },
+        "required": ["hf"],
+        "additionalProperties": False,
+    }
     model = schema["properties"]["model"]
     schema["properties"]["model"] = {
         "description": model.get("description", ""),
         "anyOf": [
             {"enum": names, "description": "A preset name."},
             overrides,
+            hf,
             {"$ref": "#/$defs/ModelSpec"},
         ],
     }

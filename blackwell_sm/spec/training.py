@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import math
 from typing import Literal, Self
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from blackwell_sm.spec.types import (
     FLOAT64_EXACT,
@@ -27,8 +28,8 @@ from blackwell_sm.spec.types import (
 
 Precision = Literal["bf16", "fp8", "mxfp8"]
 PrecisionChoice = Literal["auto", "bf16", "fp8", "mxfp8"]
-Checkpointing = Literal["none", "selective", "full"]
-CheckpointingChoice = Literal["auto", "none", "selective", "full"]
+Checkpointing = Literal["none", "selective", "selective-op", "full"]
+CheckpointingChoice = Literal["auto", "none", "selective", "selective-op", "full"]
 
 
 class _Strict(BaseModel):
@@ -86,6 +87,12 @@ class CheckpointSpec(_Strict):
 class DataSpec(_Strict):
     """Where training tokens come from."""
 
+    sequences: StepCount | None = Field(
+        None,
+        description="Training sequences in the prepared data (its manifest's `sequences`), "
+        f"1..{INT32_MAX}; needed to train for `epochs`.",
+    )
+
     source: Literal["synthetic", "channel"] = Field(
         "channel", description="'channel': token shards in a SageMaker channel; 'synthetic'."
     )
@@ -118,8 +125,17 @@ class PlannerPins(_Strict):
     reshard_after_forward: Bool | None = Field(None, description="Free gathered params after fwd.")
 
 
+FINETUNE_LR = 2e-5  # the default peak lr of `task: finetune` (pretraining: OptimizerSpec's 3e-4)
+
+
 class TrainingSpec(_Strict):
     """The run: sequence length, batch, length of training, optimizer, precision, checkpoints."""
+
+    task: Literal["pretrain", "finetune"] = Field(
+        "pretrain",
+        description="finetune: default lr 2e-5 instead of 3e-4 (norms and biases never decay "
+        "in either), and `epochs` may set the length.",
+    )
 
     seq_len: PosInt = Field(
         4096,
@@ -141,6 +157,12 @@ class TrainingSpec(_Strict):
     total_steps: StepCount | None = Field(
         None, description=f"Optimizer steps to train for, 1..{INT32_MAX}."
     )
+    epochs: PosFloat | None = Field(
+        None,
+        le=1e6,
+        description="Passes over the data, in (0, 1000000] (with data.sequences): total_steps = "
+        "ceil(epochs x sequences / sequences per step).",
+    )
     optimizer: OptimizerSpec = Field(default_factory=OptimizerSpec)
     schedule: ScheduleSpec = Field(default_factory=ScheduleSpec)
     precision: PrecisionChoice = Field("auto", description="Matmul precision; auto: planner picks.")
@@ -158,6 +180,32 @@ class TrainingSpec(_Strict):
         1, description=f"Log metrics every N steps, 1..{INT32_MAX}."
     )
     export_model: Bool = Field(True, description="Write safetensors + config.json at the end.")
+    export_dtype: Literal["auto", "bfloat16", "float32"] = Field(
+        "auto",
+        description="dtype of the exported weights (config.json torch_dtype); auto: bfloat16 "
+        "from 1B parameters, float32 (the exact master weights) below.",
+    )
+    init_from: str | None = Field(
+        None,
+        min_length=1,
+        max_length=1024,
+        description="Start from these weights instead of random ones (1-1024 characters): a "
+        "Hugging Face folder (safetensors, one file or shards with an index) or an s3:// prefix, "
+        "which the job mounts as the `init` channel (FastFile). On resume a newer checkpoint "
+        "wins.",
+    )
+
+    @field_validator("init_from")
+    @classmethod
+    def _init_from(cls, v: str | None) -> str | None:
+        if v is not None and v.startswith("s3://"):
+            from blackwell_sm.spec.job import check_s3_uri
+
+            return check_s3_uri(v, strip=False)
+        if v is not None and not v.strip():
+            raise ValueError("expected a folder or an s3:// URI")
+        return v
+
     pins: PlannerPins = Field(default_factory=PlannerPins)
 
     @model_validator(mode="after")
@@ -166,6 +214,20 @@ class TrainingSpec(_Strict):
             raise ValueError("set global_batch_tokens or global_batch_seqs, not both")
         if self.total_tokens is not None and self.total_steps is not None:
             raise ValueError("set total_tokens or total_steps, not both")
+        if self.task == "finetune" and "lr" not in self.optimizer.model_fields_set:
+            self.optimizer.lr = FINETUNE_LR
+        if self.epochs is not None:
+            if self.data.sequences is None:
+                raise ValueError(
+                    "epochs needs data.sequences (the `sequences` of the data's manifest.json)"
+                )
+            if self.total_tokens is not None:
+                raise ValueError("set epochs or total_tokens, not both")
+            n = math.ceil(self.epochs * self.data.sequences / self.global_batch_sequences)
+            if self.total_steps is not None and self.total_steps != n:
+                raise ValueError(f"set epochs or total_steps, not both (epochs gives {n} steps)")
+            # Derived, like seq_len's default: the planner and the loop read total_steps.
+            object.__setattr__(self, "total_steps", n)
         steps = self.run_steps
         if steps is not None and self.schedule.warmup_steps > steps:
             raise ValueError(

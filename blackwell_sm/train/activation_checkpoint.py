@@ -1,20 +1,27 @@
-"""Activation checkpointing per block: `none`, `selective` (op-level) or `full`.
+"""Activation checkpointing per block: `none`, `selective`, `selective-op` or `full`.
 
-`selective` saves the outputs of matmuls and of the attention kernel and recomputes everything
-else in the block (norms, RoPE, SiLU, elementwise products) during backward; `full` saves only
-each block's input and recomputes the whole block.
+`selective` keeps the outputs of every matmul and of the attention kernel and recomputes the rest
+of the block (norms, RoPE, SiLU, elementwise products) during backward. `selective-op` is
+torchtitan's per-op policy: it counts the block's matmuls in forward order and keeps the 1st, 3rd,
+5th, ... (q, v, gate, down; `arch.saved_matmuls`) and the attention, and also recomputes the other
+matmuls (k, o, up). `full` keeps only each block's input and recomputes the whole block. What each
+mode keeps is the planner's `arch.block_saved_bytes_per_token`, held to the real bytes by
+tests/test_activation_memory.py.
 """
 
 from __future__ import annotations
 
-from functools import partial
-
 import torch
 from torch import nn
 
-_SAVE_OPS = {
+from blackwell_sm.spec import arch
+
+_MATMUL_OPS = {
     torch.ops.aten.mm.default,
+    torch.ops.aten.addmm.default,  # a linear with a bias (Qwen2's q/k/v)
     torch.ops.aten._scaled_mm.default,  # fp8 matmuls (torchao float8 / MX linears)
+}
+_ATTENTION_OPS = {
     torch.ops.aten._scaled_dot_product_flash_attention.default,
     torch.ops.aten._scaled_dot_product_efficient_attention.default,
     torch.ops.aten._scaled_dot_product_cudnn_attention.default,
@@ -22,24 +29,47 @@ _SAVE_OPS = {
 }
 
 
-def _policy(ctx, op, *args, **kwargs):
+def _policy_fn(every_other: bool):
+    """A fresh SAC policy (one per checkpointed call: the matmul counters start at zero)."""
     from torch.utils.checkpoint import CheckpointPolicy
 
-    if op in _SAVE_OPS:
-        return CheckpointPolicy.MUST_SAVE
-    return CheckpointPolicy.PREFER_RECOMPUTE
+    counts = {False: 0, True: 0}  # forward pass, recompute pass
+
+    def policy(ctx, op, *args, **kwargs):
+        if op in _ATTENTION_OPS:
+            return CheckpointPolicy.MUST_SAVE
+        if op in _MATMUL_OPS:
+            counts[ctx.is_recompute] += 1
+            if not every_other or counts[ctx.is_recompute] % 2 == 1:
+                return CheckpointPolicy.MUST_SAVE
+        return CheckpointPolicy.PREFER_RECOMPUTE
+
+    return policy
+
+
+def _context(every_other: bool):
+    from torch.utils.checkpoint import create_selective_checkpoint_contexts
+
+    return create_selective_checkpoint_contexts(_policy_fn(every_other))
 
 
 def _selective_context():
-    from torch.utils.checkpoint import create_selective_checkpoint_contexts
+    return _context(False)
 
-    return create_selective_checkpoint_contexts(_policy)
+
+def _selective_op_context():
+    return _context(True)
+
+
+_CONTEXT = {"selective": _selective_context, "selective-op": _selective_op_context}
 
 
 def apply_activation_checkpointing(model: nn.Module, mode: str) -> None:
     """Set the checkpointing mode on every block of `model` (a `Transformer`)."""
-    if mode not in ("none", "selective", "full"):
-        raise ValueError(f"activation_checkpointing must be none, selective or full, not {mode!r}")
+    if mode not in arch.AC_MODES:
+        raise ValueError(
+            f"activation_checkpointing must be one of {', '.join(arch.AC_MODES)}, not {mode!r}"
+        )
     for block in model.layers:
         block.ac_mode = mode
-        block.ac_context_fn = partial(_selective_context) if mode == "selective" else None
+        block.ac_context_fn = _CONTEXT.get(mode)

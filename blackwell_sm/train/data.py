@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
-from blackwell_sm.data.shards import read_shard
+from blackwell_sm.data.shards import FLAG_LOSS, FLAG_START, read_tokens_and_flags
 from blackwell_sm.errors import BsmError
 
 
@@ -48,22 +48,43 @@ class ShardDataset:
                 hint="point the channel at the output of `bsm data prepare`, or use "
                 "training.data.source: synthetic",
             )
-        self._check_manifest(directory, vocab_size)
+        self._check_manifest(directory, vocab_size, seq_len)
         self.seq_len = seq_len
-        self.shards = [read_shard(f) for f in files]
+        read = [read_tokens_and_flags(f) for f in files]
+        self.shards = [tokens for tokens, _ in read]
+        self.flags = [flags for _, flags in read]
+        if len({f is None for f in self.flags}) > 1:
+            raise BsmError(
+                f"{directory}: mixes plain (version 1) and fine-tuning (version 2) shards",
+                hint="prepare pretraining and fine-tuning data into separate channels",
+            )
+        self.has_flags = self.flags[0] is not None
         counts = [max(0, (len(s) - 1) // seq_len) for s in self.shards]
         self.offsets = np.cumsum([0, *counts])
         if self.offsets[-1] == 0:
             raise BsmError(f"{directory}: fewer than seq_len+1 = {seq_len + 1} tokens in any shard")
 
     @staticmethod
-    def _check_manifest(directory: Path, vocab_size: int | None) -> None:
+    def _check_manifest(
+        directory: Path, vocab_size: int | None, seq_len: int | None = None
+    ) -> None:
         from blackwell_sm.safe_load import load_mapping
 
         manifest = directory / "manifest.json"
-        if vocab_size is None or not manifest.exists():
+        if not manifest.exists():
             return
-        shard_vocab = load_mapping(manifest, field="manifest.json", fmt="json").get("vocab_size")
+        data = load_mapping(manifest, field="manifest.json", fmt="json")
+        rows = data.get("seq_len")
+        if rows is not None and seq_len is not None and rows != seq_len:
+            raise BsmError(
+                f"{directory}: fine-tuning rows were packed to seq_len {rows}, the plan trains "
+                f"at seq_len {seq_len}",
+                hint=f"set training.seq_len: {rows}, or prepare the data again with "
+                f"--seq-len {seq_len}",
+            )
+        if vocab_size is None:
+            return
+        shard_vocab = data.get("vocab_size")
         if shard_vocab is not None and shard_vocab > vocab_size:
             raise BsmError(
                 f"{directory}: shards use a vocabulary of {shard_vocab} tokens but the model's "
@@ -79,17 +100,31 @@ class ShardDataset:
         start = (index - int(self.offsets[shard])) * self.seq_len
         return np.asarray(self.shards[shard][start : start + self.seq_len + 1], dtype=np.int64)
 
-    def batch(self, positions: np.ndarray, seed: int) -> np.ndarray:
-        """(len(positions), seq_len + 1) tokens for stream positions under seed's order."""
+    def row_flags(self, index: int) -> np.ndarray:
+        """The flags of `sequence(index)` (version 2 shards)."""
+        shard = int(np.searchsorted(self.offsets, index, side="right") - 1)
+        start = (index - int(self.offsets[shard])) * self.seq_len
+        return np.asarray(self.flags[shard][start : start + self.seq_len + 1])
+
+    def batch(self, positions: np.ndarray, seed: int):
+        """(len(positions), seq_len + 1) tokens for stream positions under seed's order; for
+        version 2 shards, (tokens, loss_mask, doc_ids): 0/1 per token, and the sample each token
+        belongs to (counted from the row's start)."""
         n = len(self)
-        rows = []
         perms: dict[int, np.ndarray] = {}
+        index = []
         for p in positions.tolist():
             epoch, i = divmod(p, n)
             if epoch not in perms:
                 perms[epoch] = np.random.Generator(np.random.PCG64([seed, epoch])).permutation(n)
-            rows.append(self.sequence(int(perms[epoch][i])))
-        return np.stack(rows)
+            index.append(int(perms[epoch][i]))
+        tokens = np.stack([self.sequence(i) for i in index])
+        if not self.has_flags:
+            return tokens
+        flags = np.stack([self.row_flags(i) for i in index])
+        loss_mask = (flags & FLAG_LOSS).astype(np.int64)
+        doc_ids = np.cumsum((flags & FLAG_START) > 0, axis=1, dtype=np.int64)
+        return tokens, loss_mask, doc_ids
 
 
 class SyntheticDataset:

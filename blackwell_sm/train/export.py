@@ -1,4 +1,7 @@
-"""Export the trained model as Hugging Face Llama safetensors + config.json under DIR/model/.
+"""Export the trained model as its family's Hugging Face safetensors + config.json (DIR/model/).
+
+The class, config and key names come from the architecture description (`spec.hf.to_hf_config`,
+`arch.hf_key`): a model that came in as Qwen3 leaves as Qwen3.
 
 Parameters are gathered one at a time (`DTensor.full_tensor()`, a collective every rank joins),
 moved to host memory on rank 0 and written in files of at most `max_shard_bytes`, so neither a
@@ -13,40 +16,60 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from blackwell_sm.spec import ModelSpec
+from blackwell_sm.spec import ModelSpec, arch
+from blackwell_sm.spec.hf import generation_config, to_hf_config
 
 DEFAULT_MAX_SHARD_BYTES = 5 * 1024**3
 EXPORT_DTYPE = torch.float32  # the fp32 master weights: the export is exactly the trained model
+BF16_FROM_PARAMS = 1_000_000_000  # `export_dtype: auto` writes bf16 from this size up
+#: The files a Hugging Face tokenizer is saved as (whichever of them a folder has).
+TOKENIZER_FILES = (
+    "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "added_tokens.json",
+    "tokenizer.model", "vocab.json", "merges.txt", "chat_template.jinja", "chat_template.json",
+)  # fmt: skip
+
+
+def export_dtype(spec: ModelSpec, choice: str = "auto") -> torch.dtype:
+    """The dtype to write: as asked, or for `auto` bf16 for models of 1B parameters and more
+    (half the bytes, the dtype they are published in) and the exact fp32 weights below."""
+    if choice == "auto":
+        return torch.bfloat16 if spec.n_params >= BF16_FROM_PARAMS else torch.float32
+    return {"bfloat16": torch.bfloat16, "float32": torch.float32}[choice]
+
+
+def copy_tokenizer(src: Path, out_dir: Path) -> list[Path]:
+    """Copy a Hugging Face tokenizer's files from `src` into `out_dir`; returns those copied
+    (none when `src` holds no tokenizer). One function for every exporter of a tokenizer."""
+    import shutil
+
+    copied = []
+    for name in TOKENIZER_FILES:
+        if (src / name).is_file():
+            out_dir.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(src / name, out_dir / name)
+            copied.append(out_dir / name)
+    return copied
+
+
+def write_generation_config(spec: ModelSpec, out_dir: Path, source: Path | None) -> Path:
+    """generation_config.json: the source model's own (its sampling defaults) when it has one,
+    else the spec's bos/eos token ids."""
+    dst = out_dir / "generation_config.json"
+    if source is not None and (source / "generation_config.json").is_file():
+        dst.write_text((source / "generation_config.json").read_text())
+    else:
+        dst.write_text(json.dumps(generation_config(spec), indent=2) + "\n")
+    return dst
 
 
 def hf_name(name: str) -> str:
-    """Our parameter name -> Hugging Face LlamaForCausalLM's."""
-    return name if name.startswith("lm_head.") else f"model.{name}"
+    """Our parameter name -> the Hugging Face checkpoint key (`arch.hf_key`)."""
+    return arch.hf_key(name)
 
 
 def hf_config(spec: ModelSpec, dtype: torch.dtype = EXPORT_DTYPE) -> dict:
-    """A `LlamaConfig` dict for `spec` (the same shape, RoPE and norm settings)."""
-    return {
-        "architectures": ["LlamaForCausalLM"],
-        "model_type": "llama",
-        "hidden_size": spec.d_model,
-        "intermediate_size": spec.ffn_dim,
-        "num_hidden_layers": spec.n_layers,
-        "num_attention_heads": spec.n_heads,
-        "num_key_value_heads": spec.n_kv_heads,
-        "head_dim": spec.head_dim,
-        "vocab_size": spec.vocab_size,
-        "max_position_embeddings": spec.max_seq_len,
-        "rms_norm_eps": spec.norm_eps,
-        "rope_theta": spec.rope_theta,
-        "rope_parameters": {"rope_type": "default", "rope_theta": spec.rope_theta},
-        "hidden_act": "silu",
-        "attention_bias": False,
-        "mlp_bias": False,
-        "tie_word_embeddings": spec.tie_embeddings,
-        "torch_dtype": str(dtype).removeprefix("torch."),
-        "dtype": str(dtype).removeprefix("torch."),
-    }
+    """The family's Hugging Face config dict for `spec` (`spec.hf.to_hf_config`)."""
+    return to_hf_config(spec, str(dtype).removeprefix("torch."))
 
 
 def export_model(
@@ -57,8 +80,12 @@ def export_model(
     is_main: bool,
     max_shard_bytes: int = DEFAULT_MAX_SHARD_BYTES,
     dtype: torch.dtype = EXPORT_DTYPE,
+    source: Path | None = None,
 ) -> list[Path]:
-    """Write `model` (FSDP-sharded or not) to `out_dir`; collective. Returns the files written."""
+    """Write `model` (FSDP-sharded or not) to `out_dir`; collective. Returns the files written.
+
+    Beside the weights and config.json: generation_config.json, and the tokenizer of `source`
+    (the Hugging Face folder the model was imported from) when it has one."""
     from safetensors.torch import save_file
     from torch.distributed.tensor import DTensor
 
@@ -104,6 +131,9 @@ def export_model(
     if is_main:
         (out_dir / "config.json").write_text(json.dumps(hf_config(spec, dtype), indent=2) + "\n")
         written.append(out_dir / "config.json")
+        written.append(write_generation_config(spec, out_dir, source))
+        if source is not None:
+            written.extend(copy_tokenizer(source, out_dir))
         if n > 1:
             index = {"metadata": {"total_size": total}, "weight_map": weight_map}
             (out_dir / "model.safetensors.index.json").write_text(json.dumps(index, indent=2))

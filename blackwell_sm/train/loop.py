@@ -13,7 +13,6 @@ from pathlib import Path
 import numpy as np
 import torch
 import torch.distributed as dist
-import torch.nn.functional as F
 
 from blackwell_sm.errors import BsmError
 from blackwell_sm.opt_ml import OptMl
@@ -26,6 +25,7 @@ from blackwell_sm.train.data import (
     SyntheticDataset,
 )
 from blackwell_sm.train.distributed import Env, all_agree, build_mesh, init_distributed
+from blackwell_sm.train.loss import counted_targets, loss_sum
 from blackwell_sm.train.metrics_log import MetricsLog, log
 from blackwell_sm.train.model import Transformer
 from blackwell_sm.train.optim import build_optimizer, clip_grad_norm, lr_at, set_lr
@@ -75,7 +75,8 @@ class Trainer:
         with torch.device("meta"):
             model = Transformer(plan.spec.model, max_seq_len=cfg.seq_len)
         self.model = apply_plan(model, plan, self.mesh)
-        materialize(self.model, env.device, tr.seed)
+        # With init_from, the weights come from the checkpoint or init_from, in run().
+        materialize(self.model, env.device, tr.seed, init=tr.init_from is None)
         self.optimizer = build_optimizer(self.model, tr.optimizer, env.device)
         async_save = tr.checkpoint.async_save and env.device.type == "cuda"
         self.ckpt = Checkpointer(
@@ -92,18 +93,23 @@ class Trainer:
     def _tensor(self, rows: np.ndarray) -> torch.Tensor:
         return torch.from_numpy(rows).to(self.env.device, non_blocking=True)
 
-    def _micro_batches(self, step: int) -> list[torch.Tensor]:
+    def _rows(self, rows) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
+        """(tokens, loss mask, document ids) on the device: a dataset's rows are a token array,
+        or (tokens, loss_mask, doc_ids) arrays for fine-tuning shards."""
+        if isinstance(rows, np.ndarray):
+            return self._tensor(rows), None, None
+        tokens, mask, docs = rows
+        return (self._tensor(tokens), None if mask is None else self._tensor(mask),
+                None if docs is None else self._tensor(docs))  # fmt: skip
+
+    def _micro_batches(self, step: int) -> list[tuple]:
         return [
-            self._tensor(self.train_data.batch(self.layout.positions(step, m, self.env.rank), self.tr.seed))
+            self._rows(self.train_data.batch(self.layout.positions(step, m, self.env.rank), self.tr.seed))
             for m in range(self.cfg.grad_accum_steps)
         ]  # fmt: skip
 
-    def _loss_sum(self, batch: torch.Tensor) -> torch.Tensor:
-        logits = self.model(batch[:, :-1])
-        v = logits.shape[-1]
-        return F.cross_entropy(
-            logits.float().reshape(-1, v), batch[:, 1:].reshape(-1), reduction="sum"
-        )
+    def _loss_sum(self, batch: tuple) -> torch.Tensor:
+        return loss_sum(self.model, *batch)
 
     def train_step(self, step: int) -> tuple[torch.Tensor, torch.Tensor]:
         """One optimizer step (0-based `step`); returns (mean token loss, grad norm) as 0-d
@@ -111,8 +117,9 @@ class Trainer:
         batches = self._micro_batches(step)
         # Normalise by the tokens of the whole step on all ranks, so every token weighs the same
         # however the batch is cut into micro-batches and ranks.
-        n_tok = torch.tensor(float(sum(b[:, 1:].numel() for b in batches)), device=self.env.device)
+        n_tok = torch.tensor(sum(counted_targets(*b) for b in batches), device=self.env.device)
         dist.all_reduce(n_tok)
+        n_tok = n_tok.clamp(min=1.0)  # a step of prompts only (or padding) counts nothing
         # FSDP averages gradients over the data-parallel ranks; undo that to get a sum.
         scale = self.env.world_size / n_tok
         loss_total = torch.zeros((), device=self.env.device)
@@ -141,12 +148,12 @@ class Trainer:
         n_tok = torch.zeros((), device=self.env.device)
         for i in range(self.tr.data.validation_steps):
             pos = self.layout.positions(i, 0, self.env.rank) + offset
-            batch = self._tensor(self.val_data.batch(pos, self.tr.seed + 1))
+            batch = self._rows(self.val_data.batch(pos, self.tr.seed + 1))
             total += self._loss_sum(batch)
-            n_tok += batch[:, 1:].numel()
+            n_tok += counted_targets(*batch)
         dist.all_reduce(total)
         dist.all_reduce(n_tok)
-        return float(total / n_tok)
+        return float(total / n_tok.clamp(min=1.0))
 
     # -- the run -----------------------------------------------------------------------------
     def run(self) -> dict:
@@ -165,7 +172,14 @@ class Trainer:
         )
         if found is not None:
             start = resumed_from = self.ckpt.load(self.model, self.optimizer, found[1])
-            log(f"resumed from {found[1].name} at step {start}", is_main=env.is_main)
+            newer = f" (newer than init_from {self.tr.init_from})" if self.tr.init_from else ""
+            log(f"resumed from {found[1].name} at step {start}{newer}", is_main=env.is_main)
+        elif self.tr.init_from:
+            from blackwell_sm.train.hf_import import init_path, load_hf_weights
+
+            folder = init_path(self.tr.init_from, self.paths.channel("init"))
+            n = load_hf_weights(self.model, spec, folder)
+            log(f"initialised {n} tensors from {folder}", is_main=env.is_main)
         if self.triggers.deadline is not None:
             left = self.triggers.deadline[0] - time.time()
             log(f"{self.triggers.deadline[1]} in {left:.0f} s; saving "
@@ -210,9 +224,15 @@ class Trainer:
             self.ckpt.save(self.model, self.optimizer, step)
         self.ckpt.wait()
         if status == "completed" and self.tr.export_model:
-            from blackwell_sm.train.export import export_model
+            from blackwell_sm.train.export import export_dtype, export_model
 
-            export_model(self.model, spec, self.paths.model, is_main=env.is_main)
+            source = None
+            if self.tr.init_from:
+                from blackwell_sm.train.hf_import import init_path
+
+                source = init_path(self.tr.init_from, self.paths.channel("init"))
+            export_model(self.model, spec, self.paths.model, is_main=env.is_main,
+                         dtype=export_dtype(spec, self.tr.export_dtype), source=source)  # fmt: skip
             log(f"exported the model to {self.paths.model}", is_main=env.is_main)
         summary = self.metrics.summary(status=status, final_step=step, resumed_from=resumed_from)
         if env.is_main:

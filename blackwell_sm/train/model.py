@@ -1,8 +1,10 @@
-"""A llama-style decoder in plain PyTorch, small enough to hold in one's head.
+"""The decoder in plain PyTorch, small enough to hold in one's head; one class for every family.
 
-Module names follow Hugging Face `LlamaForCausalLM` (model.layers.N.self_attn.q_proj, ...), and RoPE
-uses the same rotate-half layout, so export is a rename-free copy. The parameter count equals
-`ModelSpec.n_params` (tested). Build it on the meta device, shard it, then call `init_weights()`.
+The module tree is built from `blackwell_sm.spec.arch` (the block's linears, biases and norms
+come from its tables; `tests/test_arch.py` checks the parameter names and shapes equal
+`arch.param_table`). Names follow Hugging Face's `*ForCausalLM` (model.layers.N.self_attn.q_proj,
+...) and RoPE uses the same rotate-half layout, so import and export are a prefix rename
+(`arch.hf_key`). Build it on the meta device, shard it, then call `init_weights()` (or load).
 """
 
 from __future__ import annotations
@@ -13,13 +15,33 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from blackwell_sm.spec import ModelSpec
+from blackwell_sm.spec import ModelSpec, arch
+
+
+def rope_inv_freq(spec: ModelSpec, device: torch.device | None = None) -> torch.Tensor:
+    """RoPE inverse frequencies (head_dim / 2,), fp32, with Llama 3.1 scaling when the spec has it.
+
+    Llama 3 scaling: wavelengths longer than original_len / low_freq_factor are divided by
+    `factor`, those shorter than original_len / high_freq_factor kept, and the band between
+    interpolated linearly in original_len / wavelength.
+    """
+    hd = spec.head_dim
+    inv = 1.0 / (spec.rope_theta ** (torch.arange(0, hd, 2, device=device).float() / hd))
+    sc = spec.rope_scaling
+    if sc is None:
+        return inv
+    n0 = sc.original_max_position_embeddings
+    wavelen = 2 * math.pi / inv
+    scaled = torch.where(wavelen > n0 / sc.low_freq_factor, inv / sc.factor, inv)
+    t = (n0 / wavelen - sc.low_freq_factor) / (sc.high_freq_factor - sc.low_freq_factor)
+    blended = (1 - t) * scaled / sc.factor + t * scaled
+    middle = (wavelen >= n0 / sc.high_freq_factor) & (wavelen <= n0 / sc.low_freq_factor)
+    return torch.where(middle, blended, scaled)
 
 
 def rope_cache(spec: ModelSpec, seq_len: int, device: torch.device | None = None) -> torch.Tensor:
     """cos and sin for positions 0..seq_len-1, stacked as (2, seq_len, head_dim), fp32."""
-    hd = spec.head_dim
-    inv_freq = 1.0 / (spec.rope_theta ** (torch.arange(0, hd, 2, device=device).float() / hd))
+    inv_freq = rope_inv_freq(spec, device)
     t = torch.arange(seq_len, device=device).float()
     freqs = torch.outer(t, inv_freq)
     emb = torch.cat([freqs, freqs], dim=-1)
@@ -37,32 +59,52 @@ def apply_rope(x: torch.Tensor, rope: torch.Tensor) -> torch.Tensor:
     return x * cos + _rotate_half(x) * sin
 
 
+def _linears(spec: ModelSpec, part: str) -> dict[str, nn.Linear]:
+    """The block's linears under `part` (self_attn / mlp), as the description lists them."""
+    return {
+        lin.name.split(".")[1]: nn.Linear(lin.in_features, lin.out_features, bias=lin.bias)
+        for lin in arch.block_linears(spec)
+        if lin.name.startswith(part + ".")
+    }
+
+
 class Attention(nn.Module):
     def __init__(self, spec: ModelSpec) -> None:
         super().__init__()
-        d, hd = spec.d_model, spec.head_dim
-        self.n_heads, self.n_kv_heads, self.head_dim = spec.n_heads, spec.n_kv_heads, hd
-        self.q_proj = nn.Linear(d, spec.n_heads * hd, bias=False)
-        self.k_proj = nn.Linear(d, spec.kv_dim, bias=False)
-        self.v_proj = nn.Linear(d, spec.kv_dim, bias=False)
-        self.o_proj = nn.Linear(spec.n_heads * hd, d, bias=False)
+        self.n_heads, self.n_kv_heads, self.head_dim = spec.n_heads, spec.n_kv_heads, spec.head_dim
+        for name, layer in _linears(spec, "self_attn").items():
+            self.add_module(name, layer)
+        norms = {n.name.split(".")[1]: n for n in arch.block_norms(spec) if "." in n.name}
+        # Qwen3: RMSNorm over each head's query and key, before RoPE.
+        self.q_norm = nn.RMSNorm(spec.head_dim, eps=spec.norm_eps) if "q_norm" in norms else None
+        self.k_norm = nn.RMSNorm(spec.head_dim, eps=spec.norm_eps) if "k_norm" in norms else None
 
-    def forward(self, x: torch.Tensor, rope: torch.Tensor) -> torch.Tensor:
+    def forward(
+        self, x: torch.Tensor, rope: torch.Tensor, mask: torch.Tensor | None = None
+    ) -> torch.Tensor:
         b, s, _ = x.shape
-        q = self.q_proj(x).view(b, s, self.n_heads, self.head_dim).transpose(1, 2)
-        k = self.k_proj(x).view(b, s, self.n_kv_heads, self.head_dim).transpose(1, 2)
+        q = self.q_proj(x).view(b, s, self.n_heads, self.head_dim)
+        k = self.k_proj(x).view(b, s, self.n_kv_heads, self.head_dim)
         v = self.v_proj(x).view(b, s, self.n_kv_heads, self.head_dim).transpose(1, 2)
-        q, k = apply_rope(q, rope), apply_rope(k, rope)
-        out = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
+        if self.q_norm is not None:
+            q, k = self.q_norm(q), self.k_norm(k)
+        q, k = apply_rope(q.transpose(1, 2), rope), apply_rope(k.transpose(1, 2), rope)
+        if mask is None:
+            out = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
+        else:  # packed samples: causal within each, nothing across (block-diagonal)
+            # K/V heads expanded here: with a mask, `enable_gqa` sends CUDA's SDPA to the math
+            # kernel (an s x s score matrix per head); expanded, the memory-efficient one runs.
+            rep = self.n_heads // self.n_kv_heads
+            k, v = k.repeat_interleave(rep, dim=1), v.repeat_interleave(rep, dim=1)
+            out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
         return self.o_proj(out.transpose(1, 2).reshape(b, s, -1))
 
 
 class MLP(nn.Module):
     def __init__(self, spec: ModelSpec) -> None:
         super().__init__()
-        self.gate_proj = nn.Linear(spec.d_model, spec.ffn_dim, bias=False)
-        self.up_proj = nn.Linear(spec.d_model, spec.ffn_dim, bias=False)
-        self.down_proj = nn.Linear(spec.ffn_dim, spec.d_model, bias=False)
+        for name, layer in _linears(spec, "mlp").items():
+            self.add_module(name, layer)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
@@ -80,21 +122,25 @@ class Block(nn.Module):
         self.ac_mode = "none"
         self.ac_context_fn = None
 
-    def _forward(self, x: torch.Tensor, rope: torch.Tensor) -> torch.Tensor:
-        h = x + self.self_attn(self.input_layernorm(x), rope)
+    def _forward(
+        self, x: torch.Tensor, rope: torch.Tensor, mask: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        h = x + self.self_attn(self.input_layernorm(x), rope, mask)
         return h + self.mlp(self.post_attention_layernorm(h))
 
-    def forward(self, x: torch.Tensor, rope: torch.Tensor) -> torch.Tensor:
+    def forward(
+        self, x: torch.Tensor, rope: torch.Tensor, mask: torch.Tensor | None = None
+    ) -> torch.Tensor:
         if self.ac_mode == "none" or not torch.is_grad_enabled():
-            return self._forward(x, rope)
+            return self._forward(x, rope, mask)
         from torch.utils.checkpoint import checkpoint
 
         kwargs = {"context_fn": self.ac_context_fn} if self.ac_context_fn else {}
-        return checkpoint(self._forward, x, rope, use_reentrant=False, **kwargs)
+        return checkpoint(self._forward, x, rope, mask, use_reentrant=False, **kwargs)
 
 
 class Transformer(nn.Module):
-    """The decoder. Parameter names match Hugging Face Llama minus the `model.` prefix on blocks."""
+    """The decoder. Parameter names are `arch.param_table(spec)`'s (HF's, see `arch.hf_key`)."""
 
     def __init__(self, spec: ModelSpec, max_seq_len: int | None = None) -> None:
         super().__init__()
@@ -108,13 +154,19 @@ class Transformer(nn.Module):
         self.rope_len = max_seq_len or spec.max_seq_len
         self.register_buffer("rope", rope_cache(spec, self.rope_len), persistent=False)
 
-    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
-        """tokens (batch, seq) -> logits (batch, seq, vocab)."""
+    def forward(self, tokens: torch.Tensor, doc_ids: torch.Tensor | None = None) -> torch.Tensor:
+        """tokens (batch, seq) -> logits (batch, seq, vocab).
+
+        `doc_ids` (batch, seq): packed samples; a token attends only to earlier tokens with the same
+        id (a block-diagonal causal mask). RoPE needs no restart: its scores depend on relative
+        positions only, so a packed sample's logits equal its logits alone.
+        """
         s = tokens.shape[1]
         rope = self.rope[:, :s]
+        mask = None if doc_ids is None else document_mask(doc_ids)
         h = self.embed_tokens(tokens)
         for layer in self.layers:
-            h = layer(h, rope)
+            h = layer(h, rope, mask)
         h = self.norm(h)
         if self.lm_head is None:
             return F.linear(h, self.embed_tokens.weight)
@@ -122,7 +174,8 @@ class Transformer(nn.Module):
 
     @torch.no_grad()
     def init_weights(self, seed: int = 0) -> None:
-        """Standard init (normal 0.02; residual outputs scaled by 1/sqrt(2 x layers)); RoPE cache.
+        """Standard init (normal 0.02; residual outputs scaled by 1/sqrt(2 x layers); norms 1,
+        biases 0); RoPE cache.
 
         Works on real and on sharded (DTensor) parameters after `to_empty`. Each parameter is drawn
         whole from its own seeded generator on its device and each rank keeps its shard, so the
@@ -135,12 +188,26 @@ class Transformer(nn.Module):
             if name.endswith("norm.weight") or "layernorm" in name:
                 p.fill_(1.0)
                 continue
+            if name.endswith(".bias"):
+                p.zero_()
+                continue
             s = out_std if name.endswith(("o_proj.weight", "down_proj.weight")) else std
             full = torch.empty(p.shape, dtype=p.dtype, device=_local(p).device)
             gen = torch.Generator(device=full.device).manual_seed(seed * 100_003 + i)
             nn.init.trunc_normal_(full, std=s, a=-3 * s, b=3 * s, generator=gen)
             _local(p).copy_(_my_shard(p, full))
+        self.init_rope()
+
+    def init_rope(self) -> None:
+        """Compute the RoPE table on the model's device (after `to_empty`, or loading weights)."""
         self.rope = rope_cache(self.spec, self.rope_len, device=self.rope.device)
+
+
+def document_mask(doc_ids: torch.Tensor) -> torch.Tensor:
+    """(batch, 1, seq, seq) bool: causal, and only within the same document."""
+    s = doc_ids.shape[1]
+    causal = torch.ones(s, s, dtype=torch.bool, device=doc_ids.device).tril()
+    return ((doc_ids[:, :, None] == doc_ids[:, None, :]) & causal)[:, None]
 
 
 def _local(p: torch.Tensor) -> torch.Tensor:

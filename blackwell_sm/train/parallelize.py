@@ -40,7 +40,11 @@ def apply_fsdp(model: Transformer, mesh, *, reshard_after_forward: bool) -> None
     fully_shard(model, mesh=mesh, mp_policy=mp, reshard_after_forward=False)
 
 
-def materialize(model: nn.Module, device: torch.device, seed: int) -> None:
-    """Allocate the (sharded) parameters on `device` and initialise them in place."""
+def materialize(model: nn.Module, device: torch.device, seed: int, *, init: bool = True) -> None:
+    """Allocate the (sharded) parameters on `device` and initialise them in place (or leave them
+    for a checkpoint or `training.init_from` to fill: `init=False`)."""
     model.to_empty(device=device)
-    model.init_weights(seed)
+    if init:
+        model.init_weights(seed)
+    else:
+        model.init_rope()

@@ -10,6 +10,7 @@ import torch
 from torch import nn
 
 from blackwell_sm.errors import CapabilityError
+from blackwell_sm.spec import arch
 
 # Compute capability each low precision needs: float8 tensor cores from Ada/Hopper (8.9),
 # MX block-scaled formats from Blackwell (10.0).
@@ -52,17 +53,23 @@ def check_precision(precision: str, device: torch.device) -> None:
         ) from e
 
 
-def _lowp_filter(module: nn.Module, fqn: str) -> bool:
-    """Linear layers worth converting: not the output head, both dims divisible by 16."""
-    if not isinstance(module, nn.Linear) or fqn.split(".")[-1] == "lm_head":
-        return False
-    return module.in_features % 16 == 0 and module.out_features % 16 == 0
+def lowp_filter(precision: str):
+    """The linears to convert: not the output head, and both dims divisible as `arch.LOWP_DIVISOR`
+    says for `precision` (16 for fp8, 32 for mxfp8: the same rule the planner checks)."""
+
+    def keep(module: nn.Module, fqn: str) -> bool:
+        if not isinstance(module, nn.Linear) or fqn.split(".")[-1] == "lm_head":
+            return False
+        return arch.lowp_convertible(module.in_features, module.out_features, precision)
+
+    return keep
 
 
 def convert_precision(model: nn.Module, precision: str) -> int:
     """Swap eligible linears for low-precision training ones; returns how many were converted."""
     if precision == "bf16":
         return 0
+    _lowp_filter = lowp_filter(precision)
     eligible = sum(1 for fqn, m in model.named_modules() if _lowp_filter(m, fqn))
     if precision == "fp8":
         from torchao.float8 import Float8LinearConfig, convert_to_float8_training

@@ -1,0 +1,261 @@
+"""`bsm data prepare --format chat|prompt-completion`: fine-tuning samples -> packed rows (v2).
+
+Input: JSONL, one sample per line: `{"messages": [{"role": ..., "content": ...}, ...]}` (chat,
+rendered with the tokenizer's chat template) or `{"prompt": ..., "completion": ...}`. The loss
+counts the assistant turns (chat) or the completion and its end token (prompt-completion); the
+rest is prompt, masked out.
+
+Samples are packed, in order, into rows of exactly `seq_len` tokens (a sample never crosses a
+row; the rest of a row is padding), or padded one per row (`packing: pad`). Each token carries
+flags (shard format v2): LOSS (it counts as a target) and START (it begins a sample or a padding
+run, so attention never crosses into it: the loop's block-diagonal mask). A sample longer than
+seq_len is cut to it (counted in the manifest); one with no loss token left is dropped.
+
+numpy, and transformers' tokenizer inside the functions that need it: no torch.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, Literal, NamedTuple
+
+import numpy as np
+
+from blackwell_sm.data.prepare import DEFAULT_SHARD_TOKENS, Manifest, ShardInfo
+from blackwell_sm.data.shards import FLAG_LOSS, FLAG_START, token_dtype, write_shard
+from blackwell_sm.errors import SpecError
+
+FORMAT_NAME = "bsm-tokens-v2"
+TOKENIZER_DIR = "tokenizer"  # under the output folder: the tokenizer that made the rows
+Format = Literal["chat", "prompt-completion"]
+
+
+class Sample(NamedTuple):
+    tokens: list[int]
+    loss: list[int]  # 1 where the token counts as a target
+
+
+def load_tokenizer(path: Path):
+    """A Hugging Face tokenizer folder (tokenizer.json, tokenizer_config.json, chat template), or
+    a file in one (its folder is read)."""
+    path = Path(path)
+    if path.is_file():
+        path = path.parent
+    try:
+        from transformers import AutoTokenizer
+    except ImportError as e:
+        raise SpecError(
+            "--format chat|prompt-completion needs the `transformers` package",
+            field="--tokenizer",
+            hint="pip install transformers",
+        ) from e
+    try:
+        return AutoTokenizer.from_pretrained(str(path))
+    except Exception as e:  # transformers raises many kinds on a bad folder
+        raise SpecError(f"cannot load a tokenizer from {path}: {e}", field="--tokenizer") from e
+
+
+def _ids(x: Any) -> list[int]:
+    return list(x["input_ids"] if isinstance(x, dict) or hasattr(x, "keys") else x)
+
+
+def chat_sample(tok, messages: list[dict[str, str]], where: str) -> Sample:
+    """The conversation through the chat template; the assistant turns count, nothing else.
+
+    Each assistant turn's tokens are those between the conversation rendered up to it (with the
+    generation prompt) and up to its end; the template must render turns as prefixes of the
+    whole conversation, which is checked.
+    """
+    if not getattr(tok, "chat_template", None):
+        raise SpecError(f"{where}: the tokenizer has no chat template", field="--tokenizer")
+    full = _ids(tok.apply_chat_template(messages, tokenize=True, return_dict=False))
+    loss = [0] * len(full)
+    for i, m in enumerate(messages):
+        if m.get("role") != "assistant":
+            continue
+        start = _ids(
+            tok.apply_chat_template(
+                messages[:i], tokenize=True, add_generation_prompt=True, return_dict=False
+            )
+        )
+        end = _ids(tok.apply_chat_template(messages[: i + 1], tokenize=True, return_dict=False))
+        if end[: len(start)] != start or full[: len(end)] != end:
+            raise SpecError(
+                f"{where}: the chat template does not render turn {i} as a prefix of the "
+                "conversation, so its tokens cannot be told from the prompt's",
+                field="INPUT",
+            )
+        loss[len(start) : len(end)] = [1] * (len(end) - len(start))
+    return Sample(full, loss)
+
+
+def prompt_completion_sample(tok, prompt: str, completion: str) -> Sample:
+    """prompt (with the tokenizer's special tokens) + completion + end token; the completion
+    and its end token count."""
+    p = _ids(tok(prompt, add_special_tokens=True))
+    c = _ids(tok(completion, add_special_tokens=False))
+    if tok.eos_token_id is not None:
+        c.append(tok.eos_token_id)
+    return Sample(p + c, [0] * len(p) + [1] * len(c))
+
+
+def iter_samples(path: Path, fmt: Format, tok) -> Iterator[Sample]:
+    """The samples of a JSONL file, each checked (the line number in every error)."""
+    with open(path, encoding="utf-8") as f:
+        for n, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            where = f"{path}:{n}"
+            try:
+                obj = json.loads(line)
+            except json.JSONDecodeError as e:
+                raise SpecError(f"{where}: not valid JSON ({e.msg})", field="INPUT") from e
+            if fmt == "chat":
+                msgs = obj.get("messages") if isinstance(obj, dict) else None
+                ok = isinstance(msgs, list) and msgs and all(
+                    isinstance(m, dict) and isinstance(m.get("role"), str)
+                    and isinstance(m.get("content"), str) for m in msgs
+                )  # fmt: skip
+                if not ok:
+                    raise SpecError(
+                        f"{where}: --format chat needs 'messages': a list of "
+                        "{role: str, content: str}",
+                        field="INPUT",
+                    )
+                if not any(m["role"] == "assistant" for m in msgs):
+                    raise SpecError(f"{where}: no assistant turn to learn from", field="INPUT")
+                yield chat_sample(tok, msgs, where)
+            else:
+                if not (
+                    isinstance(obj, dict)
+                    and isinstance(obj.get("prompt"), str)
+                    and isinstance(obj.get("completion"), str)
+                ):
+                    raise SpecError(
+                        f"{where}: --format prompt-completion needs string fields 'prompt' and "
+                        "'completion'",
+                        field="INPUT",
+                    )
+                yield prompt_completion_sample(tok, obj["prompt"], obj["completion"])
+
+
+class PackStats(NamedTuple):
+    rows: int
+    samples: int
+    truncated: int
+    dropped: int
+    loss_tokens: int
+
+
+def pack_rows(
+    samples: Iterator[Sample], seq_len: int, pad_id: int, packing: str = "pack"
+) -> tuple[np.ndarray, np.ndarray, PackStats]:
+    """(tokens, flags) of rows of exactly `seq_len` tokens, one after another, and the counts."""
+    tokens: list[int] = []
+    flags: list[int] = []
+    row = 0  # tokens in the current row
+    n = truncated = dropped = loss_tokens = 0
+
+    def pad_row() -> None:
+        nonlocal row
+        if row:
+            tokens.extend([pad_id] * (seq_len - row))
+            flags.extend([FLAG_START] + [0] * (seq_len - row - 1))
+            row = 0
+
+    for s in samples:
+        toks, loss = s.tokens, s.loss
+        if len(toks) > seq_len:
+            toks, loss = toks[:seq_len], loss[:seq_len]
+            truncated += 1
+        if not any(loss[1:]):  # the first token is never a target
+            dropped += 1
+            continue
+        if packing == "pad" or row + len(toks) > seq_len:
+            pad_row()
+        tokens.extend(toks)
+        flags.extend(
+            (FLAG_START if i == 0 else 0) | (FLAG_LOSS if (loss[i] and i) else 0)
+            for i in range(len(toks))
+        )
+        loss_tokens += sum(loss[1:])
+        row = (row + len(toks)) % seq_len
+        n += 1
+    pad_row()
+    stats = PackStats(len(tokens) // seq_len, n, truncated, dropped, loss_tokens)
+    return np.asarray(tokens, dtype=np.int64), np.asarray(flags, dtype=np.uint8), stats
+
+
+class FinetuneManifest(Manifest):
+    """`manifest.json` of fine-tuning rows: the text manifest's fields and how rows were made."""
+
+    format: str = FORMAT_NAME
+    data_format: str
+    seq_len: int
+    packing: str
+    sequences: int  # rows: what `training.data.sequences` (for epochs) takes
+    samples: int
+    loss_tokens: int
+    truncated: int
+    dropped: int
+
+
+def prepare_finetune(
+    inputs: list[Path],
+    out_dir: Path,
+    *,
+    fmt: Format,
+    tokenizer: Path,
+    seq_len: int,
+    packing: str = "pack",
+    shard_tokens: int = DEFAULT_SHARD_TOKENS,
+) -> FinetuneManifest:
+    """JSONL samples -> version 2 shards of whole rows under `out_dir`, and its manifest."""
+    missing = [str(p) for p in inputs if not p.is_file()]
+    if missing:
+        raise SpecError(f"input file(s) not found: {', '.join(missing)}", field="INPUT")
+    tok = load_tokenizer(tokenizer)
+    pad = tok.pad_token_id if tok.pad_token_id is not None else (tok.eos_token_id or 0)
+    samples = (s for path in inputs for s in iter_samples(path, fmt, tok))
+    tokens, flags, st = pack_rows(samples, seq_len, pad, packing)
+    if st.rows == 0:
+        raise SpecError("no sample with a token to learn from", field="INPUT")
+    vocab = len(tok)
+    dtype = token_dtype(vocab)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    rows_per_shard = max(1, shard_tokens // seq_len)
+    shards = []
+    for k, first in enumerate(range(0, st.rows, rows_per_shard)):
+        lo, hi = first * seq_len, min(st.rows, first + rows_per_shard) * seq_len
+        # one padding token after the last row: a row is read with the next token as its last
+        # target (never counted: it starts a new sample)
+        t = np.append(tokens[lo:hi], pad)
+        f = np.append(flags[lo:hi], np.uint8(FLAG_START))
+        path = out_dir / f"shard-{k:05d}.bin"
+        write_shard(path, t, dtype=dtype, flags=f)
+        digest = hashlib.sha256(path.read_bytes()).hexdigest()
+        shards.append(ShardInfo(file=path.name, tokens=len(t), sha256=digest))
+    manifest = FinetuneManifest(
+        tokenizer=str(tokenizer),
+        vocab_size=vocab,
+        eos_id=tok.eos_token_id,
+        dtype=dtype.name,
+        documents=st.samples,
+        tokens=sum(s.tokens for s in shards),
+        shards=shards,
+        data_format=fmt,
+        seq_len=seq_len,
+        packing=packing,
+        sequences=st.rows,
+        samples=st.samples,
+        loss_tokens=st.loss_tokens,
+        truncated=st.truncated,
+        dropped=st.dropped,
+    )
+    # The tokenizer travels with the data it made (an export can ship it beside the model).
+    tok.save_pretrained(str(out_dir / TOKENIZER_DIR))
+    (out_dir / "manifest.json").write_text(manifest.model_dump_json(indent=2) + "\n")
+    return manifest
