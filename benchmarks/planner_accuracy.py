@@ -1,9 +1,13 @@
 """Planner accuracy: re-predict every row of the reference measurements with its configuration
 pinned, and print predicted vs measured peak memory and tokens/s per GPU (one JSON line per figure).
 
-CSV: argv[1], else $BSM_MEASUREMENTS_CSV, else ../shared/reference/measurements.csv relative to the
-repo. Targets (FSDP rows): memory median |error| <= 10%, tokens/s median |error| <= 15%. The
-Megatron upper-bound row is reported, not fitted (it is not FSDP).
+CSVs: argv[1:], else $BSM_MEASUREMENTS_CSV, else the shared reference
+(/work/shared/reference/measurements.csv: ../shared relative to the repo's parent, or to a
+worktree's) plus this project's own rows in benchmarks/data/measurements.csv (each with its
+source). Targets (fitted FSDP rows): memory median |error| <= 10%, tokens/s median |error| <= 15%.
+Megatron rows (not FSDP) are upper bounds: reported with the ratio predicted / their figure, not
+fitted. Rows of benchmarks/data are held out (FSDP2 measurements the constants were not fitted
+on): reported, not in the fitted medians.
 
 Hardware the catalog lacks: the torchtitan H100 rows ran on H100 96 GB HBM2e parts capped at
 500 W. We model them as an ml.p5.48xlarge whose GPU has 93.58 GiB usable and dense peaks scaled by
@@ -27,7 +31,7 @@ from blackwell_sm.planner.search import Candidate, Context, evaluate
 from blackwell_sm.spec import PRESETS
 
 REPO = Path(__file__).resolve().parents[1]
-DEFAULT_CSV = REPO.parent / "shared" / "reference" / "measurements.csv"
+OWN_CSV = REPO / "benchmarks" / "data" / "measurements.csv"
 
 H100_96GB_500W = GpuSpec(
     name="H100 96GB HBM2e 500W",
@@ -43,21 +47,33 @@ INSTANCES = {
     "H100": CATALOG["ml.p5.48xlarge"].model_copy(
         update={"gpu": H100_96GB_500W, "name": "h100-96gb-500w"}
     ),
+    "H100-SXM": CATALOG["ml.p5.48xlarge"],  # the 700 W part of ml.p5 (Megatron-FSDP row)
     "H200": CATALOG["ml.p5en.48xlarge"],
     "B200": CATALOG["ml.p6-b200.48xlarge"],
 }
-PRECISION = {"bf16": "bf16", "fp8-tensorwise": "fp8", "fp8-current-scaling": "fp8"}
+PRECISION = {
+    "bf16": "bf16", "fp8-tensorwise": "fp8", "fp8-current-scaling": "fp8", "mxfp8": "mxfp8",
+}  # fmt: skip
 # torchtitan's modes are ours by the same names ("selective-op": every other matmul kept).
 MODE = {"selective-op": "selective-op", "full": "full", "none": "none"}
 MODEL = {"llama-3-8b": "llama-3.1-8b"}  # same shape; 3.1 only changes RoPE scaling
 
 
-def csv_path() -> Path:
+def shared_csv() -> Path:
+    """The shared reference CSV, found above the repository (a worktree sits one level deeper)."""
+    for up in REPO.parents:
+        candidate = up / "shared" / "reference" / "measurements.csv"
+        if candidate.is_file():
+            return candidate
+    return REPO.parent / "shared" / "reference" / "measurements.csv"
+
+
+def csv_paths() -> list[Path]:
     if len(sys.argv) > 1:
-        return Path(sys.argv[1])
+        return [Path(a) for a in sys.argv[1:]]
     if os.environ.get("BSM_MEASUREMENTS_CSV"):
-        return Path(os.environ["BSM_MEASUREMENTS_CSV"])
-    return DEFAULT_CSV
+        return [Path(os.environ["BSM_MEASUREMENTS_CSV"])]
+    return [shared_csv(), OWN_CSV]
 
 
 def predict(row: dict[str, str]):
@@ -86,12 +102,13 @@ def predict(row: dict[str, str]):
 
 
 def main() -> None:
-    path = csv_path()
-    rows = list(csv.DictReader(path.open()))
+    paths = csv_paths()
+    rows = [(p, row) for p in paths for row in csv.DictReader(p.open())]
     mem_err, tps_err = [], []
-    for row in rows:
+    for path, row in rows:
         e = predict(row)
-        fsdp = "upper bound" not in row["notes"] and "not FSDP" not in row["notes"]
+        upper = "upper bound" in row["notes"] or "not FSDP" in row["notes"]
+        fsdp = not upper and path != OWN_CSV
         tps_ref = float(row["tokens_per_s_per_gpu"])
         err = e.tokens_per_s_per_gpu / tps_ref - 1
         if fsdp:
@@ -100,6 +117,7 @@ def main() -> None:
             "name": f"planner_accuracy.{row['id']}.tokens_per_s_per_gpu",
             "value": round(e.tokens_per_s_per_gpu, 1), "unit": "tokens/s/GPU",
             "reference": tps_ref, "error": round(err, 4), "fitted": fsdp,
+            "kind": "upper bound" if upper else ("fitted" if fsdp else "held out"),
             "mfu_predicted": round(e.mfu, 4),
         }))  # fmt: skip
         if row["peak_memory_gib"]:
@@ -117,7 +135,8 @@ def main() -> None:
         med = statistics.median(abs(x) for x in errs)
         print(json.dumps({
             "name": f"planner_accuracy.{name}.median_abs_error", "value": round(med, 4),
-            "unit": "fraction", "reference": target, "rows": len(errs), "csv": str(path),
+            "unit": "fraction", "reference": target, "rows": len(errs),
+            "csv": [str(p) for p in paths],
         }))  # fmt: skip
 
 

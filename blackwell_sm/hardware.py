@@ -151,11 +151,13 @@ def local_instance(
     device: Literal["cpu", "cuda"] = "cpu",
     memory_gib: float | None = None,
     gpu: GpuSpec | None = None,
+    peak_tflops: float | None = None,
 ) -> InstanceType:
     """The local machine as an instance: `nproc` worker processes (CPU) or local GPUs.
 
-    On CPU the peak is a nominal 0.1 TFLOP/s per process so that MFU and time are comparable only
-    between local runs; memory is host memory split across processes.
+    On CPU `peak_tflops` is the achieved bf16 matmul rate per process that `bsm run-local`
+    measures at start (`train/peak.py`); without it a nominal 0.1 TFLOP/s, so that times are
+    comparable only between local runs. Memory is host memory split across processes.
     """
     if device == "cuda":
         if gpu is None:
@@ -164,7 +166,7 @@ def local_instance(
     else:
         mem = memory_gib if memory_gib is not None else 8.0 * nproc
         g = GpuSpec(name="cpu", kind="cpu", memory_gib=mem / nproc, hbm_tb_s=0.02,
-                    peak_tflops={"bf16": 0.1})  # fmt: skip
+                    peak_tflops={"bf16": peak_tflops or 0.1})  # fmt: skip
     return InstanceType(
         name=f"{LOCAL_INSTANCE_PREFIX}{device}", gpu=g, gpus_per_instance=nproc, intra_node_gb_s=5.0,
         inter_node_gbps=10.0, vcpus=os.cpu_count() or 1, host_memory_gib=memory_gib or 0.0,

@@ -146,14 +146,35 @@ def collect_result(out: Path, plan_path: Path, exit_code: int) -> LocalRunResult
     )
 
 
-def plan_local(spec: RunSpec, *, nproc: int) -> Plan:
-    """The plan for `nproc` local CPU processes; an infeasible plan is an error."""
+def measure_cpu_peak(spec: RunSpec, nproc: int) -> float:
+    """This machine's achieved bf16 matmul rate per worker, TFLOP/s: a ~0.25 s timed matmul of
+    the model's largest per-sequence shape in a fresh Python with the workers' kernels and thread
+    count (`blackwell_sm.train.peak`; this side never imports torch)."""
+    m = spec.model
+    threads = 1 if nproc > 1 else (os.cpu_count() or 1)  # torchrun: 1 thread per worker if > 1
+    # Capped so that one call stays in milliseconds: past ~1k a dimension the rate is flat.
+    dims = (min(spec.training.seq_len, 1024), min(m.d_model, 1024), min(m.ffn_dim, 2048))
+    args = [*map(str, dims), str(threads)]
+    cmd = [sys.executable, "-m", "blackwell_sm.train.peak", *args]
+    try:
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=120, check=True)
+        return float(json.loads(done.stdout.strip().splitlines()[-1])["flops_per_s"]) / 1e12
+    except (subprocess.SubprocessError, OSError, ValueError, KeyError, IndexError) as e:
+        raise BsmError(
+            f"could not measure this machine's matmul rate for the local plan: {e}",
+            hint="run-local needs the container extra (pip install 'blackwell-sm[train]')",
+        ) from None
+
+
+def plan_local(spec: RunSpec, *, nproc: int, peak_tflops: float | None = None) -> Plan:
+    """The plan for `nproc` local CPU processes; an infeasible plan is an error. `peak_tflops`:
+    the measured per-worker matmul rate (`measure_cpu_peak`); None: a nominal 0.1."""
     from blackwell_sm.hardware import local_instance
     from blackwell_sm.planner.api import make_plan
 
     if nproc < 1:
         raise SpecError(f"--nproc must be at least 1, not {nproc}", field="--nproc")
-    plan = make_plan(spec, instance=local_instance(nproc=nproc))
+    plan = make_plan(spec, instance=local_instance(nproc=nproc, peak_tflops=peak_tflops))
     if not plan.feasible:
         raise InfeasiblePlanError(
             f"no configuration of {spec.model.name} fits {nproc} local CPU process(es)",
@@ -177,7 +198,8 @@ def run_local(
     The launcher's output streams to `stdout` (default: ours). A run that fails raises BsmError
     with the launcher's failure reason; Ctrl-C stops the workers cleanly (they save) and re-raises.
     """
-    plan = plan_local(spec, nproc=nproc)
+    plan_local(spec, nproc=nproc)  # memory does not depend on the peak: refuse before measuring
+    plan = plan_local(spec, nproc=nproc, peak_tflops=measure_cpu_peak(spec, nproc))
     out = out.resolve()
     if fresh:
         for sub in ("checkpoints", "model", "output"):

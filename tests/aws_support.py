@@ -86,7 +86,9 @@ def plan_for(spec: Any, *, hours: float | None = None, **config: Any) -> Any:
                reshard_after_forward=True) | config  # fmt: skip
     plan = pinned_plan(spec, cfg)
     if hours is not None:
-        plan = plan.model_copy(update={"run": plan.run.model_copy(update={"hours": hours})})
+        # A point estimate with no range: the builder's pessimistic hours are these hours.
+        run = plan.run.model_copy(update={"hours": hours, "hours_range": (hours, hours)})
+        plan = plan.model_copy(update={"run": run})
     return plan
 
 

@@ -17,7 +17,7 @@ from botocore.stub import Stubber
 from blackwell_sm.aws.jobs import SPEC_HASH_TAG
 from blackwell_sm.aws.session import AwsContext
 from blackwell_sm.aws.submit import submit
-from blackwell_sm.errors import AwsError, InfeasiblePlanError, SpecError
+from blackwell_sm.errors import AwsError, ConsentRequiredError, InfeasiblePlanError, SpecError
 
 
 def bucket_keys(aws: AwsContext) -> list[str]:
@@ -138,6 +138,24 @@ def test_arn_of_other_region_is_refused_before_any_call(aws):
     other = PLAN_ARN.replace(REGION, "us-west-2")
     with Stubber(aws.plans), pytest.raises(SpecError, match="us-west-2"):
         submit(spec_dict(training_plan=other), aws=aws)
+
+
+def test_a_costly_run_needs_consent_like_a_reservation(aws):
+    """Issue 11: above compute.confirm_cost_usd, no terminal and no --yes is exit 5; a prompt
+    that says no starts nothing; --yes starts it."""
+    spec = spec_dict()
+    spec["compute"]["confirm_cost_usd"] = 0.05
+    spec["training"] = {"total_tokens": 10**10}  # ~$0.15-0.21 of p6-b200 time
+    with pytest.raises(ConsentRequiredError) as e:
+        submit(spec, aws=aws)
+    assert e.value.exit_code == 5 and "confirm_cost_usd" in str(e.value)
+    asked: list[str] = []
+    with pytest.raises(ConsentRequiredError):
+        submit(spec, aws=aws, confirm=lambda text: asked.append(text) or False)
+    assert asked and "pessimistic" in asked[0]
+    assert aws.sagemaker.list_training_jobs()["TrainingJobSummaries"] == []
+    assert not any(k.endswith(".tar.gz") for k in bucket_keys(aws))  # nothing uploaded
+    assert submit(spec, aws=aws, yes=True).name
 
 
 def test_dry_run_with_init_from_shows_the_init_channel(aws):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 import io
 import json
+import math
 import tarfile
 from pathlib import Path
 
@@ -15,7 +16,7 @@ from blackwell_sm.errors import InfeasiblePlanError, SpecError
 from blackwell_sm.job import bundle as bundle_mod
 from blackwell_sm.job.limits import MAX_RUNTIME_S
 from blackwell_sm.job.names import spec_hash
-from blackwell_sm.job.request import CONTAINER_ENTRYPOINT, build_job_request
+from blackwell_sm.job.request import CONTAINER_ENTRYPOINT, STARTUP_HOURS, build_job_request
 from blackwell_sm.job.validate import validate_request
 from blackwell_sm.metrics import METRIC_REGEXES
 from blackwell_sm.spec import load_spec, parse_spec
@@ -380,6 +381,17 @@ def test_sdk_view_refuses_an_unresolved_training_plan_before_importing_the_sdk()
     with pytest.raises(SpecError) as e:
         to_model_trainer(spec, plan_for(spec))
     assert e.value.field == "compute.training_plan" and "on-demand" in str(e.value)
+
+
+def test_max_runtime_is_sized_from_the_pessimistic_end_of_the_range():
+    spec = run_spec()
+    plan = plan_for(spec, hours=20.0)
+    plan = plan.model_copy(
+        update={"run": plan.run.model_copy(update={"hours_range": (18.0, 30.0)})}
+    )
+    runtime = build_job_request(spec, plan).request["StoppingCondition"]["MaxRuntimeInSeconds"]
+    margin = spec.job.runtime_margin
+    assert runtime == math.ceil((30.0 * margin + STARTUP_HOURS) * 3600)
 
 
 def _init_spec(init_from: str, **job):

@@ -41,3 +41,18 @@ def test_model_too_big_for_this_machine_is_infeasible(
     assert code == 3, err
     assert "local CPU process" in err
     assert not (tmp_path / "o").exists()  # nothing laid out for a plan that cannot run
+
+
+def test_the_local_plan_uses_the_measured_matmul_rate():
+    """run-local times a short bf16 matmul (train/peak.py) instead of a nominal CPU peak."""
+    from blackwell_sm.local import plan_local
+    from blackwell_sm.spec import parse_spec
+    from blackwell_sm.train.peak import measure
+
+    rate = measure(128, 64, 192, budget_s=0.05)
+    assert rate > 1e8  # any CPU torch runs on does more than 0.1 GFLOP/s
+    spec = parse_spec({"model": "tiny", "training": {"seq_len": 128, "total_steps": 400}})
+    slow = plan_local(spec, nproc=2, peak_tflops=rate / 1e12)
+    fast = plan_local(spec, nproc=2, peak_tflops=10 * rate / 1e12)
+    assert slow.instance.peak_flops_bf16 == rate and slow.throughput.evidence == "measured"
+    assert fast.throughput.breakdown_s.compute < slow.throughput.breakdown_s.compute

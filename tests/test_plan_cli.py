@@ -33,13 +33,15 @@ NESTED = {
 }  # fmt: skip
 # Exactly today's keys: a change here is a schema change and must be deliberate.
 SNAPSHOT = {
-    "": ["advice", "alternatives", "config", "feasible", "instance", "memory_gib", "model",
+    "": ["advice", "alternatives", "checkpoint", "config", "feasible", "instance", "memory_gib", "model",
          "reasons", "run", "schema_version", "spec", "throughput", "warnings"],
     "memory_gib": ["activations", "allocator_reserved", "fp8_extras", "grads_fp32", "grads_unsharded", "limit",
                    "logits_and_loss", "optimizer_states", "overhead", "params_fp32",
-                   "params_unsharded", "total"],
-    "throughput": ["flops_per_token", "mfu", "mfu_basis", "step_time_s", "tokens_per_s_per_gpu"],
-    "run": ["cost_usd", "hours", "price_per_hour", "price_source", "steps", "tokens"],
+                   "params_unsharded", "total", "usable"],
+    "throughput": ["breakdown_s", "evidence", "flops_per_token", "mfu", "mfu_basis",
+                   "step_time_s", "tokens_per_s_per_gpu", "tokens_per_s_per_gpu_range"],
+    "run": ["cost_usd", "cost_usd_range", "hours", "hours_range", "jobs", "price_per_hour",
+            "price_source", "steps", "tokens"],
     "instance": ["count", "device", "efa", "gpu", "gpu_memory_gib", "gpus_per_instance",
                  "peak_flops", "peak_flops_bf16", "type"],
 }  # fmt: skip
@@ -72,8 +74,9 @@ def test_table_shows_config_memory_speed_cost_and_runner_ups(capsys):
     code, out, _ = run(["plan", str(ROOT / "templates" / "llama-64b.yaml")], capsys)
     out = " ".join(out.split())
     assert code == 0
-    for words in ("shard_degree", "memory per GPU", "limit", "tokens/s/GPU", "MFU", "MFU basis",
-                  "cost", "runner-ups", "why not", "fits"):  # fmt: skip
+    for words in ("shard_degree", "memory per GPU", "usable", "tokens/s/GPU", "MFU", "MFU basis",
+                  "cost", "runner-ups", "--set", "range", "checkpoint", "exposed communication",
+                  "fits"):  # fmt: skip
         assert words in out, words
 
 
@@ -98,7 +101,8 @@ def test_flags_and_set_pin_knobs(capsys):
 
 def test_instance_count_auto_and_type(capsys):
     args = ["plan", "--model", "llama-3.1-70b", "--instance-type", "ml.p5.48xlarge",
-            "--instance-count", "auto", "--output", "json"]  # fmt: skip
+            "--instance-count", "auto", "--total-tokens", "100000000000",
+            "--output", "json"]  # fmt: skip
     code, out, _ = run(args, capsys)
     d = json.loads(out)
     assert code == 0 and d["instance"]["type"] == "ml.p5.48xlarge" and d["instance"]["count"] > 1

@@ -142,6 +142,9 @@ def test_describe_shows_the_extension_history(plans):
 
 def test_submit_on_a_plan_too_short_names_the_command_with_the_best_offering(aws):
     spec = spec_dict("llama-3.1-8b", training_plan=PLAN_NAME)
+    # ~80 h at the pessimistic end of the plan's range (what capacity is sized from): more than
+    # the 24 h plan, less than its longest extension offering (7 days).
+    spec["training"] = {"total_tokens": 50_000_000_000}
     with Stubber(aws.plans) as st:
         st.add_response(
             "describe_training_plan",

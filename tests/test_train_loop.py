@@ -135,6 +135,13 @@ def test_checkpoints_are_complete_and_pruned(base):
     assert {"COMPLETE", ".metadata", "__0_0.distcp", "__1_0.distcp", "rng"} <= set(files)
     rng = sorted(p.name for p in (ck / "step-00000010/rng").iterdir())
     assert rng == ["rank-00000.pt", "rank-00001.pt"]
+    # The plan's checkpoint size (the container's disk preflight) is what DCP wrote, give or take
+    # the ~1.5 KiB pickle header of each saved item (param, exp_avg, exp_avg_sq, step per tensor
+    # per rank; 9 tensors a block + embedding, final norm, head): negligible at real sizes.
+    written = sum(f.stat().st_size for f in (ck / "step-00000010").glob("__*_0.distcp"))
+    predicted = PLAN.checkpoint.bytes_per_save
+    items = 4 * (9 * PLAN.spec.model.n_layers + 3) * 2
+    assert predicted <= written <= predicted + 2048 * items, (predicted, written)
 
 
 def test_a_checkpoint_without_its_marker_is_skipped(base, skip):

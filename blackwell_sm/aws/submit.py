@@ -186,6 +186,9 @@ def submit(
                 warnings=jr.warnings, preference_plans=prefs,
             )  # fmt: skip
 
+    from blackwell_sm.aws.cost import confirm_cost
+
+    confirm_cost(rs, plan, consent=True if yes else confirm)
     plan_info: TrainingPlanInfo | None = None
     fit: PlanFit | None = None
     warnings = list(jr.warnings)
@@ -264,7 +267,7 @@ def check_preference_fits(
             info,
             instance_type=pp.instance_type,
             instance_count=pp.instance_count,
-            run_hours=pp.plan.run.hours,
+            run_hours=pp.plan.run.pessimistic_hours,  # the range's high end, as for one type
             startup_hours=STARTUP_HOURS,
         )
         try:
@@ -298,7 +301,7 @@ def resolve_training_plan(
     kw = dict(
         instance_type=plan.instance.type,
         instance_count=plan.instance.count,
-        run_hours=plan.run.hours,
+        run_hours=plan.run.pessimistic_hours,  # capacity is sized from the range's high end
         startup_hours=STARTUP_HOURS,
     )
     if ref != "auto":
@@ -320,7 +323,7 @@ def resolve_training_plan(
             tp.require_fit(fit, allow_partial=allow_partial)
             say(f"using training plan {name}, reserved for this spec before")
             return existing, fit
-    hours = plan.run.hours + STARTUP_HOURS + tp.RECLAIM_HOURS
+    hours = plan.run.pessimistic_hours + STARTUP_HOURS + tp.RECLAIM_HOURS
     offers = tp.search_offerings(
         sm,
         instance_type=plan.instance.type,

@@ -157,12 +157,20 @@ def plan(
     elif p.feasible:
         emit_json(p)
     if not p.feasible:  # under --output json the error object carries the plan
-        raise InfeasiblePlanError(
-            f"{p.model.name} does not fit on {p.instance.count} x {p.instance.type}: the best "
-            f"candidate needs {p.memory_gib.total:.1f} GiB per GPU of {p.memory_gib.limit:.1f} GiB",
-            plan=p,
-            hint="; ".join(p.advice) or None,
-        )
+        m = p.memory_gib
+        usable = m.usable if m.usable is not None else m.limit
+        if m.total <= usable:
+            msg = (
+                f"{p.model.name} on {p.instance.count} x {p.instance.type} takes "
+                f"{hours_text(p.run.hours)}, past the deadline (compute.deadline_hours, or one "
+                "SageMaker job's 28 days)"
+            )
+        else:
+            msg = (
+                f"{p.model.name} does not fit on {p.instance.count} x {p.instance.type}: the "
+                f"best candidate needs {m.total:.1f} GiB per GPU of the usable {usable:.1f} GiB"
+            )
+        raise InfeasiblePlanError(msg, plan=p, hint="; ".join(p.advice) or None)
 
 
 def _plan_preferences(spec: Any, output: str) -> None:
@@ -190,7 +198,7 @@ def render_preferences(plans: Any) -> None:
     con.print(
         text(
             (first.model.name, "bold"),
-            f" ({first.model.n_params / 1e9:.2f}B params): {len(plans.preferences)} instance "
+            f" ({count_text(first.model.n_params)} params): {len(plans.preferences)} instance "
             "preferences, each with its own plan (SageMaker starts on the first with capacity)",
         )
     )
@@ -200,17 +208,17 @@ def render_preferences(plans: Any) -> None:
         table.add_column(col)
     for pp in plans.preferences:
         p, c = pp.plan, pp.plan.config
-        cost = "n/a" if p.run.cost_usd is None else f"${p.run.cost_usd:,.0f}"
+        cost = "n/a" if p.run.cost_usd is None else usd_text(p.run.cost_usd)
         cells = [
             str(pp.index),
             f"{pp.instance_count} x {pp.instance_type}",
             pp.training_plan.rsplit("/", 1)[-1] if pp.training_plan else "on-demand",
             "yes" if p.feasible else ("NO", "bold red"),
-            f"{_gib(p.memory_gib.total)} / {_gib(p.memory_gib.limit)}",
+            f"{_gib(p.memory_gib.total)} / {_gib(p.memory_gib.usable or p.memory_gib.limit)}",
             f"{c.precision} shard {c.shard_degree}x{c.replicate_degree} mb {c.micro_batch_size}"
             f" ga {c.grad_accum_steps} ac {c.activation_checkpointing}",
             f"{p.throughput.tokens_per_s_per_gpu:,.0f}",
-            f"{p.run.hours:,.1f}",
+            hours_text(p.run.hours),
             cost,
             pp.plan_file,
         ]
@@ -227,8 +235,37 @@ def _gib(x: float) -> str:
     return f"{x:,.1f}"
 
 
+def hours_text(hours: float) -> str:
+    """Hours, with days when over 48 h; minutes or seconds when under 0.1 h."""
+    if hours < 0.1:
+        s = hours * 3600
+        return f"{s / 60:.1f} min" if s >= 60 else f"{s:.2g} s"
+    return f"{hours:,.1f} h" + (f" ({hours / 24:,.1f} days)" if hours > 48 else "")
+
+
+def seconds_text(s: float) -> str:
+    """A step time: seconds, or milliseconds under 0.1 s."""
+    return f"{s:.3f} s" if s >= 0.1 else f"{s * 1e3:.3g} ms"
+
+
+def count_text(n: float) -> str:
+    """A parameter count in B, M or k: 8.03B, 131.4M, 131k."""
+    for div, unit in ((1e9, "B"), (1e6, "M"), (1e3, "k")):
+        if n >= div:
+            return f"{n / div:,.{2 if unit == 'B' else 1}f}{unit}"
+    return f"{n:,.0f}"
+
+
+def usd_text(x: float) -> str:
+    """Dollars; under $100 with cents, under $1 in cents (a short run is not '$0')."""
+    if x < 1:
+        return f"{x * 100:.2g}¢"
+    return f"${x:,.2f}" if x < 100 else f"${x:,.0f}"
+
+
 def render(p: Any) -> None:
-    """The plan as rich tables on stdout (people); JSON has the same facts for scripts."""
+    """The plan as rich tables on stdout (people); JSON has the same facts for scripts.
+    Nothing is cut: long values wrap, runner-ups are lines with the flags that select them."""
     from rich.table import Table
 
     from blackwell_sm.cli.output import out_console, text
@@ -236,10 +273,12 @@ def render(p: Any) -> None:
     con = out_console()
     c, m, t, r = p.config, p.memory_gib, p.throughput, p.run
     status = ("fits", "green") if p.feasible else ("does NOT fit", "bold red")
+    if not p.feasible and m.usable is not None and m.total <= m.usable:
+        status = ("misses the deadline", "bold red")
     con.print(
         text(
             (p.model.name, "bold"),
-            f" ({p.model.n_params / 1e9:.2f}B params) on {p.instance.count} x "
+            f" ({count_text(p.model.n_params)} params) on {p.instance.count} x "
             f"{p.instance.type} ({p.instance.gpus_per_instance} x {p.instance.gpu}): ",
             status,
         )
@@ -251,40 +290,73 @@ def render(p: Any) -> None:
     mem.add_column("term")
     mem.add_column("GiB", justify="right")
     for k, v in m.model_dump().items():
-        if k in ("total", "limit", "allocator_reserved") or v is None:
+        if k in ("total", "limit", "usable", "allocator_reserved") or v is None:
             continue
         mem.add_row(k, _gib(v))
-    pct = m.total / m.limit
     mem.add_row(text(("total", "bold")), text((_gib(m.total), "bold")))
-    mem.add_row("limit", f"{_gib(m.limit)} ({pct:.0%} used)")
+    if m.usable is not None:
+        mem.add_row("usable", f"{_gib(m.usable)} ({m.total / m.usable:.0%} used)")
+    mem.add_row("device", _gib(m.limit))
     con.print(cfg, mem)
-    cost = "n/a (no price)" if r.cost_usd is None else f"${r.cost_usd:,.0f}"
+    rng = t.tokens_per_s_per_gpu_range
     con.print(
         text(
             ("speed", "bold"),
-            f": {t.tokens_per_s_per_gpu:,.0f} tokens/s/GPU, step {t.step_time_s:.3f} s, "
-            f"MFU {t.mfu:.1%}  ",
+            f": {t.tokens_per_s_per_gpu:,.0f} tokens/s/GPU"
+            + (f" (range {rng[0]:,.0f}-{rng[1]:,.0f}, constants {t.evidence})" if rng else "")
+            + f", step {seconds_text(t.step_time_s)}, MFU {t.mfu:.1%}  ",
             (f"(MFU basis: {t.mfu_basis})", "dim"),
         )
+    )
+    if t.breakdown_s is not None:
+        b = t.breakdown_s
+        con.print(
+            text(
+                ("step", "bold"),
+                f": compute {seconds_text(b.compute)}, recompute {seconds_text(b.recompute)}, "
+                f"exposed communication {seconds_text(b.exposed_communication)}, optimizer "
+                f"{seconds_text(b.optimizer)}",
+            )
+        )
+    cost = "n/a (no price)" if r.cost_usd is None else usd_text(r.cost_usd)
+    if r.cost_usd_range:
+        cost += f" (range {usd_text(r.cost_usd_range[0])} to {usd_text(r.cost_usd_range[1])})"
+    hours = hours_text(r.hours)
+    if r.hours_range:
+        hours += f" (range {hours_text(r.hours_range[0])} to {hours_text(r.hours_range[1])})"
+    jobs = (
+        f", {r.jobs} SageMaker jobs of at most 28 days, each resuming from the checkpoints"
+        if r.jobs > 1
+        else ""
     )
     con.print(
         text(
             ("run", "bold"),
-            f": {r.steps:,} steps, {r.tokens / 1e9:,.2f}B tokens, {r.hours:,.1f} h, cost {cost}",
+            f": {r.steps:,} steps, {count_text(r.tokens)} tokens, {hours}, cost {cost}{jobs}",
             (f" ({r.price_source})" if r.price_source else "", "dim"),
         )
     )
+    if p.checkpoint is not None:
+        k = p.checkpoint
+        con.print(
+            text(
+                ("checkpoint", "bold"),
+                f": {k.gib_per_save:,.1f} GiB per save (fp32 params + AdamW states, all ranks), "
+                f"at most {k.max_gib_per_host:,.1f} GiB per host, ~{k.save_s:,.0f} s to write",
+            )
+        )
     if p.alternatives:
-        alt = Table(title="runner-ups", title_justify="left")
-        for col in ("changed", "GiB", "tok/s/GPU", "hours", "why not"):
-            alt.add_column(col)
+        con.print(text(("runner-ups", "bold"), " (select one with the --set flags shown):"))
         for a in p.alternatives:
-            changed, _, why = a.why_not.partition(": ")
-            alt.add_row(
-                changed, _gib(a.memory_total_gib), f"{a.tokens_per_s_per_gpu:,.0f}",
-                f"{a.hours:,.1f}", why,
-            )  # fmt: skip
-        con.print(alt)
+            _, _, why = a.why_not.partition(": ")
+            flags = " ".join(f"--set {f}" for f in a.set)
+            con.print(
+                text(
+                    f"  - {flags}: {a.memory_total_gib:,.1f} GiB, "
+                    f"{a.tokens_per_s_per_gpu:,.0f} tok/s/GPU, {hours_text(a.hours)}; ",
+                    (why, "dim"),
+                )
+            )
     for title, items, style in (
         ("why", p.reasons, "dim"),
         ("warnings", p.warnings, "yellow"),

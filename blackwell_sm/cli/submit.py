@@ -61,7 +61,13 @@ def print_log_event(event: Any, *, output: str) -> None:
 @click.option("--wait", is_flag=True, help="Wait for the job to end (Ctrl-C stops waiting only).")
 @click.option("--logs", "follow_logs", is_flag=True, help="Follow the job's logs until it ends.")
 @click.option("--new", is_flag=True, help="A fresh job name instead of reattaching to this spec's.")
-@click.option("--yes", "-y", is_flag=True, help="Agree to reserving a plan (training_plan auto).")
+@click.option(
+    "--yes",
+    "-y",
+    is_flag=True,
+    help="Agree to spending money: reserving a plan (training_plan auto), a run over "
+    "compute.confirm_cost_usd.",
+)
 @click.option(
     "--allow-partial",
     is_flag=True,

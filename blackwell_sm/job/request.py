@@ -90,11 +90,9 @@ class JobRequest(BaseModel):
 
 
 def max_runtime_seconds(job: JobSpec, plan: Plan, warnings: list[str]) -> int:
-    """The job's MaxRuntimeInSeconds: the user's, or the plan's estimate with a margin.
-
-    SDKs default to one hour, which would stop almost any real run; this default follows the
-    prediction instead, capped at SageMaker's 28 days.
-    """
+    """The job's MaxRuntimeInSeconds: the user's, or the plan's estimate with a margin. SDKs
+    default to one hour; this follows the prediction's pessimistic end (a run stopped early costs
+    more than a limit never reached), capped at SageMaker's 28 days."""
     if job.max_runtime_hours is not None:
         seconds = math.ceil(job.max_runtime_hours * 3600)
         if job.max_runtime_hours < plan.run.hours:
@@ -104,13 +102,15 @@ def max_runtime_seconds(job: JobSpec, plan: Plan, warnings: list[str]) -> int:
                 "--until-done` follows with the next job, which resumes from its checkpoint)"
             )
         return seconds
-    hours = plan.run.hours * job.runtime_margin + STARTUP_HOURS
+    predicted = plan.run.pessimistic_hours
+    hours = predicted * job.runtime_margin + STARTUP_HOURS
     seconds = math.ceil(hours * 3600)
     if seconds > MAX_RUNTIME_S:
+        n = math.ceil(hours * 3600 / MAX_RUNTIME_S)
         warnings.append(
-            f"predicted {plan.run.hours:.1f} h x margin {job.runtime_margin:g} exceeds SageMaker's "
-            f"28-day limit: MaxRuntimeInSeconds capped at {MAX_RUNTIME_S}; the run needs "
-            f"{math.ceil(hours * 3600 / MAX_RUNTIME_S)} jobs: `bsm submit SPEC --until-done` submits them in turn"
+            f"predicted {predicted:.1f} h (pessimistic) x margin {job.runtime_margin:g} exceeds the "
+            f"28-day limit: MaxRuntimeInSeconds capped at {MAX_RUNTIME_S}; the run needs {n} jobs: "
+            "`bsm submit SPEC --until-done` submits them in turn"
         )
         seconds = MAX_RUNTIME_S
     return seconds
@@ -281,12 +281,10 @@ def build_job_request(
     bundle_uri = f"{job.code_prefix}/{bundle.sha256}/{BUNDLE_FILE}"
     checkpoint_uri = f"{job.checkpoint_prefix}/{base}"
     # One MaxRuntime whichever type SageMaker picks: the slowest preference's.
-    slowest = max([plan, *others], key=lambda p: p.run.hours)
+    slowest = max([plan, *others], key=lambda p: p.run.pessimistic_hours)
     if done_steps:  # a later job of a run: time for the steps left (the loop resumes)
         left = max(0.0, 1 - done_steps / slowest.run.steps)
-        slowest = slowest.model_copy(
-            update={"run": slowest.run.model_copy(update={"hours": slowest.run.hours * left})}
-        )
+        slowest = slowest.model_copy(update={"run": slowest.run.scaled(left)})
     runtime_s = max_runtime_seconds(job, slowest, warnings)
     pref_unresolved: list[str] = []
     if prefs is not None:

@@ -6,22 +6,36 @@ The search over one count is `search.py`, over counts `counts.py`; the words are
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Any
 
 from blackwell_sm.errors import SpecError
 from blackwell_sm.hardware import InstanceType, get_instance
 from blackwell_sm.opt_ml import is_local_run
+from blackwell_sm.planner import calibration as C
+from blackwell_sm.planner.checkpoint_size import checkpoint_size
 from blackwell_sm.planner.counts import choose_count, search_precisions
-from blackwell_sm.planner.explain import advice_for, alternatives, reasons_for, to_config
+from blackwell_sm.planner.explain import (
+    advice_for,
+    alternatives,
+    comm_bound,
+    memory_relief,
+    near_miss_advice,
+    reasons_for,
+    to_config,
+)
 from blackwell_sm.planner.memory import GIB
 from blackwell_sm.planner.plan import (
+    Alternative,
+    CheckpointEstimate,
     InstanceRef,
     MemoryBreakdown,
     ModelRef,
     Plan,
     PlanSpec,
     RunEstimate,
+    StepBreakdown,
     Throughput,
 )
 from blackwell_sm.planner.precision import lowp_ineligible
@@ -35,7 +49,10 @@ from blackwell_sm.planner.search import (
     check_pins,
     evaluate,
 )
+from blackwell_sm.planner.timing import scale_warnings, time_limit_notes
+from blackwell_sm.planner.uncertainty import over_published, speed_range
 from blackwell_sm.spec import RunSpec
+from blackwell_sm.spec.job import MAX_RUNTIME_HOURS
 
 DEFAULT_TOKENS_PER_PARAM = 20
 
@@ -99,6 +116,7 @@ def make_plan(spec: RunSpec, *, instance: InstanceType | None = None) -> Plan:
     ctx, local, warnings = _context(spec, instance)
     inst, price = ctx.instance, ctx.price_per_hour
     reasons: list[str] = []
+    advice: list[str] = []
     pins = _pins(spec)
 
     plan_counts = comp.training_plan is not None and not local
@@ -121,24 +139,24 @@ def make_plan(spec: RunSpec, *, instance: InstanceType | None = None) -> Plan:
             1 if count == "auto" else count,
             pins._replace(shard_degree=None, replicate_degree=None),
         )
+    # Time is a constraint: the user's deadline, else one SageMaker job's 28 days.
+    deadline = comp.deadline_hours if comp.deadline_hours is not None else float(MAX_RUNTIME_HOURS)
+    late = False
     if count == "auto":
-        n, res, prec_reasons, notes = choose_count(ctx, pins, allowed, comp.deadline_hours)
+        n, res, prec_reasons, notes = choose_count(ctx, pins, allowed, deadline)
         check_pins(ctx, n, pins)
         for note in notes:
             (warnings if note.startswith("no instance") else reasons).append(note)
+        late = res.feasible and res.best.hours > deadline
     else:
         n = count
         check_pins(ctx, n, pins)
         res, prec_reasons = search_precisions(ctx, n, pins)
-        if (
-            comp.deadline_hours is not None
-            and res.feasible
-            and res.best.hours > comp.deadline_hours
-        ):
-            warnings.append(
-                f"predicted {res.best.hours:.1f} h exceeds compute.deadline_hours "
-                f"{comp.deadline_hours:g}; more instances (or instance_count: auto) would help"
-            )
+    if res.feasible and not local:
+        more, tips = time_limit_notes(ctx, pins, allowed, res.best, deadline, comp.deadline_hours)
+        warnings.extend(more)
+        if late:
+            advice.extend(tips)
 
     best = res.best
     c = best.cand
@@ -159,20 +177,33 @@ def make_plan(spec: RunSpec, *, instance: InstanceType | None = None) -> Plan:
             f"asked: {c.world} GPUs x micro_batch_size {c.micro_batch_size} x grad_accum_steps "
             f"{c.grad_accum_steps}"
         )
+    usable = limit * (1.0 - C.MEMORY_HEADROOM)
+    if res.note:
+        reasons.append(res.note)
     if best.fits and best.mem.total > 0.9 * limit * GIB:
+        relief = memory_relief(res.evaluated, best, ctx)
         warnings.append(
             f"predicted memory {best.memory_gib:.1f} GiB is above 90% of {limit:.1f} GiB"
+            + (f"; {relief}" if relief else "")
         )
+    if res.feasible:
+        advice.extend(near_miss_advice(res.evaluated, best, ctx))
+        bound = comm_bound(best, ctx)
+        if bound:
+            warnings.append(bound)
 
-    advice: list[str] = []
     if not res.feasible:
-        advice = advice_for(ctx, c.instance_count, pins, best, allowed)
+        advice[:0] = advice_for(ctx, c.instance_count, pins, best, allowed)
         warnings.append(
             f"no configuration fits: the best candidate needs {best.memory_gib:.1f} GiB per GPU, "
-            f"the limit is {limit:.1f} GiB"
+            f"the usable limit is {usable:.1f} GiB ({limit:.1f} GiB less "
+            f"{C.MEMORY_HEADROOM:.0%} headroom)"
         )
+    if not local:
+        warnings.extend(scale_warnings(c.instance_count))
 
-    return _assemble(spec, inst, best, res.feasible, res.evaluated, price, local,
+    alts = alternatives(res.evaluated, best, ctx, pins, count_auto=count == "auto")
+    return _assemble(spec, inst, best, res.feasible and not late, alts, price, local,
                      warnings=warnings, reasons=reasons, advice=advice)  # fmt: skip
 
 
@@ -181,7 +212,7 @@ def _assemble(
     inst: InstanceType,
     best: Evaluation,
     feasible: bool,
-    evaluated: list[Evaluation],
+    alts: list[Alternative],
     price: float | None,
     local: bool,
     *,
@@ -200,8 +231,31 @@ def _assemble(
         grads_unsharded=g(m.grads_unsharded), activations=g(m.activations),
         logits_and_loss=g(m.logits_and_loss), overhead=g(m.overhead), fp8_extras=g(m.fp8_extras),
         total=g(m.total), limit=limit, allocator_reserved=g(m.reserved),
+        usable=round(limit * (1.0 - C.MEMORY_HEADROOM), 3),
     )  # fmt: skip
     tokens = best.steps * c.global_batch_seqs * tr.seq_len
+    t, tps = best.time, best.tokens_per_s_per_gpu
+    sr = speed_range(tps, inst.gpu.name, model.name, c.precision, tr.seq_len)
+    warn = over_published(tps, sr)
+    if warn:
+        warnings = [*warnings, warn]
+    hours_range = (best.hours * tps / sr.high, best.hours * tps / sr.low)
+    jobs = max(1, math.ceil(hours_range[1] / MAX_RUNTIME_HOURS))
+    if jobs > 1 and best.hours <= MAX_RUNTIME_HOURS and not local:
+        warnings = [*warnings, (
+            f"at the pessimistic end of the range ({hours_range[1]:,.1f} h) the run needs {jobs} "
+            "SageMaker jobs of at most 28 days, each resuming from the same checkpoints"
+        )]  # fmt: skip
+    cost_range = None
+    if best.price_per_hour is not None:
+        cost_range = (round(hours_range[0] * best.price_per_hour, 2),
+                      round(hours_range[1] * best.price_per_hour, 2))  # fmt: skip
+        if not local and cost_range[1] > comp.confirm_cost_usd:
+            warnings = [*warnings, (
+                f"the run may cost up to ${cost_range[1]:,.0f} (pessimistic end), over "
+                f"compute.confirm_cost_usd ${comp.confirm_cost_usd:,.0f}: bsm submit asks first"
+            )]  # fmt: skip
+    ck = checkpoint_size(model.n_params, c.shard_degree, inst.gpus_per_instance)
     return Plan(
         feasible=feasible,
         model=ModelRef(name=model.name, n_params=model.n_params),
@@ -223,6 +277,14 @@ def _assemble(
             tokens_per_s_per_gpu=round(best.tokens_per_s_per_gpu, 1),
             mfu=round(best.mfu, 4),
             flops_per_token=model.flops_per_token(tr.seq_len),
+            breakdown_s=StepBreakdown(
+                compute=round(t.compute_s - t.recompute_s, 4),
+                recompute=round(t.recompute_s, 4),
+                exposed_communication=round(t.exposed_comm_s, 4),
+                optimizer=round(t.optimizer_s, 4),
+            ),
+            tokens_per_s_per_gpu_range=(round(sr.low, 1), round(sr.high, 1)),
+            evidence=sr.evidence,
         ),
         run=RunEstimate(
             steps=best.steps,
@@ -233,8 +295,17 @@ def _assemble(
             price_source=None
             if local
             else ("compute.price_per_hour" if comp.price_per_hour else inst.price_source),
+            hours_range=(round(hours_range[0], 3), round(hours_range[1], 3)),
+            cost_usd_range=cost_range,
+            jobs=jobs,
         ),
-        alternatives=alternatives(evaluated, best, limit, tr.seq_len),
+        checkpoint=CheckpointEstimate(
+            bytes_per_save=ck.bytes_per_save,
+            gib_per_save=g(ck.bytes_per_save),
+            max_gib_per_host=g(ck.max_bytes_per_host),
+            save_s=round(ck.save_s, 1),
+        ),
+        alternatives=alts,
         warnings=warnings,
         reasons=reasons,
         advice=advice,

@@ -9,6 +9,8 @@ accuracy targets; the others are derived or taken as published and were not tune
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 # ---------------------------------------------------------------------------------------------
 # Memory
 # ---------------------------------------------------------------------------------------------
@@ -122,6 +124,80 @@ COMM_OVERLAP = 0.95
 OPTIMIZER_BYTES_PER_PARAM = 32
 HBM_EFFICIENCY = 0.7
 
+#: Write rate of one host's checkpoint save, GB/s (DCP writes one file per rank to the local
+#: /opt/ml/checkpoints volume; SageMaker uploads it to S3 in the background). A conservative
+#: figure for one NVMe's sequential writes through Python file I/O; not measured on p6-b200.
+CHECKPOINT_WRITE_GB_S = 2.0
+
+# ---------------------------------------------------------------------------------------------
+# Per GPU: how far the constants above hold there, and how sure we are (the range's width)
+# ---------------------------------------------------------------------------------------------
+
+
+class GpuCalibration(NamedTuple):
+    """What the step-time constants mean on one GPU model (the first word of its catalog name)."""
+
+    #: Multiplies MATMUL_EFFICIENCY and ATTENTION_EFFICIENCY on this GPU.
+    compute_scale: float
+    #: "fitted": FSDP2 rows measured on this GPU; "carried": constants carried over from another
+    #: GPU (and anchored on other stacks' rows); "measured": timed on this machine at start.
+    evidence: str
+    source: str
+
+
+#: Megatron-Core model TFLOP/s per GPU, fp8, Llama3-8B at seq 8192 (NeMo 25.11), by our
+#: `flops_per_token`: DGX-H100 (700 W, Megatron-FSDP, row mb-h100x8-fp8-fsdp-upper) 14,451
+#: tokens/s -> 0.846 of the BF16 peak; DGX-B200 (row mb-b200x8-fp8-upper) 30,624 tokens/s ->
+#: 0.788. The best stack keeps 0.93 of its Hopper efficiency on Blackwell (faster tensor cores,
+#: same-sized kernels: launch, elementwise and attention work weigh more). We carry that ratio to
+#: FSDP2 + torchao. *Derived* from the two rows; the calibration issue refits it on B200 rows.
+BLACKWELL_SCALE = 0.788 / 0.846
+
+GPU_CALIBRATION: dict[str, GpuCalibration] = {
+    "H100": GpuCalibration(1.0, "fitted", "torchtitan H100 rows (500 W parts, derated)"),
+    "H200": GpuCalibration(1.0, "fitted", "torchtitan H200 rows tt-h200x32/x64-fp8-compile"),
+    "B200": GpuCalibration(
+        BLACKWELL_SCALE, "carried", "H100/H200 fit x Megatron's B200/H100 efficiency ratio"
+    ),
+    "B300": GpuCalibration(BLACKWELL_SCALE, "carried", "B200's (same tensor-core rate)"),
+    # The measured rate is an achieved rate: undo the GPU matmul efficiency.
+    "cpu": GpuCalibration(
+        1.0 / MATMUL_EFFICIENCY[("bf16", False)],
+        "measured",
+        "this machine's bf16 matmul rate, timed at start (train/peak.py)",
+    ),
+}
+
+#: Width of the speed range by evidence: (fraction below, fraction above) the point estimate of
+#: tokens/s. Fitted: the FSDP rows are re-predicted within 9% (median 3%), so +-10/15% covers
+#: them with margin; the low side is wider because what the model misses (stragglers, data
+#: loading, NCCL tuning) only slows a run. Carried: the H100->B200 ratio rests on one stack's
+#: two rows; 30% below. Measured (CPU): the demo's per-step error on a shared 2-core machine.
+RANGE_BY_EVIDENCE: dict[str, tuple[float, float]] = {
+    "fitted": (0.15, 0.10),
+    "carried": (0.30, 0.10),
+    "measured": (0.35, 0.35),
+}
+
+
+def gpu_calibration(gpu_name: str) -> GpuCalibration:
+    """The calibration of the GPU named `gpu_name` (catalog name; its first word is the key).
+    A GPU without an entry is `carried` with the fitted constants unchanged."""
+    key = gpu_name.split()[0] if gpu_name else ""
+    return GPU_CALIBRATION.get(key) or GpuCalibration(1.0, "carried", "no rows: Hopper's fit")
+
+
+#: Best published tokens/s/GPU for (GPU, model, precision, seq_len), from any stack: a plan's
+#: point estimate above it carries a warning; the range's high end never passes it.
+#: Source: NeMo 25.11 performance summary (Megatron-Bridge docs/performance-summary-archive.md),
+#: rows mb-b200x8-*-upper and mb-h100x8-fp8-fsdp-upper of shared/reference/measurements.csv.
+PUBLISHED_BEST: dict[tuple[str, str, str, int], tuple[float, str]] = {
+    ("B200", "llama-3.1-8b", "fp8", 8192): (30624.0, "Megatron-Core + TE, DGX-B200 (NeMo 25.11)"),
+    ("B200", "llama-3.1-8b", "mxfp8", 8192): (29521.0, "Megatron-Core + TE, DGX-B200 (NeMo 25.11)"),
+    ("H100", "llama-3.1-8b", "fp8", 8192): (14451.0, "Megatron-FSDP + TE, DGX-H100 (NeMo 25.11)"),
+}
+
+
 # ---------------------------------------------------------------------------------------------
 # Hardware of the measured rows that the catalog does not have
 # ---------------------------------------------------------------------------------------------
@@ -139,8 +215,19 @@ H100_96GB_USABLE_GIB = 93.58
 # Choices (not physics): thresholds the search uses to prefer the simpler configuration
 # ---------------------------------------------------------------------------------------------
 
-#: Candidates within this fraction of the fastest time to train are ties; the simplest wins.
+#: Candidates within this fraction of the fastest time to train are ties. Among ties the simplest
+#: that uses at most COMFORT_FRACTION of the usable memory wins, else (every tie is tighter) the one
+#: needing the least: free memory absorbs allocator spikes the model does not see. Not "always the
+#: least memory": the step model has no micro-batch efficiency term, so a pure least-memory rule
+#: would pick micro-batch 1 wherever speed is flat, which is slower on a real GPU.
 TIE_FRACTION = 0.01
+COMFORT_FRACTION = 0.85
+#: "Near miss": a runner-up at least this much faster that misses the usable limit by at most
+#: NEAR_MISS_MEMORY gets advice on what would make it fit.
+NEAR_MISS_SPEEDUP = 0.10
+NEAR_MISS_MEMORY = 0.05
+#: A plan whose exposed communication is over this fraction of the step is communication-bound.
+COMM_BOUND_FRACTION = 0.20
 #: `precision: auto` picks fp8/mxfp8 only when predicted faster than bf16 by at least this much:
 #: low precision carries numerical risk (loss spikes, divergence on small models) that a few
 #: percent of speed does not pay for.

@@ -30,7 +30,7 @@ def search_precisions(ctx: Context, count: int, pins: Pins) -> tuple[SearchResul
         best = min((r.best for r in results.values()), key=lambda e: (e.mem.total, e.hours))
         chosen = SearchResult(best, False, chosen.evaluated)
     evaluated = [e for r in results.values() for e in r.evaluated]
-    return SearchResult(chosen.best, chosen.feasible, evaluated), reasons
+    return SearchResult(chosen.best, chosen.feasible, evaluated, chosen.note), reasons
 
 
 def lean(pins: Pins) -> Pins:

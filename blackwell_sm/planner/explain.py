@@ -10,8 +10,20 @@ from typing import Any
 
 from blackwell_sm.planner import calibration as C
 from blackwell_sm.planner.counts import fits_or_none, fits_somewhere, precisions_for
+from blackwell_sm.planner.memory import GIB
 from blackwell_sm.planner.plan import Alternative, PlanConfig
-from blackwell_sm.planner.search import Candidate, Context, Evaluation, Pins, min_memory
+from blackwell_sm.planner.search import (
+    Candidate,
+    Context,
+    Evaluation,
+    Pins,
+    min_memory,
+    pick,
+    usable_bytes,
+)
+
+#: The knobs a row of alternatives[] can differ in, in the order its `set` flags list them.
+KNOBS = tuple(f for f in Candidate._fields if f != "instance_count")
 
 
 def to_config(c: Candidate, seq_len: int) -> PlanConfig:
@@ -33,7 +45,7 @@ def advice_for(
 ) -> list[str]:
     """What single change would make it fit, each checked with the model."""
     out = []
-    limit = ctx.instance.gpu.memory_gib
+    limit = usable_bytes(ctx.instance) / GIB
     precs = precisions_for(ctx, pins)
     # More instances: a pinned shard degree stays, the replica count grows with the GPUs.
     scaled = pins._replace(replicate_degree=None) if pins.shard_degree else pins
@@ -48,13 +60,13 @@ def advice_for(
         e = min_memory(ctx, count, pins._replace(activation_checkpointing="full"), precs)
         if fits_or_none(e):
             out.append(
-                f"activation_checkpointing: full fits ({e.memory_gib:.1f} GiB of {limit:.1f})"
+                f"activation_checkpointing: full fits ({e.memory_gib:.1f} GiB of the usable {limit:.1f})"
             )
     s = ctx.seq_len // 2
     while s >= 256:
         e = min_memory(ctx._replace(seq_len=s), count, pins, precs)
         if fits_or_none(e):
-            out.append(f"seq_len: {s} fits ({e.memory_gib:.1f} GiB of {limit:.1f})")
+            out.append(f"seq_len: {s} fits ({e.memory_gib:.1f} GiB of the usable {limit:.1f})")
             break
         s //= 2
     for p in ("fp8", "mxfp8"):
@@ -63,20 +75,29 @@ def advice_for(
         if ctx.instance.gpu.supports(p) and p != best.cand.precision:
             e = min_memory(ctx, count, pins._replace(precision=p), (p,))
             if fits_or_none(e):
-                out.append(f"precision: {p} fits ({e.memory_gib:.1f} GiB of {limit:.1f})")
+                out.append(
+                    f"precision: {p} fits ({e.memory_gib:.1f} GiB of the usable {limit:.1f})"
+                )
                 break
     if pins.micro_batch_size not in (None, 1):
         e = min_memory(ctx, count, pins._replace(micro_batch_size=1, grad_accum_steps=None), precs)
         if fits_or_none(e):
-            out.append(f"micro_batch_size: 1 fits ({e.memory_gib:.1f} GiB of {limit:.1f})")
+            out.append(
+                f"micro_batch_size: 1 fits ({e.memory_gib:.1f} GiB of the usable {limit:.1f})"
+            )
     if not out:
         out.append("no single change fits; combine more instances with full checkpointing")
     return out
 
 
-def _why_not(e: Evaluation, best: Evaluation, limit_gib: float) -> str:
+def does_not_fit(e: Evaluation, usable_gib: float) -> str:
+    """The one wording of a memory miss: against the usable limit (capacity less headroom)."""
+    return f"does not fit: needs {e.memory_gib:.1f} GiB of the usable {usable_gib:.1f} GiB"
+
+
+def _why_not(e: Evaluation, best: Evaluation, usable_gib: float) -> str:
     if not e.fits:
-        return f"does not fit: needs {e.memory_gib:.1f} GiB of {limit_gib:.1f} GiB"
+        return does_not_fit(e, usable_gib)
     if not best.fits:
         return "fits, but only by changing a pinned knob"
     slower = e.hours / best.hours - 1.0
@@ -84,16 +105,40 @@ def _why_not(e: Evaluation, best: Evaluation, limit_gib: float) -> str:
         return f"{slower:.0%} slower ({e.hours:.1f} h vs {best.hours:.1f} h)"
     if slower < -C.TIE_FRACTION:
         return f"{-slower:.0%} faster, but below the gain low precision must bring"
-    return "as fast (within 1%) but less simple"
+    if e.mem.total > best.mem.total * 1.001:
+        return f"as fast (within {C.TIE_FRACTION:.0%}) but less free memory"
+    return f"as fast (within {C.TIE_FRACTION:.0%}) but less simple"
 
 
-def _differs(e: Evaluation, best: Evaluation) -> str:
+def _flag(name: str, value: object) -> str:
+    return f"{name}={str(value).lower() if isinstance(value, bool) else value}"
+
+
+def _differs(e: Evaluation, best: Evaluation) -> list[str]:
     a, b = e.cand, best.cand
-    parts = []
-    for name in Candidate._fields:
-        if getattr(a, name) != getattr(b, name):
-            parts.append(f"{name}={getattr(a, name)}")
-    return ", ".join(parts)
+    return [_flag(n, getattr(a, n)) for n in KNOBS if getattr(a, n) != getattr(b, n)]
+
+
+def _matches(c: Candidate, pins: dict[str, object]) -> bool:
+    return all(getattr(c, k) == v for k, v in pins.items())
+
+
+def select_flags(
+    e: Evaluation, best: Evaluation, evals: list[Evaluation], pins: Pins, usable: float
+) -> list[str]:
+    """The `--set` flags that make `bsm plan` choose `e`: the knobs it differs in (and its
+    precision when the spec leaves precision to the planner), checked by re-running the choice
+    over the evaluated candidates; every knob when that does not single it out."""
+    user = {k: v for k, v in pins._asdict().items() if v is not None}
+    names = [n for n in KNOBS if getattr(e.cand, n) != getattr(best.cand, n)]
+    if pins.precision is None and "precision" not in names:
+        names.insert(0, "precision")
+    chosen = {n: getattr(e.cand, n) for n in names}
+    if e.fits:
+        ok = [x for x in evals if x.fits and _matches(x.cand, user | chosen)]
+        if ok and pick(ok, usable)[0].cand == e.cand:
+            return [_flag(n, v) for n, v in chosen.items()]
+    return [_flag(n, getattr(e.cand, n)) for n in KNOBS]
 
 
 def _rank(e: Evaluation) -> tuple[int, float]:
@@ -102,7 +147,12 @@ def _rank(e: Evaluation) -> tuple[int, float]:
 
 
 def alternatives(
-    evals: list[Evaluation], best: Evaluation, limit_gib: float, seq_len: int
+    evals: list[Evaluation],
+    best: Evaluation,
+    ctx: Context,
+    pins: Pins,
+    *,
+    count_auto: bool = False,
 ) -> list[Alternative]:
     """The best candidate that differs in each knob, i.e. the runner-up per decision."""
     picks: dict[Candidate, Evaluation] = {}
@@ -125,18 +175,92 @@ def alternatives(
         for e in by_value.values():
             picks.setdefault(e.cand, e)
     ranked = sorted(picks.values(), key=lambda e: (not e.fits, e.hours))[:6]
-    return [
-        Alternative(
-            config=to_config(e.cand, seq_len),
-            instance_count=e.cand.instance_count,
-            feasible=e.fits,
-            memory_total_gib=round(e.memory_gib, 2),
-            tokens_per_s_per_gpu=round(e.tokens_per_s_per_gpu, 1),
-            hours=round(e.hours, 3),
-            why_not=f"{_differs(e, best)}: {_why_not(e, best, limit_gib)}",
+    usable = usable_bytes(ctx.instance)
+    out = []
+    for e in ranked:
+        flags = select_flags(e, best, evals, pins, usable)
+        if count_auto:
+            flags.append(f"compute.instance_count={e.cand.instance_count}")
+        out.append(
+            Alternative(
+                config=to_config(e.cand, ctx.seq_len),
+                instance_count=e.cand.instance_count,
+                feasible=e.fits,
+                memory_total_gib=round(e.memory_gib, 2),
+                tokens_per_s_per_gpu=round(e.tokens_per_s_per_gpu, 1),
+                hours=round(e.hours, 3),
+                why_not=f"{', '.join(_differs(e, best))}: {_why_not(e, best, usable / GIB)}",
+                set=flags,
+            )
         )
-        for e in ranked
+    return out
+
+
+def near_miss_advice(evals: list[Evaluation], best: Evaluation, ctx: Context) -> list[str]:
+    """For the fastest layout at least NEAR_MISS_SPEEDUP faster than `best` that misses the
+    usable limit by at most NEAR_MISS_MEMORY: what would make it fit."""
+    usable = usable_bytes(ctx.instance)
+    near = [
+        e for e in evals
+        if not e.fits and e.hours <= best.hours * (1.0 - C.NEAR_MISS_SPEEDUP)
+        and e.mem.total <= usable * (1.0 + C.NEAR_MISS_MEMORY)
+    ]  # fmt: skip
+    if not near or not best.fits:
+        return []
+    e = min(near, key=lambda x: x.hours)
+    over = (e.mem.total - usable) / GIB
+    faster = 1.0 - e.hours / best.hours
+    frag = e.mem.overhead - e.mem.runtime
+    ways = [
+        f"activations or logits {over:.1f} GiB smaller (a shorter seq_len, or a smaller "
+        "vocabulary head)",
+        f"allocator fragmentation below the modelled {frag / GIB:.1f} GiB "
+        "(PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True)",
     ]
+    return [
+        f"{', '.join(_differs(e, best))} would be {faster:.0%} faster but needs "
+        f"{e.memory_gib:.1f} GiB, {over:.1f} GiB over the usable {usable / GIB:.1f} GiB; it "
+        f"would fit with {' or '.join(ways)}"
+    ]
+
+
+def memory_relief(evals: list[Evaluation], best: Evaluation, ctx: Context) -> str | None:
+    """The fastest fitting configuration below 90% of the device memory (for the >90% warning)."""
+    cap = 0.9 * ctx.instance.gpu.memory_gib * GIB
+    lower = [e for e in evals if e.fits and e.mem.total <= cap]
+    if not lower:
+        return None
+    e = min(lower, key=lambda x: x.hours)
+    slower = e.hours / best.hours - 1.0
+    return (
+        f"--set {' --set '.join(_differs(e, best))} lowers it to {e.memory_gib:.1f} GiB "
+        f"({slower:+.1%} time)"
+    )
+
+
+def comm_bound(best: Evaluation, ctx: Context) -> str | None:
+    """The communication-bound warning when exposed collectives exceed COMM_BOUND_FRACTION."""
+    t = best.time
+    share = t.exposed_comm_s / t.step_s
+    if share <= C.COMM_BOUND_FRACTION:
+        return None
+    c = best.cand
+    helps = []
+    if c.grad_accum_steps > 1 or c.micro_batch_size == 1:
+        helps.append("a larger micro_batch_size (more compute per gather)")
+    if c.shard_degree > ctx.instance.gpus_per_instance:
+        helps.append(
+            f"HSDP (shard_degree={ctx.instance.gpus_per_instance}: all-gathers stay on NVLink)"
+        )
+    if c.reshard_after_forward:
+        helps.append("reshard_after_forward=false (one all-gather fewer)")
+    if c.precision == "bf16" and ctx.instance.gpu.supports("fp8"):
+        helps.append("precision=fp8 (fp8 all-gathers move half the bytes)")
+    helps.append("fewer instances with more steps each (if the deadline allows)")
+    return (
+        f"communication-bound: exposed collectives are {share:.0%} of the step "
+        f"({t.exposed_comm_s:.2f} of {t.step_s:.2f} s); would help: {'; '.join(helps)}"
+    )
 
 
 def reasons_for(e: Evaluation, ctx: Context, pins: Pins) -> list[str]:
@@ -169,7 +293,7 @@ def reasons_for(e: Evaluation, ctx: Context, pins: Pins) -> list[str]:
         "selective-op": "selective-op: saves every other matmul and the attention, recomputes "
         "the rest (torchtitan's per-op policy)",
         "full": "full: only block inputs kept; recompute costs ~1/3 more block FLOPs",
-    }[c.activation_checkpointing]  # fmt: skip
+    }.get(c.activation_checkpointing, "fastest that fits")  # fmt: skip
     out.append(f"activation_checkpointing {c.activation_checkpointing} ({ac})")
     if c.shard_degree > 1:
         out.append(

@@ -84,7 +84,21 @@ class MemoryBreakdown(_Out):
         description="total minus the runtime outside torch's caching allocator (CUDA context, "
         "NCCL): what torch.cuda.max_memory_reserved() should read. Not a term of the sum.",
     )
-    limit: float = Field(description="Usable memory per GPU.")
+    limit: float = Field(description="Device memory per GPU (what nvidia-smi reports).")
+    usable: float | None = Field(
+        None,
+        description="The limit a plan must fit: device memory minus the planner's headroom "
+        "(calibration.MEMORY_HEADROOM). Every 'does not fit' is against this figure.",
+    )
+
+
+class StepBreakdown(_Out):
+    """Where one optimizer step's time goes, seconds (the four terms sum to step_time_s)."""
+
+    compute: float = Field(description="Forward + backward of every micro-batch.")
+    recompute: float = Field(description="Forward work activation checkpointing redoes.")
+    exposed_communication: float = Field(description="Collectives not hidden under compute.")
+    optimizer: float = Field(description="AdamW step and grad-norm (memory-bound).")
 
 
 class Throughput(_Out):
@@ -96,6 +110,15 @@ class Throughput(_Out):
         "6 x (all params except input embedding) + 12 x layers x d_model x seq_len "
         "FLOPs per token, over the GPU's dense BF16 peak",
     )
+    breakdown_s: StepBreakdown | None = None
+    tokens_per_s_per_gpu_range: tuple[float, float] | None = Field(
+        None, description="[low, high]: the width comes from `evidence` (docs/planner.md)."
+    )
+    evidence: str | None = Field(
+        None,
+        description="What the step-time constants rest on for this GPU: 'fitted' (measured FSDP "
+        "rows on it), 'carried' (from another GPU), 'measured' (timed on this machine).",
+    )
 
 
 class RunEstimate(_Out):
@@ -105,6 +128,38 @@ class RunEstimate(_Out):
     cost_usd: float | None
     price_per_hour: float | None = None
     price_source: str | None = None
+    hours_range: tuple[float, float] | None = Field(
+        None, description="[low, high] hours from the speed range (high = pessimistic)."
+    )
+    cost_usd_range: tuple[float, float] | None = None
+    jobs: int = Field(
+        1,
+        description="SageMaker jobs the run needs at the pessimistic hours (28-day MaxRuntime "
+        "each); every job after the first resumes from the same checkpoints.",
+    )
+
+    @property
+    def pessimistic_hours(self) -> float:
+        """The high end of the hours range: what capacity and MaxRuntime are sized from."""
+        return self.hours_range[1] if self.hours_range else self.hours
+
+    def scaled(self, fraction: float) -> RunEstimate:
+        """This estimate for `fraction` of the run (the steps a resumed job has left)."""
+        rng = self.hours_range and (self.hours_range[0] * fraction, self.hours_range[1] * fraction)
+        return self.model_copy(update={"hours": self.hours * fraction, "hours_range": rng})
+
+
+class CheckpointEstimate(_Out):
+    """One checkpoint save (planner/checkpoint_size.py): model and optimizer state."""
+
+    bytes_per_save: int = Field(
+        description="fp32 params + AdamW states, summed over ranks (HSDP replicas de-duplicated)."
+    )
+    gib_per_save: float
+    max_gib_per_host: float = Field(
+        description="What one host's ranks hold: the most it writes to /opt/ml/checkpoints."
+    )
+    save_s: float = Field(description="Predicted wall time of one save on the slowest host.")
 
 
 class Alternative(_Out):
@@ -117,6 +172,10 @@ class Alternative(_Out):
     tokens_per_s_per_gpu: float
     hours: float
     why_not: str
+    set: list[str] = Field(
+        default_factory=list,
+        description="The `bsm plan --set` flags that select this row (KEY=VALUE, config keys).",
+    )
 
 
 class PlanSpec(_Out):
@@ -137,6 +196,7 @@ class Plan(_Out):
     memory_gib: MemoryBreakdown
     throughput: Throughput
     run: RunEstimate
+    checkpoint: CheckpointEstimate | None = None
     alternatives: list[Alternative] = Field(default_factory=list)
     warnings: list[str] = Field(default_factory=list)
     reasons: list[str] = Field(default_factory=list, description="Why each choice was made.")

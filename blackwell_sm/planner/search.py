@@ -7,19 +7,23 @@ from __future__ import annotations
 import math
 from collections.abc import Iterator
 from functools import lru_cache
-from typing import NamedTuple
+from typing import NamedTuple, get_args
 
 from blackwell_sm.errors import SpecError
 from blackwell_sm.hardware import InstanceType
 from blackwell_sm.planner import calibration as C
 from blackwell_sm.planner.memory import GIB, MemoryTerms, memory_terms, shape
 from blackwell_sm.planner.step_time import StepTime, step_time
-from blackwell_sm.spec import ModelSpec
+from blackwell_sm.spec import Checkpointing, ModelSpec
 
-MODES = ("none", "selective", "selective-op", "full")
+# Every activation-checkpointing mode the spec accepts is searched (a new mode in
+# spec.training.Checkpointing joins the search, the alternatives and the round-trip test).
+MODES: tuple[str, ...] = get_args(Checkpointing)
 PRECISIONS = ("bf16", "fp8", "mxfp8")
 TRAINING_PLAN_COUNTS = (1, 2, 4, 8, 16, 32, 64)
 MAX_INSTANCES = 64
+# Simplicity rank for ties: less recompute is simpler (selective-op recomputes half the matmuls);
+# a mode without an entry ranks as selective.
 _MODE_RANK = {"none": 0, "selective": 1, "selective-op": 2, "full": 3}
 _PREC_RANK = {"bf16": 0, "fp8": 1, "mxfp8": 2}
 
@@ -97,7 +101,7 @@ def complexity(c: Candidate) -> tuple:
     """Smaller is simpler: fewer instances, plain FSDP, less checkpointing, bf16, eager, the
     FSDP2 default reshard_after_forward=True, larger micro-batches (fewer steps to accumulate)."""
     return (
-        c.instance_count, c.replicate_degree > 1, _MODE_RANK[c.activation_checkpointing], _PREC_RANK[c.precision],
+        c.instance_count, c.replicate_degree > 1, _MODE_RANK.get(c.activation_checkpointing, 1), _PREC_RANK[c.precision],
         c.compile, not c.reshard_after_forward, c.grad_accum_steps,
     )  # fmt: skip
 
@@ -107,7 +111,7 @@ def limit_bytes(instance: InstanceType) -> float:
 
 
 def fits(instance: InstanceType, mem: MemoryTerms) -> bool:
-    return mem.total <= limit_bytes(instance) * (1.0 - C.MEMORY_HEADROOM)
+    return mem.total <= usable_bytes(instance)
 
 
 @lru_cache(maxsize=256)
@@ -237,6 +241,30 @@ class SearchResult(NamedTuple):
     best: Evaluation  # the chosen one, or (none fits) the one needing least memory
     feasible: bool
     evaluated: list[Evaluation]  # every candidate on the chosen count
+    note: str | None = None  # why the choice is not simply the simplest of the ties
+
+
+def usable_bytes(instance: InstanceType) -> float:
+    return limit_bytes(instance) * (1.0 - C.MEMORY_HEADROOM)
+
+
+def pick(ok: list[Evaluation], usable: float) -> tuple[Evaluation, str | None]:
+    """The choice among fitting evaluations: the fastest, where candidates within TIE_FRACTION
+    are ties; among ties the simplest that leaves COMFORT_FRACTION of the usable memory free,
+    else (all ties are tight) the one needing the least memory."""
+    fastest = min(e.hours for e in ok)
+    ties = [e for e in ok if e.hours <= fastest * (1.0 + C.TIE_FRACTION)]
+    key = lambda e: (complexity(e.cand), e.hours)  # noqa: E731
+    simplest = min(ties, key=key)
+    comfy = [e for e in ties if e.mem.total <= C.COMFORT_FRACTION * usable]
+    best = min(comfy, key=key) if comfy else min(ties, key=lambda e: (e.mem.total, key(e)))
+    note = None
+    if best is not simplest:
+        note = (
+            f"chose {best.memory_gib:.1f} GiB over {simplest.memory_gib:.1f} GiB (of the usable "
+            f"{usable / GIB:.1f}): within {C.TIE_FRACTION:.0%} of the fastest, with more free memory"
+        )
+    return best, note
 
 
 def search_count(ctx: Context, count: int, pins: Pins, precisions: tuple[str, ...]) -> SearchResult:
@@ -259,10 +287,8 @@ def search_count(ctx: Context, count: int, pins: Pins, precisions: tuple[str, ..
             too_big = key
     ok = [e for e in evals if e.fits]
     if ok:
-        fastest = min(e.hours for e in ok)
-        ties = [e for e in ok if e.hours <= fastest * (1.0 + C.TIE_FRACTION)]
-        best = min(ties, key=lambda e: (complexity(e.cand), e.hours))
-        return SearchResult(best, True, evals)
+        best, note = pick(ok, usable_bytes(ctx.instance))
+        return SearchResult(best, True, evals, note)
     best = min(evals, key=lambda e: (e.mem.total, e.hours))
     return SearchResult(best, False, evals)
 

@@ -36,32 +36,50 @@ def compute_time_per_token(
 
     `packed` (fine-tuning rows with a block-diagonal mask): the attention kernel takes a dense
     mask and computes every score block, where the causal kernel skips the upper half."""
+    base, recompute = compute_terms_per_token(
+        model, instance, seq_len, precision, mode, compile, packed
+    )
+    return base + recompute
+
+
+def compute_terms_per_token(
+    model: ModelSpec | Shape,
+    instance: InstanceType,
+    seq_len: int,
+    precision: str,
+    mode: str,
+    compile: bool,
+    packed: bool = False,
+) -> tuple[float, float]:
+    """(forward + backward, recompute) seconds of compute per token on one GPU."""
     model = shape(model) if isinstance(model, ModelSpec) else model
     gpu = instance.gpu
+    scale = C.gpu_calibration(gpu.name).compute_scale
     bf16_peak = gpu.peak_flops("bf16")
     lowp_peak = gpu.peak_flops(precision)
-    eff_lin = C.MATMUL_EFFICIENCY[(precision, compile)]
-    eff_bf16 = C.MATMUL_EFFICIENCY[("bf16", compile)]
+    eff_lin = C.MATMUL_EFFICIENCY[(precision, compile)] * scale
+    eff_bf16 = C.MATMUL_EFFICIENCY[("bf16", compile)] * scale
+    eff_attn = C.ATTENTION_EFFICIENCY * scale
     lin_params = model.n_layers * block_linear_params(model)
     head_params = model.n_matmul_params - model.n_layers * model.params_per_layer
     rec_lin, rec_attn = recompute_flops_per_token(model, seq_len, mode)
-    t_lin = (6.0 * lin_params + rec_lin) / (lowp_peak * eff_lin)
+    t_lin = 6.0 * lin_params / (lowp_peak * eff_lin)
     t_head = 6.0 * head_params / (bf16_peak * eff_bf16)  # the output head stays bf16
     frac = 1.0 if packed else C.ATTENTION_CAUSAL_FRACTION
     attn = 12.0 * model.n_layers * model.spec.q_dim * seq_len * frac
-    t_attn = (attn + rec_attn * frac) / (bf16_peak * C.ATTENTION_EFFICIENCY)
+    t_attn = attn / (bf16_peak * eff_attn)
     a, b = C.ELEMENTWISE_BYTES[compile]
     t_elem = (
         model.n_layers
         * (a * model.d_model + b * model.ffn_dim)
         / (gpu.hbm_tb_s * 1e12 * C.HBM_EFFICIENCY)
     )
+    t_rec = rec_lin / (lowp_peak * eff_lin) + rec_attn * frac / (bf16_peak * eff_attn)
     if mode == "full":
-        t_elem *= 1.25  # the forward's elementwise ops run again
-    t = t_lin + t_head + t_attn + t_elem
+        t_rec += 0.25 * t_elem  # the forward's elementwise ops run again
     if mode == "selective":
-        t += C.SELECTIVE_RECOMPUTE_TIME * (t_lin + t_attn)
-    return t
+        t_rec += C.SELECTIVE_RECOMPUTE_TIME * (t_lin + t_attn)
+    return t_lin + t_head + t_attn + t_elem, t_rec
 
 
 def link_bandwidth(instance: InstanceType, group_spans_nodes: bool) -> float:
@@ -73,11 +91,12 @@ def link_bandwidth(instance: InstanceType, group_spans_nodes: bool) -> float:
 
 
 class StepTime(NamedTuple):
-    compute_s: float  # per step, all micro-batches
+    compute_s: float  # per step, all micro-batches, recompute included
     comm_s: float  # FSDP + HSDP collectives per step, before overlap
     exposed_comm_s: float  # the part not hidden under compute
     optimizer_s: float
     step_s: float
+    recompute_s: float = 0.0  # the part of compute_s that activation checkpointing redoes
 
 
 def step_time(
@@ -98,9 +117,8 @@ def step_time(
     """Predicted time of one optimizer step on every GPU (they run in lock-step)."""
     model = shape(model) if isinstance(model, ModelSpec) else model
     tokens = micro_batch * seq_len
-    t_comp = tokens * compute_time_per_token(
-        model, instance, seq_len, precision, mode, compile, packed
-    )
+    base, rec = compute_terms_per_token(model, instance, seq_len, precision, mode, compile, packed)
+    t_comp = tokens * (base + rec)
     gpn = instance.gpus_per_instance
     n = shard_degree
     # Per micro-batch FSDP traffic: all-gather forward (+ again in backward when resharding),
@@ -115,8 +133,8 @@ def step_time(
         n_ag = 2 if reshard_after_forward else 1
         t_ag = n_ag * frac * gather / bw
         t_rs = frac * model.n_params * 4 / bw
-        # Exposed regardless of overlap: the first block's all-gather (root + block 0) and the
-        # last reduce-scatter (root).
+        # Exposed regardless of overlap (part of the traffic above, not added to it): the first
+        # block's all-gather (root + block 0) and the last reduce-scatter (root).
         t_first = frac * (root_params(model) * 2 + model.params_per_layer * 2) / bw
         t_first += frac * root_params(model) * 4 / bw
     t_ar = 0.0
@@ -127,8 +145,17 @@ def step_time(
         bw = link_bandwidth(instance, n * r > gpn)
         t_ar = 2 * (r - 1) / r * model.n_params * 4 / n / bw
     comm_mb = t_ag + t_rs + t_ar
-    exposed_mb = max(0.0, comm_mb - C.COMM_OVERLAP * t_comp) + t_first
+    # The first gather and the last reduce-scatter have nothing to hide under; the rest hides
+    # under compute up to COMM_OVERLAP of it. Never more than all the communication.
+    exposed_mb = t_first + max(0.0, comm_mb - t_first - C.COMM_OVERLAP * t_comp)
     bytes_opt = model.n_params / n * C.OPTIMIZER_BYTES_PER_PARAM
     t_opt = bytes_opt / (instance.gpu.hbm_tb_s * 1e12 * C.HBM_EFFICIENCY)
     step = grad_accum * (t_comp + exposed_mb) + t_opt
-    return StepTime(grad_accum * t_comp, grad_accum * comm_mb, grad_accum * exposed_mb, t_opt, step)
+    return StepTime(
+        grad_accum * t_comp,
+        grad_accum * comm_mb,
+        grad_accum * exposed_mb,
+        t_opt,
+        step,
+        grad_accum * tokens * rec,
+    )

@@ -92,6 +92,12 @@ class ComputeSpec(BaseModel):
         description="USD per instance-hour, in (0, 1000000]; overrides the catalog's price table.",
     )
 
+    confirm_cost_usd: PosFloat = Field(
+        100_000.0,
+        le=1e9,
+        description="A run whose pessimistic cost is above this many USD is flagged in the plan, "
+        "and `bsm submit` asks for confirmation (or --yes); in (0, 1e9].",
+    )
     instance_preferences: list[InstancePreference] | None = Field(
         None,
         min_length=1,
