@@ -34,7 +34,7 @@ import sys
 import tempfile
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -58,6 +58,7 @@ class RunDef:
     ac: str = "none"
     global_seqs: int = GPU_GLOBAL_SEQS
     ckpt: bool = False  # checkpoint, SIGTERM after the first save, resume, export
+    fill_memory: bool = False  # the feasible micro-batch that uses the most memory
     mfu_goal: bool = True
     pins: dict[str, Any] = field(default_factory=dict)
 
@@ -70,8 +71,8 @@ def runs() -> list[RunDef]:
 
     out = [RunDef(f"bf16-ac-{mode}", ac=mode) for mode in get_args(Checkpointing)]
     out.append(RunDef("fp8", precision="fp8"))
-    out.append(RunDef("near-limit", model="llama-3.2-3b", ac="auto", global_seqs=32,
-                      mfu_goal=False))  # fmt: skip
+    out.append(RunDef("near-limit", model="llama-3.2-3b", ac="none", global_seqs=32,
+                      mfu_goal=False, fill_memory=True))  # fmt: skip
     out.append(RunDef("ckpt-resume-export", ckpt=True, mfu_goal=False))
     return out
 
@@ -111,6 +112,32 @@ def make_spec(rd: RunDef, *, dry: bool, steps: int):
             "pins": {"compile": not dry, **rd.pins},
         },
     })  # fmt: skip
+
+
+def plan_run(rd: RunDef, instance, *, dry: bool, steps: int):
+    """The run's plan. A `fill_memory` run tests the memory prediction where it matters: the
+    planner's own choice leaves headroom on purpose, so this takes the feasible micro-batch (a
+    power of two, the planner's prediction for it) that comes closest to the usable limit."""
+    from blackwell_sm.errors import BsmError
+    from blackwell_sm.planner.api import make_plan
+
+    spec = make_spec(rd, dry=dry, steps=steps)
+    plan = make_plan(spec, instance=instance)
+    if not rd.fill_memory:
+        return plan
+    best = plan
+    mb = 1
+    while mb <= spec.training.global_batch_seqs:
+        pinned = make_spec(replace(rd, pins={**rd.pins, "micro_batch_size": mb}), dry=dry,
+                           steps=steps)  # fmt: skip
+        try:
+            p = make_plan(pinned, instance=instance)
+        except (BsmError, ValueError):  # a pin the batch cannot take: try the next
+            p = None
+        if p is not None and p.feasible and p.memory_gib.total > best.memory_gib.total:
+            best = p
+        mb *= 2
+    return best
 
 
 def within(measured: float | None, predicted: float | None, rel: float) -> bool | None:
@@ -191,13 +218,12 @@ def run_one(rd: RunDef, instance, *, dry: bool, steps: int, out: Path, timeout: 
             device_name: str) -> dict:  # fmt: skip
     """Plan, launch and measure one run; returns its JSON row."""
     from blackwell_sm.local import layout_opt_ml
-    from blackwell_sm.planner.api import make_plan
 
     common = {"run": rd.name, "device": device_name, "mode": "cpu-dry" if dry else "gpu"}
     if dry and rd.precision != "bf16":
         return emit("gpu_check.run", None, "tokens/s", ok=None, skipped=f"{rd.precision} needs a "
                     "CUDA GPU with fp8 (sm_89+); not run on CPU", **common)  # fmt: skip
-    plan = make_plan(make_spec(rd, dry=dry, steps=steps), instance=instance)
+    plan = plan_run(rd, instance, dry=dry, steps=steps)
     c = plan.config
     common.update(model=plan.model.name, config=c.model_dump())
     note(f"[{rd.name}] {plan.model.name}: micro-batch {c.micro_batch_size} x accum "
@@ -315,10 +341,8 @@ def main(argv: list[str] | None = None) -> int:
         instance = local_instance(nproc=1, device="cuda", gpu=gpu)
 
     if args.plan_only:
-        from blackwell_sm.planner.api import make_plan
-
         for rd in chosen:
-            plan = make_plan(make_spec(rd, dry=dry, steps=steps), instance=instance)
+            plan = plan_run(rd, instance, dry=dry, steps=steps)
             mem = plan.memory_gib.allocator_reserved or plan.memory_gib.total
             emit("gpu_check.plan", plan.model.name, "", run=rd.name, device=device_name,
                  feasible=plan.feasible, config=plan.config.model_dump(),
