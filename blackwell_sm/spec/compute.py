@@ -96,7 +96,7 @@ class ComputeSpec(BaseModel):
         100_000.0,
         le=1e9,
         description="A run whose pessimistic cost is above this many USD is flagged in the plan, "
-        "and `bsm submit` asks for confirmation (or --yes); in (0, 1e9].",
+        "and `bsm submit` asks for confirmation (or --yes); in (0, 1000000000].",
     )
     instance_preferences: list[InstancePreference] | None = Field(
         None,
