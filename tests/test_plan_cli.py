@@ -33,7 +33,7 @@ NESTED = {
 }  # fmt: skip
 # Exactly today's keys: a change here is a schema change and must be deliberate.
 SNAPSHOT = {
-    "": ["advice", "alternatives", "checkpoint", "config", "feasible", "instance", "memory_gib", "model",
+    "": ["advice", "alternatives", "calibration", "checkpoint", "config", "feasible", "instance", "memory_gib", "model",
          "reasons", "run", "schema_version", "spec", "throughput", "warnings"],
     "memory_gib": ["activations", "allocator_reserved", "fp8_extras", "grads_fp32", "grads_unsharded", "limit",
                    "logits_and_loss", "optimizer_states", "overhead", "params_fp32",

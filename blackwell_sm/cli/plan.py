@@ -94,6 +94,12 @@ def check_flag_conflicts(flags: dict[str, Any], sets: dict[str, Any]) -> None:
     help="Pin a config knob (shard_degree, micro_batch_size, precision, ...) or set a dotted "
     "spec path; VALUE is a YAML scalar.",
 )
+@click.option(
+    "--calibration",
+    metavar="FILE",
+    help="Apply a calibration profile (bsm calibrate); overrides compute.calibration and "
+    "$BSM_CALIBRATION.",
+)
 @OUTPUT_OPTION
 def plan(
     spec_path: str | None,
@@ -104,6 +110,7 @@ def plan(
     global_batch_tokens: int | None,
     total_tokens: int | None,
     sets: tuple[str, ...],
+    calibration: str | None,
     output: str,
 ) -> None:
     """Choose shard degree, micro-batch, accumulation, checkpointing and precision for SPEC (or
@@ -149,9 +156,13 @@ def plan(
     if overrides:
         spec = with_overrides(spec, overrides)
     if spec.compute.instance_preferences:
+        if calibration:  # each preference's plan reads it from the spec
+            spec = with_overrides(spec, {"compute.calibration": calibration})
         _plan_preferences(spec, output)
         return
-    p = make_plan(spec)
+    from blackwell_sm.planner.profile import resolve_profile
+
+    p = make_plan(spec, calibration=resolve_profile(calibration, spec.compute.calibration))
     if output != "json":
         render(p)
     elif p.feasible:
@@ -308,6 +319,18 @@ def render(p: Any) -> None:
             (f"(MFU basis: {t.mfu_basis})", "dim"),
         )
     )
+    if p.calibration is not None:
+        cal = p.calibration
+        what = ", ".join(
+            f"{k} {_short(v['default'])} -> {_short(v['profile'])}" for k, v in cal.changed.items()
+        )
+        con.print(
+            text(
+                ("calibration", "bold"),
+                f": {cal.profile} ({cal.origin}, {cal.name}, {cal.created}): "
+                + (what or "no constant changed for this GPU"),
+            )
+        )
     if t.breakdown_s is not None:
         b = t.breakdown_s
         con.print(
@@ -366,3 +389,12 @@ def render(p: Any) -> None:
             con.print(text((title, "bold"), ":"))
             for item in items:
                 con.print(text((f"  - {item}", style)))
+
+
+def _short(v: Any) -> str:
+    """A constant's value in a line: floats to 4 significant digits."""
+    if isinstance(v, float):
+        return f"{v:.4g}"
+    if isinstance(v, list):
+        return "[" + ", ".join(_short(x) for x in v) + "]"
+    return str(v)
