@@ -153,12 +153,15 @@ def candidate_params(rows: Sequence[Row]) -> list[str]:
     precisions and compile settings, and bf16 for the output head)."""
     from blackwell_sm.planner.profile import matmul_key
 
-    keys: list[tuple[str, bool]] = []
+    # The keys the rows' linears run at first (most rows first), then bf16 keys used only by the
+    # output head of low-precision rows: a head-only key is the one that yields when confounded.
+    own: dict[tuple[str, bool], int] = {}
     for r in rows:
-        for key in ((r.cand.precision, r.cand.compile), ("bf16", r.cand.compile)):
-            if key not in keys:
-                keys.append(key)
-    keys.sort(key=lambda pk: (pk[0] != "bf16", pk))
+        key = (r.cand.precision, r.cand.compile)
+        own[key] = own.get(key, 0) + 1
+    keys = sorted(own, key=lambda pk: (-own[pk], pk))
+    keys += [("bf16", c) for c in (False, True) if any(r.cand.compile == c for r in rows)
+             and ("bf16", c) not in own]  # fmt: skip
     names: list[str] = []
     for group in PRIORITY:
         if group == "matmul_efficiency":
@@ -295,6 +298,27 @@ def least_squares(
     return k
 
 
+def speed_range(
+    base: C.Constants, errors: Sequence[RowError], dof: int
+) -> tuple[float, float] | None:
+    """The speed range a fit supports: 1.5 x its largest remaining speed error (at least
+    MIN_RANGE), never wider than the GPU's range without the profile. With fewer than two
+    figures more than fitted constants the residuals prove nothing: halfway between the GPU's
+    range and RANGE_BY_EVIDENCE['calibrated']."""
+    spread = [abs(e.speed_after) for e in errors if e.speed_after is not None]
+    if not spread:
+        return None
+    below, above = base.range
+    if dof < 2:
+        cal_below, cal_above = C.RANGE_BY_EVIDENCE["calibrated"]
+        return (
+            round(min(below, (below + cal_below) / 2), 3),
+            round(min(above, (above + cal_above) / 2), 3),
+        )
+    w = max(MIN_RANGE, round(1.5 * max(spread), 3))
+    return min(w, below), min(w, above)
+
+
 def fit_gpu(rows: Sequence[Row], base: C.Constants | None = None) -> GpuFit:
     """Fit the constants the rows (all of one GPU kind) identify, from `base` (default: the
     GPU's constants in calibration.py)."""
@@ -323,13 +347,7 @@ def fit_gpu(rows: Sequence[Row], base: C.Constants | None = None) -> GpuFit:
         sb, mb = row_errors(row, base)
         sa, ma = row_errors(row, k)
         errors.append(RowError(row.id, sb, sa, mb, ma))
-    spread = [abs(e.speed_after) for e in errors if e.speed_after is not None]
-    rng = None
-    if chosen and spread:
-        w = max(MIN_RANGE, round(1.5 * max(spread), 3))
-        below, above = base.range
-        rng = (min(w, max(below, C.RANGE_BY_EVIDENCE["calibrated"][0])),
-               min(w, max(above, C.RANGE_BY_EVIDENCE["calibrated"][1])))  # fmt: skip
+    rng = speed_range(base, errors, len(r0) - len(chosen)) if chosen else None
     if chosen:
         k = k._replace(evidence="calibrated", speed_range=rng)
     fitted = {name: (get_param(base, name), get_param(k, name)) for name in chosen}

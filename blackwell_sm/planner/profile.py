@@ -130,6 +130,10 @@ class CalibrationProfile(_In):
             "#   bsm plan --calibration FILE, compute.calibration: FILE, or BSM_CALIBRATION=FILE\n"
         )
         data = self.model_dump(mode="json", exclude_none=True)
+        data["gpus"] = {
+            key: entry.model_dump(mode="json", exclude_none=True, exclude_defaults=True)
+            for key, entry in self.gpus.items()
+        }
         return head + yaml.safe_dump(data, sort_keys=False, default_flow_style=False)
 
 
