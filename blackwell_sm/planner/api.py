@@ -235,7 +235,7 @@ def _assemble(
     )  # fmt: skip
     tokens = best.steps * c.global_batch_seqs * tr.seq_len
     t, tps = best.time, best.tokens_per_s_per_gpu
-    sr = speed_range(tps, inst.gpu.name, model.name, c.precision, tr.seq_len)
+    sr = speed_range(tps, inst.gpu, model, c.precision, tr.seq_len)
     warn = over_published(tps, sr)
     if warn:
         warnings = [*warnings, warn]
