@@ -54,5 +54,8 @@ def test_the_local_plan_uses_the_measured_matmul_rate():
     spec = parse_spec({"model": "tiny", "training": {"seq_len": 128, "total_steps": 400}})
     slow = plan_local(spec, nproc=2, peak_tflops=rate / 1e12)
     fast = plan_local(spec, nproc=2, peak_tflops=10 * rate / 1e12)
-    assert slow.instance.peak_flops_bf16 == pytest.approx(rate, rel=1e-9) and slow.throughput.evidence == "measured"
+    assert (
+        slow.instance.peak_flops_bf16 == pytest.approx(rate, rel=1e-9)
+        and slow.throughput.evidence == "measured"
+    )
     assert fast.throughput.breakdown_s.compute < slow.throughput.breakdown_s.compute

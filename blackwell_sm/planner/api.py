@@ -274,7 +274,7 @@ def _assemble(
     )  # fmt: skip
     tokens = best.steps * c.global_batch_seqs * tr.seq_len
     t, tps = best.time, best.tokens_per_s_per_gpu
-    sr = speed_range(tps, inst.gpu.name, model.name, c.precision, tr.seq_len, constants)
+    sr = speed_range(tps, inst.gpu, model, c.precision, tr.seq_len, constants)
     warn = over_published(tps, sr)
     if warn:
         warnings = [*warnings, warn]
