@@ -262,11 +262,25 @@ def _tar_member(data: bytes, names: tuple[str, ...]) -> bytes | None:
     return None
 
 
+def step_record(line: str) -> dict[str, Any] | None:
+    """A `[bsm-step]` log line as a metrics.jsonl-like train record (through the metric regexes
+    of `blackwell_sm.metrics`), or None when it carries no speed."""
+    import re
+
+    from blackwell_sm.metrics import METRIC_FIELDS, parse_line
+
+    values = parse_line(line)
+    m = re.search(r"\bstep=(\d+)", line)
+    rec: dict[str, Any] = {"kind": "train", "step": int(m.group(1)) if m else None}
+    rec.update({k: values[name] for k, name in METRIC_FIELDS.items() if name in values})
+    return rec if rec.get("tok_s_gpu") and rec["step"] is not None else None
+
+
 def job_files(aws: Any, name: str) -> tuple[Plan, dict[str, Any] | None, list[dict[str, Any]]]:
     """(plan, summary or None, step records) of a training job."""
     from blackwell_sm.aws.errors import translate
     from blackwell_sm.job.bundle import BUNDLE_FILE
-    from blackwell_sm.metrics import STEP_PREFIX, parse_line
+    from blackwell_sm.metrics import STEP_PREFIX
     from blackwell_sm.opt_ml import plan_file_for
 
     try:
@@ -301,9 +315,9 @@ def job_files(aws: Any, name: str) -> tuple[Plan, dict[str, Any] | None, list[di
 
             for ev in iter_logs(aws.sagemaker, aws.logs, name, follow=False):
                 if ev.host == "algo-1" and STEP_PREFIX in ev.message:
-                    v = parse_line(ev.message)
-                    if "tok_s_gpu" in v:
-                        records.append({"kind": "train", **v})
+                    rec = step_record(ev.message)
+                    if rec is not None:
+                        records.append(rec)
     except SpecError:
         raise
     except Exception as e:
@@ -359,6 +373,36 @@ def load_rows(sources: list[str], aws: Any = None) -> tuple[list[Row], list[Prof
     if not rows:
         raise SpecError("no measured rows in the sources", field="SOURCE")
     return rows, recorded
+
+
+def pin_cpu_peak(rows: list[Row]) -> tuple[list[Row], float | None]:
+    """Local CPU rows with one matmul rate, the median of their runs' timed rates (TFLOP/s).
+
+    `bsm run-local` times this machine's matmul rate at the start of each run; on a shared
+    machine that figure moves by +-15% between runs while the step time does not follow it. The
+    profile records the median as this machine's rate (`peak_tflops` of its `cpu` entry), so a
+    calibrated local plan no longer carries one run's timing noise."""
+    peaks = [r.ctx.instance.gpu.peak_tflops["bf16"] for r in rows if r.gpu == "cpu"]
+    if not peaks:
+        return rows, None
+    peak = round(statistics.median(peaks), 9)
+    out = []
+    for r in rows:
+        if r.gpu == "cpu":
+            inst = r.ctx.instance
+            gpu = inst.gpu.model_copy(update={"peak_tflops": {"bf16": peak}})
+            r = r._replace(ctx=r.ctx._replace(instance=inst.model_copy(update={"gpu": gpu})))
+        out.append(r)
+    return out, peak
+
+
+def predict_with(profile: CalibrationProfile | None, row: Row) -> float:
+    """`row`'s predicted tokens/s/GPU with `profile` applied as `bsm plan` applies it."""
+    from blackwell_sm.planner.fit import predict
+    from blackwell_sm.planner.profile import for_instance
+
+    inst, k, _ = for_instance(profile, row.ctx.instance)
+    return predict(row._replace(ctx=row.ctx._replace(instance=inst)), k).tokens_per_s_per_gpu
 
 
 def gpu_profile(f: GpuFit) -> GpuProfile:
@@ -431,14 +475,13 @@ def calibrate(
     from blackwell_sm.planner.fit import get_param
 
     rows, recorded = load_rows(sources, aws)
+    rows, cpu_peak = pin_cpu_peak(rows)
     fits = fit(rows)
     when = (now or dt.datetime.now(dt.UTC)).strftime("%Y-%m-%dT%H:%M:%SZ")
-    profile = CalibrationProfile(
-        name=name,
-        created=when,
-        sources=recorded,
-        gpus={gpu: gpu_profile(f) for gpu, f in fits.items() if f.fitted},
-    )
+    gpus = {gpu: gpu_profile(f) for gpu, f in fits.items() if f.fitted}
+    if cpu_peak is not None and "cpu" in gpus:
+        gpus["cpu"] = gpus["cpu"].model_copy(update={"peak_tflops": {"bf16": cpu_peak}})
+    profile = CalibrationProfile(name=name, created=when, sources=recorded, gpus=gpus)
     by_id = {r.id: r for r in rows}
     reports = [
         RowReport(

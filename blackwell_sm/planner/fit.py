@@ -9,7 +9,8 @@ can identify, in pure Python (the client has no numpy), with finite-difference d
 Identifiability: a constant is fitted only when some row's prediction depends on it (its
 Jacobian column, scaled to a relative change, is not ~0) and that dependence is not already
 explained by the constants chosen before it (the part of its column outside their span is at
-least `MIN_INDEPENDENCE` of its norm), and there are no more fitted constants than figures.
+least `MIN_INDEPENDENCE` of its norm), and at most one constant per figure less one (one from
+a single figure): with as many constants as figures any rows fit exactly and prove nothing.
 The rest keep their defaults and are reported with the reason.
 """
 
@@ -250,8 +251,8 @@ def identifiable(
         if left < MIN_INDEPENDENCE * norm:
             why[name] = "not separable from " + ", ".join(chosen) + " by these rows"
             continue
-        if len(chosen) >= n_figures:
-            why[name] = f"more constants than the {n_figures} measured figures"
+        if len(chosen) >= max(1, n_figures - 1):
+            why[name] = f"the {n_figures} measured figures support no more constants"
             continue
         chosen.append(name)
         basis.append([a / left for a in rest])
