@@ -54,7 +54,7 @@ LAYERS: dict[str, Layer] = {
     "data": Layer(("data",), "the token shard format and `bsm data prepare`", _l("errors", "safe_load"), TRAINING_STACK | AWS_STACK, _l("tokenizers", "transformers")),
     "local": Layer(("local",), "`bsm run-local`: an /opt/ml tree here, the real launcher", _l("spec", "hardware", "plan", "planner", "errors", "opt_ml", "safe_load"), TRAINING_STACK | AWS_STACK),
     "calibrate": Layer(("calibrate",), "`bsm calibrate`: measured rows from runs, CSVs and jobs; the fit; the profile", _l("spec", "hardware", "plan", "planner", "job", "aws", "metrics", "errors", "opt_ml", "safe_load"), TRAINING_STACK, _l("boto3", "botocore")),
-    "report": Layer(("report",), "`bsm report`: one self-contained HTML file of a run (matplotlib)", _l("calibrate", "plan", "planner", "metrics", "errors", "opt_ml", "safe_load"), TRAINING_STACK | AWS_STACK, _l("matplotlib")),
+    "report": Layer(("report",), "`bsm report`: one self-contained HTML file of a run (matplotlib)", _l("calibrate", "aws", "plan", "planner", "metrics", "errors", "opt_ml", "safe_load"), TRAINING_STACK | AWS_STACK, _l("matplotlib")),
     "cli": Layer(("cli",), "thin click commands, loaded lazily", _l("package", "spec", "hardware", "plan", "planner", "job", "aws", "data", "local", "calibrate", "report", "metrics", "errors", "opt_ml", "safe_load"), TRAINING_STACK, HEAVY | {"rich", "yaml"}),
     "package": Layer(("__init__", "__main__"), "the notebook API (lazy) and `python -m blackwell_sm`", _l("spec", "plan", "planner", "job", "aws", "cli", "errors"), TRAINING_STACK | AWS_STACK),
     "launch": Layer(("launch",), "container: reads /opt/ml, sets NCCL/EFA, supervises torchrun", _l("plan", "errors", "opt_ml", "safe_load"), AWS_STACK | {"click"}, _l("torch")),
