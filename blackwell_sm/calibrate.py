@@ -472,16 +472,27 @@ def calibrate(
     now: dt.datetime | None = None,
 ) -> CalibrationResult:
     """Fit every GPU kind of the sources' rows; the profile and the report (nothing written)."""
+    rows, recorded = load_rows(sources, aws)
+    return calibrate_rows(rows, recorded, name=name, now=now)
+
+
+def calibrate_rows(
+    rows: list[Row],
+    recorded: list[ProfileSource] | None = None,
+    *,
+    name: str = "calibration",
+    now: dt.datetime | None = None,
+) -> CalibrationResult:
+    """`calibrate` on rows already read (benchmarks/planner_accuracy.py's leave-one-out)."""
     from blackwell_sm.planner.fit import get_param
 
-    rows, recorded = load_rows(sources, aws)
     rows, cpu_peak = pin_cpu_peak(rows)
     fits = fit(rows)
     when = (now or dt.datetime.now(dt.UTC)).strftime("%Y-%m-%dT%H:%M:%SZ")
     gpus = {gpu: gpu_profile(f) for gpu, f in fits.items() if f.fitted}
     if cpu_peak is not None and "cpu" in gpus:
         gpus["cpu"] = gpus["cpu"].model_copy(update={"peak_tflops": {"bf16": cpu_peak}})
-    profile = CalibrationProfile(name=name, created=when, sources=recorded, gpus=gpus)
+    profile = CalibrationProfile(name=name, created=when, sources=recorded or [], gpus=gpus)
     by_id = {r.id: r for r in rows}
     reports = [
         RowReport(
