@@ -379,7 +379,8 @@ def pin_cpu_peak(rows: list[Row]) -> tuple[list[Row], float | None]:
     """Local CPU rows with one matmul rate, the median of their runs' timed rates (TFLOP/s).
 
     `bsm run-local` times this machine's matmul rate at the start of each run; on a shared
-    machine that figure moves by +-15% between runs while the step time does not follow it. The
+    machine that figure moved by up to 2.6x between runs (benchmarks/README.md) while the step
+    time did not follow it. The
     profile records the median as this machine's rate (`peak_tflops` of its `cpu` entry), so a
     calibrated local plan no longer carries one run's timing noise."""
     peaks = [r.ctx.instance.gpu.peak_tflops["bf16"] for r in rows if r.gpu == "cpu"]

@@ -249,7 +249,8 @@ def identifiable(
             rest = [a - c * b for a, b in zip(rest, q, strict=True)]
         left = math.sqrt(_dot(rest, rest))
         if left < MIN_INDEPENDENCE * norm:
-            why[name] = "not separable from " + ", ".join(chosen) + " by these rows"
+            shown = ", ".join(chosen[:2]) + (f" (+{len(chosen) - 2})" if len(chosen) > 2 else "")
+            why[name] = f"not separable from {shown} by these rows"
             continue
         if len(chosen) >= max(1, n_figures - 1):
             why[name] = f"the {n_figures} measured figures support no more constants"
