@@ -131,6 +131,11 @@ def comparisons(data: RunData) -> list[Comparison]:
     ]  # fmt: skip
 
 
+def _num(v: float) -> str:
+    """A figure for people: thousands separated, 3-4 significant digits below 1,000."""
+    return f"{v:,.0f}" if abs(v) >= 1000 else f"{v:.4g}"
+
+
 def summary_line(data: RunData) -> str:
     """One line: measured against predicted speed and memory."""
     parts = []
@@ -138,8 +143,8 @@ def summary_line(data: RunData) -> str:
         if c.name in ("tokens/s/GPU", "peak memory") and c.measured is not None and c.predicted:
             unit = f" {c.unit}" if c.unit else ""
             parts.append(
-                f"{c.name} measured {c.measured:,.4g}{unit} vs predicted {c.predicted:,.4g}{unit} "
-                f"(x{c.ratio:.2f})"
+                f"{c.name} measured {_num(c.measured)}{unit} vs predicted {_num(c.predicted)}"
+                f"{unit} (x{c.ratio:.2f})"
             )
     return "; ".join(parts) or "no measured steps"
 
@@ -298,7 +303,7 @@ td:first-child,th:first-child{text-align:left}.fig{margin:1.5em 0}.dim{color:#77
 def _fmt(v: float | None, unit: str = "") -> str:
     if v is None:
         return "-"
-    return f"{v:,.4g}" + (f" {unit}" if unit else "")
+    return _num(v) + (f" {unit}" if unit else "")
 
 
 def render_html(data: RunData, figs: dict[str, Any]) -> str:

@@ -261,27 +261,6 @@ def _tar(files: dict[str, bytes]) -> bytes:
     return buf.getvalue()
 
 
-def test_a_job_source_reads_its_plan_and_output_summary(aws):
-    from aws_support import spec_dict
-
-    from blackwell_sm.aws.s3 import split_s3_uri
-    from blackwell_sm.aws.submit import submit
-
-    job = submit(spec_dict(), aws=aws)
-    d = aws.sagemaker.describe_training_job(TrainingJobName=job.name)
-    summary = {"status": "completed", "measured": {"tokens_per_s_per_gpu": 1234.5,
-               "peak_memory_reserved_gib": 3.25, "memory_kind": "cuda_max_allocated_reserved"}}  # fmt: skip
-    bucket, key = split_s3_uri(d["OutputDataConfig"]["S3OutputPath"].rstrip("/"))
-    aws.s3.put_object(
-        Bucket=bucket, Key=f"{key}/{job.name}/output/output.tar.gz",
-        Body=_tar({"summary.json": json.dumps(summary).encode()}),
-    )  # fmt: skip
-    [row] = job_rows(job.name, aws)
-    assert row.id == job.name and row.tokens_per_s_per_gpu == 1234.5
-    assert row.memory_gib == 3.25 and row.memory_kind == "max_reserved"
-    assert row.ctx.instance.name == "ml.p6-b200.48xlarge" and row.ctx.model.name == "tiny"
-
-
 def test_a_job_without_output_is_read_from_its_step_lines(aws):
     import time
 
@@ -306,3 +285,46 @@ def test_a_job_without_output_is_read_from_its_step_lines(aws):
     )  # fmt: skip
     [row] = job_rows(job.name, aws)
     assert row.tokens_per_s_per_gpu == 1050.0  # median of the steady steps 3..5
+
+
+def test_a_job_source_for_calibrate_and_report(aws, tmp_path):
+    """A job name: the plan from its code bundle, summary.json and metrics.jsonl from its
+    output.tar.gz, for `bsm calibrate` (the summary's figures) and `bsm report` (the records)."""
+    from aws_support import spec_dict
+
+    from blackwell_sm.aws.s3 import split_s3_uri
+    from blackwell_sm.aws.submit import submit
+    from blackwell_sm.report import read_plot_data, write_report
+
+    job = submit(spec_dict(), aws=aws)
+    d = aws.sagemaker.describe_training_job(TrainingJobName=job.name)
+    records = [
+        {"kind": "train", "step": s, "loss": 3.0 - 0.1 * s, "lr": 1e-4, "grad_norm": 1.0,
+         "tok_s_gpu": 1000.0 + s, "mfu": 0.4 + s / 1000, "step_time_s": 1.0,
+         "mem_alloc_gib": 10.0, "mem_reserved_gib": 12.0 + s / 10,
+         "memory_kind": "cuda_max_allocated_reserved", "time": 1_700_000_000.0 + s}
+        for s in range(1, 6)
+    ] + [{"kind": "val", "step": 5, "loss": 2.9, "time": 1_700_000_006.0},
+         {"kind": "check", "step": 3, "whatever": "a kind the report does not know"}]  # fmt: skip
+    jsonl = "".join(json.dumps(r) + "\n" for r in records).encode()
+    bucket, key = split_s3_uri(d["OutputDataConfig"]["S3OutputPath"].rstrip("/"))
+    summary = {"status": "completed", "measured": {"tokens_per_s_per_gpu": 1234.5,
+               "peak_memory_reserved_gib": 3.25, "memory_kind": "cuda_max_allocated_reserved"}}  # fmt: skip
+    aws.s3.put_object(
+        Bucket=bucket, Key=f"{key}/{job.name}/output/output.tar.gz",
+        Body=_tar({"metrics.jsonl": jsonl, "summary.json": json.dumps(summary).encode()}),
+    )  # fmt: skip
+    [row] = job_rows(job.name, aws)
+    assert row.id == job.name and row.tokens_per_s_per_gpu == 1234.5
+    assert row.memory_gib == 3.25 and row.memory_kind == "max_reserved"
+    assert row.ctx.instance.name == "ml.p6-b200.48xlarge" and row.ctx.model.name == "tiny"
+
+    res = write_report(job.name, tmp_path / "job.html", aws=aws)
+    data = read_plot_data(res.path.read_text())
+    assert data["speed"]["measured tokens/s/GPU"]["y"] == [1001.0, 1002.0, 1003.0, 1004.0, 1005.0]
+    assert data["loss"]["validation loss"] == {"x": [5.0], "y": [2.9]}
+    assert data["memory"]["measured peak memory"]["y"] == [
+        r["mem_reserved_gib"] for r in records[:5]
+    ]
+    assert "predicted allocator reserved" in data["memory"]  # a CUDA run: the allocator's figure
+    assert "tokens/s/GPU measured 1,234 vs predicted" in res.summary  # the summary's figure
