@@ -58,6 +58,7 @@ FLAG_PATHS: dict[str, tuple[str, ...]] = {
     "--seq-len": ("training.seq_len",),
     "--global-batch-tokens": ("training.global_batch_tokens", "training.global_batch_seqs"),
     "--total-tokens": ("training.total_tokens", "training.total_steps"),
+    "--calibration": ("compute.calibration",),
 }
 
 
@@ -136,6 +137,7 @@ def plan(
             "--seq-len": seq_len,
             "--global-batch-tokens": global_batch_tokens,
             "--total-tokens": total_tokens,
+            "--calibration": calibration,
         },
         sets_parsed,
     )
