@@ -215,6 +215,11 @@ def figures(data: RunData) -> dict[str, Any]:
         _flat(ax, x0, x1, m.allocator_reserved, "predicted allocator reserved", ls=":", color="C3")
     if m.usable is not None:
         _flat(ax, x0, x1, m.usable, "usable limit", color="k", lw=1.0)
+        seen = [r.get("mem_reserved_gib") or 0.0 for r in train] + [m.total]
+        if m.usable > 2.5 * max(seen):  # far above: keep the run readable, say where it is
+            ax.set_ylim(0, 1.3 * max(seen))
+            ax.text(0.01, 0.95, f"usable limit {m.usable:,.1f} GiB (above the plot)",
+                    transform=ax.transAxes, va="top", fontsize=9)  # fmt: skip
     ax.set_xlabel("step")
     ax.set_ylabel("GiB per GPU")
     ax.set_title(f"peak memory ({', '.join(sorted(map(str, kinds))) or 'none'})")
