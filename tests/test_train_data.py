@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 
 import numpy as np
 import pytest
@@ -199,3 +200,35 @@ def test_synthetic_stream_is_deterministic_and_learnable():
     assert not np.array_equal(a[0], a[1])
     follows = np.mean(ds.table[a[:, :-1]] == a[:, 1:])
     assert follows > 0.8  # mostly the successor: a model can learn it
+
+
+@pytest.mark.skipif(not os.environ.get("BSM_LONG"), reason="long mode: BSM_LONG=1 (writes 1 GiB)")
+def test_open_time_check_cost(tmp_path, capsys):
+    """The cost of the checks at open, recorded in docs/training-loop.md: the vocab check (one
+    np.max per chunk of the memory map) and, for comparison, the sha256 it does not do."""
+    import time
+
+    from blackwell_sm.data.channel import file_sha256, open_channel
+    from blackwell_sm.data.prepare import shard_info
+
+    rng = np.random.default_rng(0)
+    infos = []
+    for k in range(4):  # 4 x 256 MiB of uint16 tokens
+        path = tmp_path / f"shard-{k:05d}.bin"
+        write_shard(path, rng.integers(0, 50000, 128 << 20), dtype=np.dtype(np.uint16))
+        infos.append(shard_info(path, 128 << 20).model_dump())
+    manifest = {"manifest_version": 2, "tokenizer": "t", "vocab_size": 50000, "eos_id": None,
+                "dtype": "uint16", "documents": 1, "tokens": 4 * (128 << 20), "shards": infos}  # fmt: skip
+    (tmp_path / "manifest.json").write_text(json.dumps(manifest))
+    size = sum(i["bytes"] for i in infos)
+    open_channel(tmp_path, vocab_size=50000)  # warm the page cache: the figures are CPU cost
+    t = time.perf_counter()
+    open_channel(tmp_path, vocab_size=50000)
+    check = size / (time.perf_counter() - t) / 1e6
+    t = time.perf_counter()
+    for i in infos:
+        assert file_sha256(tmp_path / i["file"]) == i["sha256"]
+    sha = size / (time.perf_counter() - t) / 1e6
+    with capsys.disabled():
+        print(f"\nopen with vocab check: {check:,.0f} MB/s; sha256: {sha:,.0f} MB/s")
+    assert check > 5 * sha  # why the container checks ids at open and hashes only on request

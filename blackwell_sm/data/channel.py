@@ -5,7 +5,7 @@ list is refused (a stale shard from an earlier prepare), as is a listed one that
 whose byte size or token count differs. Without a manifest every `*.bin` is read in name order.
 Every shard's header is checked (magic, version, width, and the file's size against its token
 count: a truncated copy), and with `vocab_size` each shard's largest token id is checked against
-it, vectorised over the memory map in chunks (about 15-20 GB/s from the page cache on a 2-core
+it, vectorised over the memory map in chunks (12-19 GB/s from the page cache on a 2-core
 sandbox CPU; reading from disk is the bound). The sha256 of every byte costs about 1 GB/s on the
 same CPU, so the container does not hash at open; `bsm data verify DIR` does, on request.
 
