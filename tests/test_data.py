@@ -222,3 +222,15 @@ def test_bsm_data_verify_finds_a_changed_byte(tmp_path):
     assert (
         "shard-00000.bin: token id 98 (token 1) is not below the model's vocab_size 98" in r.stderr
     )
+
+
+def test_staged_dir_refuses_an_out_another_writer_filled_meanwhile(tmp_path):
+    from blackwell_sm.data.staging import staged_dir
+
+    out = tmp_path / "o"
+    with pytest.raises(SpecError, match="is not empty"), staged_dir(out) as tmp:
+        (tmp / "mine").write_text("new")
+        out.mkdir()
+        (out / "theirs").write_text("someone else's")
+    assert [p.name for p in tmp_path.iterdir()] == ["o"]
+    assert [p.name for p in out.iterdir()] == ["theirs"]

@@ -147,6 +147,10 @@ def test_old_manifests_read_newer_and_foreign_ones_are_refused(tmp_path):
     (ch / "manifest.json").write_text(json.dumps({"vocab_size": 50000}))
     with pytest.raises(BsmError, match=r"not a manifest written by `bsm data prepare` \(tokenizer"):
         ShardDataset(ch, seq_len=4)
+    twice = {**data, "shards": [data["shards"][0], *data["shards"]]}
+    (ch / "manifest.json").write_text(json.dumps(twice))
+    with pytest.raises(BsmError, match=r"shards listed more than once: shard-00000\.bin"):
+        ShardDataset(ch, seq_len=4)
     bad = {**data, "shards": [{**data["shards"][0], "file": "../../etc/passwd"}]}
     (ch / "manifest.json").write_text(json.dumps(bad))
     with pytest.raises(BsmError, match=r"shards\.0\.file"):

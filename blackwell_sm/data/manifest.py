@@ -68,6 +68,15 @@ class Manifest(BaseModel):
     tokens: int
     shards: list[ShardInfo]
 
+    @field_validator("shards")
+    @classmethod
+    def _unique(cls, v: list[ShardInfo]) -> list[ShardInfo]:
+        names = [s.file for s in v]
+        twice = sorted({n for n in names if names.count(n) > 1})
+        if twice:
+            raise ValueError(f"shards listed more than once: {', '.join(twice)}")
+        return v
+
     @field_validator("tokenizer_dir")
     @classmethod
     def _dir_name(cls, v: str | None) -> str | None:

@@ -2,8 +2,11 @@
 
 Tokenizers: the built-in byte-level one (ids 0-255 are the UTF-8 bytes; documents are separated
 by id 0, the NUL byte, which text does not contain), or a Hugging Face `tokenizer.json` through
-the `tokenizers` library (documents separated by its end-of-text token when it has one).
-Imports numpy and tokenizers only: no torch, so it runs anywhere the client runs.
+the `tokenizers` library (documents separated by its end-of-text token when it has one), whose
+files are kept in `OUT/tokenizer/` (the export ships them beside the model).
+The folder is written whole or not at all (`data/staging.py`), with `manifest.json`
+(`data/manifest.py`). Imports numpy and tokenizers only: no torch, so it runs anywhere the
+client runs.
 """
 
 from __future__ import annotations

@@ -65,6 +65,7 @@ def staged_dir(out: Path, *, overwrite: bool = False) -> Iterator[Path]:
         umask = os.umask(0)
         os.umask(umask)
         tmp.chmod(0o777 & ~umask)  # mkdtemp's 0700 would follow the folder into place
+        check_out(out, overwrite=overwrite)  # again: another writer may have filled it since
         _swap_into_place(tmp, out)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
