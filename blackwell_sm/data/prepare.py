@@ -11,7 +11,6 @@ client runs.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import shutil
 from collections.abc import Iterator
@@ -19,6 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
+from blackwell_sm.data.channel import file_sha256
 from blackwell_sm.data.manifest import MANIFEST_FILE, MANIFEST_VERSION, Manifest, ShardInfo
 from blackwell_sm.data.shards import token_dtype, write_shard
 from blackwell_sm.data.staging import check_out, staged_dir
@@ -107,9 +107,8 @@ def iter_documents(path: Path) -> Iterator[str]:
 
 def shard_info(path: Path, tokens: int) -> ShardInfo:
     """The manifest entry of a shard just written."""
-    data = path.read_bytes()
     return ShardInfo(
-        file=path.name, tokens=tokens, bytes=len(data), sha256=hashlib.sha256(data).hexdigest()
+        file=path.name, tokens=tokens, bytes=path.stat().st_size, sha256=file_sha256(path)
     )
 
 
