@@ -232,7 +232,7 @@ class Trainer:
 
                 source = init_path(self.tr.init_from, self.paths.channel("init"))
             export_model(self.model, spec, self.paths.model, is_main=env.is_main,
-                         dtype=export_dtype(spec, self.tr.export_dtype), source=source)  # fmt: skip
+                         dtype=export_dtype(spec, self.tr.export_dtype), source=source, tokenizer=getattr(self.train_data, "tokenizer_dir", None))  # fmt: skip
             log(f"exported the model to {self.paths.model}", is_main=env.is_main)
         summary = self.metrics.summary(status=status, final_step=step, resumed_from=resumed_from)
         if env.is_main:
