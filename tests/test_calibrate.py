@@ -328,3 +328,17 @@ def test_a_job_source_for_calibrate_and_report(aws, tmp_path):
     ]
     assert "predicted allocator reserved" in data["memory"]  # a CUDA run: the allocator's figure
     assert "tokens/s/GPU measured 1,234 vs predicted" in res.summary  # the summary's figure
+
+
+def test_a_profile_without_the_plans_gpu_changes_nothing_and_says_so(tmp_path):
+    spec = parse_spec({"model": "llama-3.1-8b"})
+    prof = CalibrationProfile(
+        name="cpu-only", created="2026-12-03T00:00:00Z",
+        gpus={"cpu": GpuProfile(constants=ProfileConstants(matmul_efficiency={"bf16": 0.1}))},
+    )  # fmt: skip
+    (tmp_path / "cpu.yaml").write_text(prof.to_yaml())
+    p = make_plan(spec, calibration=resolve_profile(str(tmp_path / "cpu.yaml"), None, {}))
+    base = make_plan(spec, calibration=False)
+    assert p.calibration.gpu == "" and p.calibration.changed == {}
+    assert p.throughput == base.throughput
+    assert any("has no entry for B200" in w and "cpu" in w for w in p.warnings)

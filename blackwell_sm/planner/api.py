@@ -95,14 +95,19 @@ def _context(
     inst = instance or get_instance(comp.instance_type)
     inst, constants, changed = for_instance(applied and applied.profile, inst)
     ref = None
+    warnings: list[str] = []
     if applied is not None:
-        entry_key = C.gpu_key(inst.gpu.name)
+        key, held = C.gpu_key(inst.gpu.name), applied.profile.gpus
         ref = CalibrationRef(
             profile=applied.path, name=applied.profile.name, created=applied.profile.created,
-            origin=applied.origin, gpu=entry_key if entry_key in applied.profile.gpus else "",
+            origin=applied.origin, gpu=key if key in held else "",
             changed={k: {"default": a, "profile": b} for k, (a, b) in changed.items()},
         )  # fmt: skip
-    warnings: list[str] = []
+        if key not in held:
+            warnings.append(
+                f"calibration profile {applied.path} has no entry for {inst.gpu.name} (it holds "
+                f"{', '.join(held) or 'none'}): the default constants are used"
+            )
 
     if tr.total_steps is None and tr.total_tokens is None:
         total_tokens = DEFAULT_TOKENS_PER_PARAM * model.n_params
@@ -119,11 +124,6 @@ def _context(
         model, inst, tr.seq_len, tr.global_batch_sequences, total_tokens, tr.total_steps, price,
         packed=tr.task == "finetune", constants=constants,
     )  # fmt: skip
-    if ref is not None and not ref.gpu:
-        warnings.append(
-            f"calibration profile {applied.path} has no entry for {inst.gpu.name}; "  # type: ignore[union-attr]
-            f"it holds {', '.join(applied.profile.gpus) or 'none'}: default constants used"  # type: ignore[union-attr]
-        )
     return ctx, local, warnings, ref
 
 
