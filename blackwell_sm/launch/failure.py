@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import re
 import signal
+from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 
 from blackwell_sm.launch.topology import Topology
@@ -61,21 +63,97 @@ def _error_file_message(path: Path) -> tuple[str, str] | None:
     return str(msg.get("message", "")), (frames[-1] if frames else "")
 
 
-def failure_reason(rc: int, *, topo: Topology, log_dir: Path | None, stderr_tail: list[str]) -> str:
+@dataclass(frozen=True)
+class RankFailure:
+    """One entry of torchrun's failure summary."""
+
+    rank: int
+    local_rank: int
+    exitcode: int
+    pid: int | None
+    error_file: str
+
+
+_FAILURE_ENTRY = re.compile(
+    r"rank\s*:\s*(?P<rank>\d+)\s*\(local_rank\s*:\s*(?P<local>\d+)\)\s*\n"
+    r"\s*exitcode\s*:\s*(?P<code>-?\d+)(?:\s*\(pid:\s*(?P<pid>\d+)\))?[^\n]*\n"
+    r"\s*error_file\s*:\s*(?P<file>\S+)"
+)
+
+
+def torchrun_failures(stderr_tail: list[str]) -> list[RankFailure]:
+    """Every failed rank of torchrun's last failure summary ("Failures:" and "Root Cause")."""
+    text = "\n".join(stderr_tail)
+    start = text.rfind("Failures:")
+    if start < 0:
+        return []
+    return [
+        RankFailure(
+            int(m["rank"]),
+            int(m["local"]),
+            int(m["code"]),
+            int(m["pid"]) if m["pid"] else None,
+            m["file"],
+        )
+        for m in _FAILURE_ENTRY.finditer(text, start)
+    ]
+
+
+def first_failure(
+    failures: list[RankFailure], exit_times: Mapping[int, float]
+) -> RankFailure | None:
+    """The rank that failed first by when its process ended (`exit_times`: pid -> time, from
+    the supervisor's pidfd watch), or None when a failed rank's exit time is unknown.
+
+    torchrun's own "Root Cause" compares whole seconds: the error file's timestamp for a rank
+    that raised, the moment it noticed for a rank killed by a signal. A peer's "Connection reset
+    by peer", written a few milliseconds after rank 0 was SIGKILLed, often lands in an earlier
+    second than torchrun's notice of the kill, and the peer was blamed. Process end times order
+    them right: the peer's exception comes after the death that caused it.
+    """
+    timed = [(exit_times[f.pid], f.rank, f) for f in failures if f.pid in exit_times]
+    if not timed or len(timed) < len(failures):
+        return None
+    return min(timed, key=lambda x: (x[0], x[1]))[2]
+
+
+def failure_reason(
+    rc: int,
+    *,
+    topo: Topology,
+    log_dir: Path | None,
+    stderr_tail: list[str],
+    exit_times: Mapping[int, float] | None = None,
+) -> str:
     """The failing rank and its exception (or signal), then supporting detail.
 
-    torchrun's "Root Cause (first observed failure)" names the rank that failed first (a SIGKILLed
-    rank, not the peers that then lost their connection); its error file, written by `@record`
-    in the worker, holds the exception. Without that block: the oldest error file; last, the
-    tail of torchrun's stderr.
+    The first rank to fail is the one whose process ended first (`first_failure`, from the
+    supervisor's `exit_times`); without those, torchrun's "Root Cause (first observed
+    failure)". Its error file, written by `@record` in the worker, holds the exception. Without
+    a failure summary: the oldest error file; last, the tail of torchrun's stderr.
     """
     host = topo.current_host
     text = "\n".join(stderr_tail)
+    first = first_failure(torchrun_failures(stderr_tail), exit_times or {})
     m = _ROOT_CAUSE.search(text, max(0, text.rfind("Root Cause")))
-    if m:
-        rank, local_rank, code = int(m["rank"]), int(m["local"]), int(m["code"])
+    if first is not None or m:
+        if first is not None:
+            rank, local_rank, code, efile = (
+                first.rank,
+                first.local_rank,
+                first.exitcode,
+                first.error_file,
+            )
+        else:
+            assert m is not None
+            rank, local_rank, code, efile = (
+                int(m["rank"]),
+                int(m["local"]),
+                int(m["code"]),
+                m["file"],
+            )
         who = f"rank {rank} (host {host}, local rank {local_rank})"
-        err = _error_file_message(Path(m["file"])) if m["file"] != "<N/A>" else None
+        err = _error_file_message(Path(efile)) if efile != "<N/A>" else None
         if err and err[0]:
             return f"{who}: {err[0]}" + (f"\nat {err[1]}" if err[1] else "")
         if code < 0:
