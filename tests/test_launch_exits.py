@@ -4,6 +4,8 @@ die, not the first to be reported."""
 
 from __future__ import annotations
 
+import json
+import os
 import signal
 from pathlib import Path
 
@@ -54,7 +56,15 @@ TOPO = Topology(hosts=["algo-1"], current_host="algo-1", nnodes=1, node_rank=0,
                 instance_type="local-cpu", efa=False)  # fmt: skip
 
 
-def test_first_failure_is_the_first_process_to_end() -> None:
+def _error_file(path: Path, message: str, mtime_s: float) -> str:
+    """A torchelastic error file as `@record` writes it, modified at `mtime_s`."""
+    extra = {"py_callstack": "Traceback ...", "timestamp": str(int(mtime_s))}
+    path.write_text(json.dumps({"message": {"message": message, "extraInfo": extra}}))
+    os.utime(path, ns=(int(mtime_s * 1e9), int(mtime_s * 1e9)))
+    return str(path)
+
+
+def test_first_failure_is_the_cause_not_the_first_report(tmp_path: Path) -> None:
     tail = SUMMARY.splitlines()
     failures = torchrun_failures(tail)
     assert failures == [
@@ -63,10 +73,28 @@ def test_first_failure_is_the_first_process_to_end() -> None:
             rank=1, local_rank=1, exitcode=1, pid=1002, error_file="/nonexistent/error.json"
         ),
     ]
-    # Rank 0 ended 30 ms before rank 1: rank 0 is blamed, whatever torchrun's root cause says.
+    killed = failures[0]
+    # Without error files, time decides: rank 0 ended 30 ms before rank 1.
     assert first_failure(failures, {1001: 100.00, 1002: 100.03}).rank == 0
     assert first_failure(failures, {1001: 100.05, 1002: 100.03}).rank == 1
-    assert first_failure(failures, {1002: 100.03}) is None  # an unknown end: no guess
+    assert first_failure(failures, {1002: 100.03}) is None  # an unknown time: no guess
+    # A peer's "Connection reset by peer" is an effect, even when it is seen 2 ms before the
+    # killed rank's exit (its sockets close before its exit is visible).
+    reset = "RuntimeError: [/__w/pytorch/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:537] Read error [127.0.0.1]:40858: Connection reset by peer"
+    peer = RankFailure(1, 1, 1, 1002, _error_file(tmp_path / "reset.json", reset, 99.998))
+    assert first_failure([killed, peer], {1001: 100.0, 1002: 100.5}).rank == 0
+    # torchrun's SIGTERM to a survivor is an effect too; a real exception is a cause, timed by
+    # its error file (the rank may linger in teardown after raising, and be SIGTERMed there).
+    assert (
+        first_failure(
+            [killed, RankFailure(1, 1, -15, 1002, "<N/A>")], {1001: 100.0, 1002: 99.9}
+        ).rank
+        == 0
+    )
+    bad = _error_file(tmp_path / "bad.json", "BsmError: token id 70000 >= vocab_size", 99.99)
+    assert first_failure([killed, RankFailure(1, 1, -15, 1002, bad)], {1001: 100.0}).rank == 1
+    lost0 = RankFailure(0, 0, 1, 1001, _error_file(tmp_path / "r0.json", reset, 100.02))
+    assert first_failure([lost0, RankFailure(1, 1, 1, 1002, bad)], {}).rank == 1
     reason = failure_reason(1, topo=TOPO, log_dir=None, stderr_tail=tail,
                             exit_times={1001: 100.0, 1002: 100.03})  # fmt: skip
     assert reason.startswith("rank 0 (host algo-1, local rank 0) was killed by signal SIGKILL")
@@ -108,6 +136,7 @@ def test_rank_0_killed_is_blamed(tmp_path: Path, attempt: int) -> None:
     run.wait_for_step(2, timeout=240)
     run.kill_rank(0, signal.SIGKILL)
     assert run.wait(timeout=240) != 0
+    assert "failed ranks by time: " in run.output
     failure = host.failure() or ""
     assert failure.startswith("rank 0 (host algo-1, local rank 0) was killed by signal SIGKILL"), (
         failure + "\n---\n" + run.tail()

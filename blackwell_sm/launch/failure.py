@@ -99,22 +99,67 @@ def torchrun_failures(stderr_tail: list[str]) -> list[RankFailure]:
     ]
 
 
+def _failed_at(f: RankFailure, exit_times: Mapping[int, float]) -> float | None:
+    """When rank `f` failed: its error file's modification time when it raised (written the
+    moment the exception left the worker, to the nanosecond), else when its process ended."""
+    if f.error_file != "<N/A>":
+        try:
+            return Path(f.error_file).stat().st_mtime_ns / 1e9
+        except OSError:
+            pass
+    return exit_times.get(f.pid) if f.pid is not None else None
+
+
+# A peer's death as another rank sees it (gloo's pair.cc read/write errors, NCCL's remote
+# errors), or torchelastic's SignalException for torchrun's SIGTERM to the survivors.
+_PEER_LOST = re.compile(
+    r"Connection (reset|closed) by peer|Broken pipe|Connection refused|ECONNRESET|"
+    r"remote process exited|ncclRemoteError|communicator was aborted|got signal: (15|Signals\.SIGTERM)\b",
+    re.I,
+)
+
+
+def _secondary(f: RankFailure) -> bool:
+    """A failure caused by another rank's: its peer vanished (the exception says so), or
+    torchrun's SIGTERM to the survivors after the first failure."""
+    err = _error_file_message(Path(f.error_file)) if f.error_file != "<N/A>" else None
+    if err and err[0]:  # what it raised, even if torchrun's SIGTERM ended it afterwards
+        return bool(_PEER_LOST.search(err[0]))
+    return f.exitcode == -signal.SIGTERM
+
+
 def first_failure(
     failures: list[RankFailure], exit_times: Mapping[int, float]
 ) -> RankFailure | None:
-    """The rank that failed first by when its process ended (`exit_times`: pid -> time, from
-    the supervisor's pidfd watch), or None when a failed rank's exit time is unknown.
+    """The rank that failed first, or None when a failed rank's time is unknown.
 
+    Ranks whose failure only reports a lost peer (or torchrun's SIGTERM to the survivors) are
+    effects; the cause is looked for among the others first. Then time decides:
+    `exit_times` (pid -> wall-clock seconds) from the supervisor's pidfd watch, or for a rank
+    that raised, its error file's modification time (it may linger in teardown after raising).
     torchrun's own "Root Cause" compares whole seconds: the error file's timestamp for a rank
-    that raised, the moment it noticed for a rank killed by a signal. A peer's "Connection reset
-    by peer", written a few milliseconds after rank 0 was SIGKILLed, often lands in an earlier
-    second than torchrun's notice of the kill, and the peer was blamed. Process end times order
-    them right: the peer's exception comes after the death that caused it.
+    that raised, the moment it noticed for a rank killed by a signal, so a peer's "Connection
+    reset by peer", raised a few milliseconds after rank 0 was SIGKILLed, could be blamed. Time
+    alone cannot settle that either: a killed process's sockets close (and its peer raises)
+    a few milliseconds before its exit is visible, hence the effects are set aside first.
     """
-    timed = [(exit_times[f.pid], f.rank, f) for f in failures if f.pid in exit_times]
-    if not timed or len(timed) < len(failures):
+    causes = [f for f in failures if not _secondary(f)] or failures
+    timed = [(_failed_at(f, exit_times), f.rank, f) for f in causes]
+    if not timed or any(t is None for t, _, _ in timed):
         return None
     return min(timed, key=lambda x: (x[0], x[1]))[2]
+
+
+def failure_timeline(failures: list[RankFailure], exit_times: Mapping[int, float]) -> str:
+    """The failed ranks by time, each marked when it only lost its peer (the launcher's log)."""
+    timed = sorted(((_failed_at(f, exit_times), f.rank, f) for f in failures),
+                   key=lambda x: (x[0] is None, x[0] or 0.0, x[1]))  # fmt: skip
+    parts = []
+    for t, rank, f in timed:
+        how = "raised" if f.error_file != "<N/A>" and f.exitcode >= 0 else f"exit {f.exitcode}"
+        how += ", lost its peer" if _secondary(f) else ""
+        parts.append(f"rank {rank} ({how}) at " + ("?" if t is None else f"{t:.3f}"))
+    return ", then ".join(parts)
 
 
 def failure_reason(

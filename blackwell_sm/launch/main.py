@@ -20,6 +20,7 @@ from blackwell_sm.launch import WORKER_MODULE, log
 from blackwell_sm.launch.failure import (
     RankFailure,
     failure_reason,
+    failure_timeline,
     torchrun_failures,
     write_failure,
 )
@@ -200,6 +201,8 @@ def run(spec: LaunchSpec, opt_ml: Path, log_dir: Path) -> int:
             f"then worker(s) died in process teardown ({who}); counted as a success, exit 0"
         )
         return 0
+    if failures:
+        log(f"failed ranks by time: {failure_timeline(failures, sup.exit_watch.exits)}")
     reason = failure_reason(
         rc, topo=topo, log_dir=log_dir, stderr_tail=tail, exit_times=sup.exit_watch.exits
     )
