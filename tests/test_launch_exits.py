@@ -107,6 +107,7 @@ def _host(tmp_path: Path, steps: int) -> OptMlHost:
     return OptMlHost.create(tmp_path / "run", plan)
 
 
+@pytest.mark.slow
 def test_abort_in_teardown_after_a_completed_run_is_a_success(tmp_path: Path) -> None:
     """Rank 0 writes summary.json (completed) and then aborts (the test hook stands in for the
     C++ teardown abort): exit 0, no output/failure, and the log says what happened."""
@@ -127,6 +128,7 @@ def test_abort_in_teardown_after_a_completed_run_is_a_success(tmp_path: Path) ->
     assert completed_before_teardown(host.root, 0, aborted) is None
 
 
+@pytest.mark.slow
 # One kill in `make test` (the ordering rules are covered exactly above); more with BSM_LONG=1.
 @pytest.mark.parametrize("attempt", range(5 if os.environ.get("BSM_LONG") == "1" else 1))
 def test_rank_0_killed_is_blamed(tmp_path: Path, attempt: int) -> None:

@@ -48,6 +48,7 @@ def test_spec_paths_and_values_with_brackets(
     assert code == 2
 
 
+@pytest.mark.slow
 def test_a_failed_run_with_gloo_style_brackets_is_reported_verbatim(tmp_path: Path) -> None:
     """A real run-local whose worker fails with a message holding the run folder's path (shaped
     like gloo's `[/__w/pytorch/...]`): exit 1 and the reason printed as written, in table and

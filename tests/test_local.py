@@ -105,6 +105,7 @@ def _alive(pid: int) -> bool:
     return stat[stat.rfind(")") + 2] != "Z"
 
 
+@pytest.mark.slow
 def test_run_local_owns_its_run(tmp_path: Path) -> None:
     """A stale output/failure is removed at the start; a second run-local on the folder is
     refused with the PID that holds it; SIGTERM to run-local stops the launcher, torchrun and
