@@ -245,7 +245,11 @@ def train(plan: Plan, opt_ml: Path) -> dict:
     """Run `plan` as this torchrun worker; returns the run summary (same on every rank)."""
     env = init_distributed()
     try:
-        return Trainer(plan, OptMl(opt_ml), env).run()
+        summary = Trainer(plan, OptMl(opt_ml), env).run()
+        # Every rank past its last collective (export, summary) before any rank tears down: a
+        # rank that leaves early resets the sockets of a peer still in a collective.
+        dist.barrier()
+        return summary
     finally:
         if dist.is_initialized():
             dist.destroy_process_group()
