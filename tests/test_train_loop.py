@@ -173,7 +173,7 @@ def test_metrics_lines_and_summary(base):
     lines = [ln for ln in out if ln.startswith("[bsm-step]")]
     assert len(lines) == STEPS and not (base / "stdout-rank1.log").read_text().strip()
     parsed = parse_line(lines[-1])  # what SageMaker's metric definitions will read
-    assert set(parsed) == set(METRIC_REGEXES) - {"val:loss"}
+    assert set(parsed) == {n for n in METRIC_REGEXES if n.startswith("train:")}  # eta_s too
     rec = _records(base)[-1]
     assert parsed["train:loss"] == pytest.approx(rec["loss"], rel=1e-5)
     assert [ln for ln in out if ln.startswith("[bsm-val]")][-1].startswith("[bsm-val] step=10")
@@ -187,6 +187,31 @@ def test_metrics_lines_and_summary(base):
     assert summary["predicted"]["tokens_per_s_per_gpu"] == PLAN.throughput.tokens_per_s_per_gpu
     assert summary["measured"]["tokens_per_s_per_gpu"] > 0
     assert summary["measured"]["memory_kind"] == "cpu_max_rss"
+
+
+def test_check_line_then_the_eta_on_every_logged_step(base):
+    """After 2 warm-up steps, 2 timed and 1 profiled: one [bsm-check] line after step 5, and
+    every step line from then on carries eta_s (0 at the last step)."""
+    from blackwell_sm.train.check import PROFILE_STEPS, WARMUP_STEPS
+
+    at = WARMUP_STEPS + PROFILE_STEPS
+    out = (base / "stdout-rank0.log").read_text().splitlines()
+    checks = [ln for ln in out if ln.startswith("[bsm-check]")]
+    assert len(checks) == 1 and checks[0].startswith(f"[bsm-check] step={at} ")
+    parsed = parse_line(checks[0])
+    assert parsed["check:tokens_per_s_per_gpu"] > 0 and parsed["check:step_time_s"] > 0
+    assert parsed["check:predicted_tokens_per_s_per_gpu"] == PLAN.throughput.tokens_per_s_per_gpu
+    assert "timing=cpu_profiler" in checks[0]
+    etas = {r["step"]: r.get("eta_s") for r in _records(base)}
+    assert all(etas[s] is None for s in range(1, at)) and etas[STEPS] == 0
+    assert all(etas[s] > 0 for s in range(at, STEPS))
+    assert etas[at] == pytest.approx(parsed["check:eta_s"], rel=1e-5)
+    (rec,) = _records(base, "check")
+    assert rec["step"] == at and rec["compute_s"] + rec["exposed_comm_s"] <= rec["step_time_s"]
+    assert rec["exposed_comm_s"] > 0  # gloo's collectives are not all hidden on 2 CPU processes
+    summary = json.loads((base / "output/data/summary.json").read_text())
+    assert summary["check"]["tok_s_gpu"] == pytest.approx(rec["tok_s_gpu"])
+    assert summary["eta"]["step"] == STEPS and summary["alerts"] == []
 
 
 def _checkpointed_model(step_dir: Path) -> Transformer:
