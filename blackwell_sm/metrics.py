@@ -34,6 +34,7 @@ CHECK_FIELDS: dict[str, str] = {
     "tok_s_gpu": "check:tokens_per_s_per_gpu",
     "pred_tok_s_gpu": "check:predicted_tokens_per_s_per_gpu",
     "pred_tok_s_gpu_low": "check:predicted_tokens_per_s_per_gpu_low",
+    "pred_tok_s_gpu_high": "check:predicted_tokens_per_s_per_gpu_high",
     "speed_ratio": "check:speed_measured_over_predicted",
     "step_time_s": "check:step_time_s",
     "compute_s": "check:compute_s",
@@ -42,6 +43,7 @@ CHECK_FIELDS: dict[str, str] = {
     "mem_reserved_gib": "check:peak_mem_reserved_gib",
     "pred_mem_high_gib": "check:predicted_mem_high_gib",
     "eta_s": "check:eta_s",
+    "total_steps": "check:total_steps",
 }
 
 #: `[bsm-alert]` lines: the run will not end before its deadline, or memory is above the plan.
@@ -50,6 +52,16 @@ ALERT_FIELDS: dict[str, str] = {
     "overrun_s": "alert:overrun_s",
     "mem_over_gib": "alert:memory_over_plan_gib",
 }
+
+#: What to do, named by the alerts (train/check.py) and by `bsm status` (aws/progress.py).
+OVERRUN_ADVICE = (
+    "extend the training plan (`bsm plans extend`), add instances (compute.instance_count), "
+    "or accept a resume in a second job (`bsm submit SPEC --until-done`)"
+)
+MEMORY_ADVICE = (
+    "lower training.micro_batch_size or turn on activation checkpointing before it runs out of "
+    "memory; `bsm plan` shows the configurations that fit"
+)
 
 
 def _regex(prefix: str, key: str) -> str:
@@ -98,12 +110,31 @@ def format_alert_line(step: int, kind: str, key: str, value: float, message: str
     return f"{ALERT_PREFIX} step={step} kind={kind} {key}={value:.6g} {message}"
 
 
+def line_kind(line: str) -> str | None:
+    """ "step", "val", "check" or "alert" for a metric line (a launcher's `[default0]:` prefix
+    allowed, as the regexes allow it), else None."""
+    for kind, prefix in (("step", STEP_PREFIX), ("val", VAL_PREFIX), ("check", CHECK_PREFIX),
+                         ("alert", ALERT_PREFIX)):  # fmt: skip
+        if prefix + " " in line:
+            return kind
+    return None
+
+
 def line_step(line: str) -> int | None:
     """The `step=N` of a `[bsm-step]`, `[bsm-check]`, `[bsm-alert]` or `[bsm-val]` line."""
-    if not line.lstrip().startswith((STEP_PREFIX, CHECK_PREFIX, ALERT_PREFIX, VAL_PREFIX)):
+    if line_kind(line) is None:
         return None
     m = _STEP_RE.search(line)
     return int(m.group(1)) if m else None
+
+
+def alert_message(line: str) -> str | None:
+    """The text of a `[bsm-alert]` line after its `step=`, `kind=` and figure."""
+    at = line.find(ALERT_PREFIX + " ")
+    if at < 0:
+        return None
+    words = line[at + len(ALERT_PREFIX) + 1 :].split(" ", 3)
+    return words[3] if len(words) == 4 else None
 
 
 def format_val_line(step: int, loss: float) -> str:

@@ -29,7 +29,12 @@ from typing import Any, NamedTuple
 import torch
 import torch.distributed as dist
 
-from blackwell_sm.metrics import format_alert_line, format_check_line
+from blackwell_sm.metrics import (
+    MEMORY_ADVICE,
+    OVERRUN_ADVICE,
+    format_alert_line,
+    format_check_line,
+)
 from blackwell_sm.planner.plan import Plan
 
 WARMUP_STEPS = 2  # steps of this process before timing: allocator warm-up, compile
@@ -37,16 +42,6 @@ PROFILE_STEPS = 3  # steps timed with a device sync each; the last one is profil
 #: The plan's memory range above its point estimate: the planner's fragmentation term is fitted
 #: within 6% on the torchtitan rows (planner/calibration.py); 10% leaves room for that spread.
 MEMORY_RANGE_ABOVE = 0.10
-#: What to do when the run will not end in time (the alert names all three).
-OVERRUN_ADVICE = (
-    "extend the training plan (`bsm plans extend`), add instances (compute.instance_count), "
-    "or accept a resume in a second job (`bsm submit SPEC --until-done`)"
-)
-MEMORY_ADVICE = (
-    "lower training.micro_batch_size or turn on activation checkpointing before it runs out of "
-    "memory; `bsm plan` shows the configurations that fit"
-)
-
 Interval = tuple[float, float]
 
 
