@@ -175,6 +175,7 @@ class RunCheck:
         self.emit, self.memory, self.clock = emit, memory, clock
         self.times: list[float] = []  # synced wall times of the steps before the profiled one
         self.profiled = False
+        self.profiled_s = 0.0
         self.split: StepSplit | None = None
         self.result: dict[str, Any] | None = None
         self.ready_at: tuple[int, float] | None = None  # (step, perf_counter) at the check
@@ -201,15 +202,18 @@ class RunCheck:
                 _sync(self.device)
             self.split = split_from_profile(prof.events(), self.device.type)
             self.profiled = True
+            self.profiled_s = time.perf_counter() - t0
         else:
             yield
             _sync(self.device)
             self.times.append(time.perf_counter() - t0)
 
-    def after(self, step_done: int) -> dict[str, Any] | None:
-        """Called by every rank after each step; runs the check once the window is timed."""
-        if step_done != self.last + 1 or not self.profiled:
-            return None
+    def after(self, step_done: int) -> float:
+        """Called by every rank after each step; runs the check once the window is timed.
+        Returns the seconds the loop leaves out of its step-time window: the profiler's
+        overhead (the profiled step's time above the timed steps' mean), else 0."""
+        if step_done != self.last + 1 or not self.profiled or self.result is not None:
+            return 0.0
         # Rank 0's timed steps (the profiled one only splits: the profiler slows it), the worst
         # memory and step time of all ranks.
         worst = torch.tensor([max(self.times), self.memory()], device=self.device)
@@ -221,7 +225,7 @@ class RunCheck:
         line = format_check_line(step_done, self.result)
         self.emit({"kind": "check", "step": step_done, **self.result}, line)
         self.observe(step_done, self.result["mem_reserved_gib"], self.result["eta_s"])
-        return self.result
+        return max(0.0, self.profiled_s - mean_step)
 
     def compare(self, step_time: float, mem_gib: float, step_done: int) -> dict[str, Any]:
         """The check's figures: measured beside predicted (pure arithmetic on its inputs)."""

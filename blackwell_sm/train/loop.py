@@ -197,7 +197,7 @@ class Trainer:
                 loss, grad_norm = self.train_step(step)
             step += 1
             window_steps += 1
-            check.after(step)  # the [bsm-check] line, once
+            paused += check.after(step)  # the [bsm-check] line, once; less the profiler's time
             if step % self.tr.log_interval_steps == 0 or step == self.total_steps:
                 loss_v, grad_norm_v = float(loss), float(grad_norm)  # the host sync
                 if env.device.type == "cuda":
