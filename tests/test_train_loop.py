@@ -8,7 +8,8 @@ shared by several assertions):
   skip    - base's checkpoints with step 10's COMPLETE marker removed: resumes from 8
   stopped - SIGTERM reaches rank 0 during step 5: saves step 5 and stops cleanly
   resumed - the stopped run started again: continues from 5 to the end
-  single  - one process, micro-batch 4: the same global batch as base's 2 ranks x micro-batch 2
+  single  - one process, micro-batch 4: the same global batch as base's 2 ranks x micro-batch 2;
+            its capacity block "expires" as it starts: the check's ETA overruns it (an alert)
 """
 
 from __future__ import annotations
@@ -16,12 +17,13 @@ from __future__ import annotations
 import json
 import math
 import shutil
+import time
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
-from train_support import local_plan, sigterm_worker, spawn, train_worker
+from train_support import env_worker, local_plan, sigterm_worker, spawn, train_worker
 
 from blackwell_sm.data.shards import write_shard
 from blackwell_sm.metrics import METRIC_REGEXES, parse_line
@@ -108,7 +110,8 @@ def resumed(stopped, tmp_path_factory):
 @pytest.fixture(scope="module")
 def single(tmp_path_factory):
     plan = local_plan(nproc=1, steps=STEPS, micro_batch_size=4, training={"data": DATA})
-    return _run(tmp_path_factory.mktemp("single"), plan=plan, nproc=1)
+    expiry = {"SAGEMAKER_CURRENT_CAPACITY_BLOCK_EXPIRATION_TIMESTAMP": f"{time.time() + 1:.0f}"}
+    return _run(tmp_path_factory.mktemp("single"), env_worker, expiry, plan=plan, nproc=1)
 
 
 def test_loss_falls_on_the_learnable_task(base):
@@ -212,6 +215,19 @@ def test_check_line_then_the_eta_on_every_logged_step(base):
     summary = json.loads((base / "output/data/summary.json").read_text())
     assert summary["check"]["tok_s_gpu"] == pytest.approx(rec["tok_s_gpu"])
     assert summary["eta"]["step"] == STEPS and summary["alerts"] == []
+
+
+def test_an_eta_past_the_capacity_block_is_an_alert_with_what_to_do(single):
+    out = (single / "stdout-rank0.log").read_text().splitlines()
+    alerts = [ln for ln in out if ln.startswith("[bsm-alert]")]
+    assert len(alerts) == 1 and alerts[0].startswith("[bsm-alert] step=5 kind=overrun")
+    assert "capacity block expiry" in alerts[0] and "bsm plans extend" in alerts[0]
+    assert parse_line(alerts[0])["alert:overrun_s"] > 0
+    (rec,) = _records(single, "alert")
+    assert rec["alert"] == "overrun" and rec["overrun_s"] > 0
+    summary = json.loads((single / "output/data/summary.json").read_text())
+    assert summary["eta"]["deadline"] == "capacity block expiry"
+    assert summary["alerts"] == [rec] and summary["check"]["memory"] == "in_range"
 
 
 def _checkpointed_model(step_dir: Path) -> Transformer:
