@@ -157,6 +157,14 @@ def test_no_streams_yet(aws):
         stub_job(sm, jr.request, **running(jr))
         p = TrainingJob(jr.job_name, aws=aws).progress()
     assert p.step is None and "no log stream yet" in p.notes[0]
+    with Stubber(aws.sagemaker) as sm:
+        for _ in range(2):
+            stub_job(sm, jr.request, **running(jr))
+        sm.add_client_error("describe_training_job", **not_found_error(f"{jr.job_name}-r2"))
+        stub_job(sm, jr.request, **running(jr))
+        code, out, err = run("status", jr.job_name)
+    assert code == 0, err
+    assert "no log stream yet" in out and "tokens/s/GPU" not in out  # only why, no empty rows
 
 
 def test_bsm_status_shows_speed_eta_and_max_runtime_and_json_carries_them(aws):

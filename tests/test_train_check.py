@@ -155,3 +155,59 @@ def test_the_window_waits_for_warm_up_and_a_resume_moves_it():
 def test_every_regex_is_a_metric_definition_within_the_limit():
     assert len(METRIC_REGEXES) <= 40  # MetricDefinitionList.max
     assert "train:eta_s" in METRIC_REGEXES and "alert:overrun_s" in METRIC_REGEXES
+
+
+def test_cpu_profile_of_a_real_step_splits_into_compute_and_gloo_communication(tmp_path):
+    """A real torch.profiler trace in this process: matmuls and a gloo all-reduce of a process
+    group of one under the step mark; the split sees both and stays inside the step."""
+    import torch.distributed as dist
+    from torch.profiler import ProfilerActivity, profile, record_function
+
+    store = dist.FileStore(str(tmp_path / "store"), 1)
+    dist.init_process_group("gloo", store=store, rank=0, world_size=1)
+    try:
+        a = torch.randn(256, 256)
+        with profile(activities=[ProfilerActivity.CPU]) as prof, record_function(C.STEP_MARK):
+            for _ in range(4):
+                a = (a @ a).tanh()
+            dist.all_reduce(a)
+        sp = C.split_from_profile(prof.events(), "cpu")
+    finally:
+        dist.destroy_process_group()
+    assert sp is not None and sp.span_s > 0
+    assert 0 < sp.compute_s <= sp.span_s
+    assert 0 < sp.comm_s <= sp.span_s and 0 <= sp.exposed_comm_s <= sp.comm_s
+
+
+class _Range:
+    def __init__(self, start_us: float, end_us: float) -> None:
+        self.start, self.end = start_us, end_us
+
+
+class _Event:
+    """The four attributes split_from_profile reads from a torch.profiler FunctionEvent."""
+
+    def __init__(self, name: str, device: str, start_us: float, end_us: float, thread: int = 1):
+        from torch.autograd import DeviceType
+
+        self.name, self.thread = name, thread
+        self.device_type = DeviceType.CUDA if device == "cuda" else DeviceType.CPU
+        self.time_range = _Range(start_us, end_us)
+
+
+def test_cuda_split_classifies_nccl_kernels_and_spans_the_kernels():
+    """No GPU here: CUDA kernels as FunctionEvents carry them (device_type CUDA, name)."""
+    events = [
+        _Event(C.STEP_MARK, "cpu", 0, 100),  # the host returns early: kernels run later
+        _Event("aten::mm", "cpu", 10, 20),  # host ops are not device time
+        _Event("sm90_xmma_gemm_bf16", "cuda", 50, 150),
+        _Event("ncclDevKernel_AllGather_RING_LL", "cuda", 40, 60),  # 40..50 exposed
+        _Event("ncclDevKernel_ReduceScatter_RING_LL", "cuda", 140, 180),  # 150..180 exposed
+        _Event("vectorized_elementwise_kernel", "cuda", 180, 190),
+    ]
+    sp = C.split_from_profile(events, "cuda")
+    assert sp.span_s == pytest.approx(150e-6)  # 40..190
+    assert sp.compute_s == pytest.approx(110e-6)
+    assert sp.comm_s == pytest.approx(60e-6)
+    assert sp.exposed_comm_s == pytest.approx(40e-6)
+    assert C.split_from_profile(events[1:], "cuda") is None  # no step mark: no split

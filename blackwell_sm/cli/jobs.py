@@ -136,7 +136,9 @@ def _in_time(ok: bool | None, end: Any) -> str:
 def show_progress(p: Any) -> None:
     """The progress rows of `bsm status`: the latest step, the check's measured against
     predicted, the ETA against the deadlines, the alerts."""
-    if p.step is None and not p.notes:
+    if p.step is None and not p.check:
+        for note in p.notes:  # nothing logged yet: only why
+            click.echo(f"{'note':<15}  {note}")
         return
     of = f" of {p.total_steps:,}" if p.total_steps else ""
     rows = [("step", "-" if p.step is None else f"{p.step:,}{of}  at {_fmt_time(p.as_of)}"),
