@@ -185,12 +185,13 @@ class _Range:
 
 
 class _Event:
-    """The four attributes split_from_profile reads from a torch.profiler FunctionEvent."""
+    """The attributes split_from_profile reads from a torch.profiler FunctionEvent."""
 
-    def __init__(self, name: str, device: str, start_us: float, end_us: float, thread: int = 1):
+    def __init__(self, name: str, device: str, start_us: float, end_us: float, thread: int = 1,
+                 annotation: bool = False):  # fmt: skip
         from torch.autograd import DeviceType
 
-        self.name, self.thread = name, thread
+        self.name, self.thread, self.is_user_annotation = name, thread, annotation
         self.device_type = DeviceType.CUDA if device == "cuda" else DeviceType.CPU
         self.time_range = _Range(start_us, end_us)
 
@@ -200,6 +201,8 @@ def test_cuda_split_classifies_nccl_kernels_and_spans_the_kernels():
     events = [
         _Event(C.STEP_MARK, "cpu", 0, 100),  # the host returns early: kernels run later
         _Event("aten::mm", "cpu", 10, 20),  # host ops are not device time
+        _Event(C.STEP_MARK, "cuda", 40, 190, annotation=True),  # ranges on the GPU timeline
+        _Event("FSDP::all_gather", "cuda", 40, 60, annotation=True),
         _Event("sm90_xmma_gemm_bf16", "cuda", 50, 150),
         _Event("ncclDevKernel_AllGather_RING_LL", "cuda", 40, 60),  # 40..50 exposed
         _Event("ncclDevKernel_ReduceScatter_RING_LL", "cuda", 140, 180),  # 150..180 exposed

@@ -133,7 +133,13 @@ def split_from_profile(events: Any, device_type: str) -> StepSplit | None:
         iv = (e.time_range.start / 1e6, e.time_range.end / 1e6)
         name = e.name.lower()
         if device_type == "cuda":
-            if e.device_type != DeviceType.CUDA:
+            # Kernels and copies only: record_function ranges (ours, FSDP's) also appear on the
+            # GPU timeline as user annotations spanning compute and communication alike.
+            annotation = (
+                getattr(e, "is_user_annotation", False)
+                or "annotation" in str(getattr(e, "activity_type", "")).lower()
+            )
+            if e.device_type != DeviceType.CUDA or annotation:
                 continue
             (comm if "nccl" in name else compute).append(iv)
         elif name.startswith("gloo:"):
