@@ -97,6 +97,15 @@ def test_run_local_demo_leaves_checkpoints_metrics_and_model(reference: dict) ->
     assert rc["hosts"] == ["algo-1"] and rc["current_host"] == "algo-1"
 
 
+def test_the_demo_prints_the_check_and_then_the_eta(reference: dict) -> None:
+    """`make demo`'s output: one [bsm-check] line after the warm-up, then eta_s on each step."""
+    lines = reference["stderr"].splitlines()  # the workers' lines, as `make demo` shows them
+    checks = [ln for ln in lines if "[bsm-check] step=5 " in ln]
+    assert len(checks) == 1 and "pred_tok_s_gpu=" in checks[0] and "compute_s=" in checks[0]
+    etas = [ln for ln in lines if "[bsm-step]" in ln and " eta_s=" in ln]
+    assert len(etas) == 40 - 5 + 1 and etas[-1].endswith("eta_s=0")
+
+
 def test_loss_falls(reference: dict) -> None:
     losses = _ref_losses(reference)
     first, last5 = losses[1], [losses[s] for s in range(36, 41)]

@@ -8,7 +8,8 @@ shared by several assertions):
   skip    - base's checkpoints with step 10's COMPLETE marker removed: resumes from 8
   stopped - SIGTERM reaches rank 0 during step 5: saves step 5 and stops cleanly
   resumed - the stopped run started again: continues from 5 to the end
-  single  - one process, micro-batch 4: the same global batch as base's 2 ranks x micro-batch 2
+  single  - one process, micro-batch 4: the same global batch as base's 2 ranks x micro-batch 2;
+            its capacity block "expires" as it starts: the check's ETA overruns it (an alert)
 """
 
 from __future__ import annotations
@@ -16,12 +17,13 @@ from __future__ import annotations
 import json
 import math
 import shutil
+import time
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
-from train_support import local_plan, sigterm_worker, spawn, train_worker
+from train_support import env_worker, local_plan, sigterm_worker, spawn, train_worker
 
 from blackwell_sm.data.shards import write_shard
 from blackwell_sm.metrics import METRIC_REGEXES, parse_line
@@ -108,7 +110,8 @@ def resumed(stopped, tmp_path_factory):
 @pytest.fixture(scope="module")
 def single(tmp_path_factory):
     plan = local_plan(nproc=1, steps=STEPS, micro_batch_size=4, training={"data": DATA})
-    return _run(tmp_path_factory.mktemp("single"), plan=plan, nproc=1)
+    expiry = {"SAGEMAKER_CURRENT_CAPACITY_BLOCK_EXPIRATION_TIMESTAMP": f"{time.time() + 1:.0f}"}
+    return _run(tmp_path_factory.mktemp("single"), env_worker, expiry, plan=plan, nproc=1)
 
 
 def test_loss_falls_on_the_learnable_task(base):
@@ -173,7 +176,7 @@ def test_metrics_lines_and_summary(base):
     lines = [ln for ln in out if ln.startswith("[bsm-step]")]
     assert len(lines) == STEPS and not (base / "stdout-rank1.log").read_text().strip()
     parsed = parse_line(lines[-1])  # what SageMaker's metric definitions will read
-    assert set(parsed) == set(METRIC_REGEXES) - {"val:loss"}
+    assert set(parsed) == {n for n in METRIC_REGEXES if n.startswith("train:")}  # eta_s too
     rec = _records(base)[-1]
     assert parsed["train:loss"] == pytest.approx(rec["loss"], rel=1e-5)
     assert [ln for ln in out if ln.startswith("[bsm-val]")][-1].startswith("[bsm-val] step=10")
@@ -187,6 +190,44 @@ def test_metrics_lines_and_summary(base):
     assert summary["predicted"]["tokens_per_s_per_gpu"] == PLAN.throughput.tokens_per_s_per_gpu
     assert summary["measured"]["tokens_per_s_per_gpu"] > 0
     assert summary["measured"]["memory_kind"] == "cpu_max_rss"
+
+
+def test_check_line_then_the_eta_on_every_logged_step(base):
+    """After 2 warm-up steps, 2 timed and 1 profiled: one [bsm-check] line after step 5, and
+    every step line from then on carries eta_s (0 at the last step)."""
+    from blackwell_sm.train.check import PROFILE_STEPS, WARMUP_STEPS
+
+    at = WARMUP_STEPS + PROFILE_STEPS
+    out = (base / "stdout-rank0.log").read_text().splitlines()
+    checks = [ln for ln in out if ln.startswith("[bsm-check]")]
+    assert len(checks) == 1 and checks[0].startswith(f"[bsm-check] step={at} ")
+    parsed = parse_line(checks[0])
+    assert parsed["check:tokens_per_s_per_gpu"] > 0 and parsed["check:step_time_s"] > 0
+    assert parsed["check:predicted_tokens_per_s_per_gpu"] == PLAN.throughput.tokens_per_s_per_gpu
+    assert "timing=cpu_profiler" in checks[0]
+    etas = {r["step"]: r.get("eta_s") for r in _records(base)}
+    assert all(etas[s] is None for s in range(1, at)) and etas[STEPS] == 0
+    assert all(etas[s] > 0 for s in range(at, STEPS))
+    assert etas[at] == pytest.approx(parsed["check:eta_s"], rel=1e-5)
+    (rec,) = _records(base, "check")
+    assert rec["step"] == at and rec["compute_s"] + rec["exposed_comm_s"] <= rec["step_time_s"]
+    assert rec["exposed_comm_s"] > 0  # gloo's collectives are not all hidden on 2 CPU processes
+    summary = json.loads((base / "output/data/summary.json").read_text())
+    assert summary["check"]["tok_s_gpu"] == pytest.approx(rec["tok_s_gpu"])
+    assert summary["eta"]["step"] == STEPS and summary["alerts"] == []
+
+
+def test_an_eta_past_the_capacity_block_is_an_alert_with_what_to_do(single):
+    out = (single / "stdout-rank0.log").read_text().splitlines()
+    alerts = [ln for ln in out if ln.startswith("[bsm-alert]")]
+    assert len(alerts) == 1 and alerts[0].startswith("[bsm-alert] step=5 kind=overrun")
+    assert "capacity block expiry" in alerts[0] and "bsm plans extend" in alerts[0]
+    assert parse_line(alerts[0])["alert:overrun_s"] > 0
+    (rec,) = _records(single, "alert")
+    assert rec["alert"] == "overrun" and rec["overrun_s"] > 0
+    summary = json.loads((single / "output/data/summary.json").read_text())
+    assert summary["eta"]["deadline"] == "capacity block expiry"
+    assert summary["alerts"] == [rec] and summary["check"]["memory"] == "in_range"
 
 
 def _checkpointed_model(step_dir: Path) -> Transformer:

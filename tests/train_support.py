@@ -103,6 +103,12 @@ def train_worker(plan_json: str, opt_ml: str) -> None:
         train(Plan.from_json(plan_json), Path(opt_ml))
 
 
+def env_worker(plan_json: str, opt_ml: str, env: dict[str, str]) -> None:
+    """`train_worker` with `env` added to the worker's environment (a job's deadline variables)."""
+    os.environ.update(env)
+    train_worker(plan_json, opt_ml)
+
+
 def sigterm_worker(plan_json: str, opt_ml: str, after_step: int) -> None:
     """Like `train_worker`, but rank 0 receives SIGTERM while running step `after_step`.
 

@@ -12,6 +12,7 @@ from blackwell_sm.errors import AwsError, BsmError
 if TYPE_CHECKING:
     from blackwell_sm.aws.jobs import JobInfo
     from blackwell_sm.aws.logs import LogEvent
+    from blackwell_sm.aws.progress import Progress
     from blackwell_sm.aws.s3 import UploadResult
     from blackwell_sm.aws.session import AwsContext
     from blackwell_sm.aws.training_plans import PlanFit, TrainingPlanInfo
@@ -184,6 +185,14 @@ class TrainingJob:
         for event in self.logs():
             latest.update(parse_line(event.message))
         return latest
+
+    def progress(self) -> Progress:
+        """Step, tokens, measured against predicted speed and memory, the ETA, and whether the
+        run ends before MaxRuntime and its training plan's EndTime (from the latest step,
+        check and alert lines in the logs: aws/progress.py)."""
+        from blackwell_sm.aws.progress import read_progress
+
+        return read_progress(self.aws.sagemaker, self.aws.logs, self.name)
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {

@@ -105,13 +105,69 @@ def status(name: str, wait: bool, region: str | None, output: str) -> None:
     from blackwell_sm.aws.run import run_summary
 
     run = run_summary(job.aws, name)
+    progress = job.progress()
     if output == "json":
         emit_json({**info.model_dump(mode="json"), "running_plan": info.running_plan,
-                   "region": job.region, "run": run and run.model_dump(mode="json")})  # fmt: skip
+                   "region": job.region, "run": run and run.model_dump(mode="json"),
+                   "progress": progress.model_dump(mode="json")})  # fmt: skip
     else:
         show_info(info, job.region)
+        show_progress(progress)
         if run is not None:
             show_run(run)
+
+
+def _num(value: float | None, fmt: str = ",.1f") -> str:
+    return "-" if value is None else format(value, fmt)
+
+
+def _duration(seconds: float) -> str:
+    h, rest = divmod(round(seconds), 3600)
+    return f"{h} h {rest // 60:02d} min" if h else f"{rest // 60} min {rest % 60:02d} s"
+
+
+def _in_time(ok: bool | None, end: Any) -> str:
+    if end is None:
+        return "-"
+    verdict = "" if ok is None else ("  (ends before it)" if ok else "  (the run ends AFTER it)")
+    return _fmt_time(end) + verdict
+
+
+def show_progress(p: Any) -> None:
+    """The progress rows of `bsm status`: the latest step, the check's measured against
+    predicted, the ETA against the deadlines, the alerts."""
+    if p.step is None and not p.check:
+        for note in p.notes:  # nothing logged yet: only why
+            click.echo(f"{'note':<15}  {note}")
+        return
+    of = f" of {p.total_steps:,}" if p.total_steps else ""
+    rows = [("step", "-" if p.step is None else f"{p.step:,}{of}  at {_fmt_time(p.as_of)}"),
+            ("tokens", _num(p.tokens, ",d"))]  # fmt: skip
+    speed = f"{_num(p.tokens_per_s_per_gpu)} tokens/s/GPU"
+    if p.predicted_tokens_per_s_per_gpu is not None:
+        rng = (f", range {_num(p.predicted_range[0])}-{_num(p.predicted_range[1])}"
+               if p.predicted_range else "")  # fmt: skip
+        speed += f"  (predicted {_num(p.predicted_tokens_per_s_per_gpu)}{rng})"
+    rows += [("speed", speed), ("mfu", _num(p.mfu, ".3f"))]
+    mem = f"{_num(p.mem_reserved_gib, '.2f')} GiB peak reserved"
+    if p.predicted_mem_high_gib is not None:
+        mem += f"  (plan's range up to {p.predicted_mem_high_gib:.2f} GiB)"
+    rows.append(("memory", mem))
+    c = p.check
+    if c:
+        rows.append(("check", f"step time {_num(c.get('check:step_time_s'), '.3f')} s = compute "
+                     f"{_num(c.get('check:compute_s'), '.3f')} s + exposed communication "
+                     f"{_num(c.get('check:exposed_comm_s'), '.3f')} s + other"))  # fmt: skip
+    eta = "-" if p.eta_s is None else f"{_duration(p.eta_s)} (ends {_fmt_time(p.projected_end)})"
+    rows += [("eta", eta),
+             ("max runtime end", _in_time(p.ends_before_max_runtime, p.max_runtime_end))]  # fmt: skip
+    if p.training_plan:
+        rows.append(("plan end", _in_time(p.ends_before_plan_end, p.training_plan_end)))
+    rows += [("alert", a) for a in p.alerts] + [("note", n) for n in p.notes]
+    click.echo("")
+    width = max(len(k) for k, _ in rows)
+    for key, value in rows:
+        click.echo(f"{key:<{width}}  {value}")
 
 
 def show_run(run: Any) -> None:

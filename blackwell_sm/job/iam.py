@@ -75,6 +75,7 @@ _LIST_CHECKPOINTS = Call("s3:ListObjectsV2", "s3:ListBucket", "checkpoint_list")
 _READ_MARKER = Call("s3:GetObject", "s3:GetObject", "checkpoint_objects")
 _LOG_STREAMS = Call("logs:DescribeLogStreams", "logs:DescribeLogStreams", "job_logs")
 _LOG_EVENTS = Call("logs:GetLogEvents", "logs:GetLogEvents", "job_logs")
+_FILTER_EVENTS = Call("logs:FilterLogEvents", "logs:FilterLogEvents", "job_logs")
 _LOGS = (_DESCRIBE_JOB, _LOG_STREAMS, _LOG_EVENTS)
 
 # Every command → the calls it can make. The caller policy is generated from this table, and
@@ -88,7 +89,10 @@ COMMAND_CALLS: dict[str, tuple[Call, ...]] = {
         *_LOGS,  # --logs / --wait
         _LIST_CHECKPOINTS, _READ_MARKER,  # --until-done / --resume
     ),
-    "status": (_DESCRIBE_JOB, _LIST_CHECKPOINTS, _READ_MARKER),
+    "status": (
+        _DESCRIBE_JOB, _LIST_CHECKPOINTS, _READ_MARKER,
+        *_LOGS, _FILTER_EVENTS, _DESCRIBE_PLAN,  # progress: step/check/alert lines, plan's end
+    ),
     "logs": _LOGS,
     "stop": (_DESCRIBE_JOB, _STOP_JOB),
     "list": (Call("sagemaker:ListTrainingJobs", "sagemaker:ListTrainingJobs", "any"), _LIST_TAGS),
@@ -114,7 +118,7 @@ CALLER_RESOURCES: dict[str, tuple[str, str]] = {
     "code_objects": ("UploadAndCheckTheCodeBundle", "upload once, verify, remove a bad upload"),
     "checkpoint_list": ("ListTheRunsCheckpoints", "--until-done/--resume find the newest"),
     "checkpoint_objects": ("ReadCheckpointMarkers", "a run's COMPLETE markers (step, time)"),
-    "job_logs": ("ReadJobLogs", "bsm logs / submit --logs"),
+    "job_logs": ("ReadJobLogs", "bsm logs / submit --logs / status's progress"),
 }
 # Reserving and extending spend money: without these a caller can use plans but never buy.
 BUY_ACTIONS = frozenset(

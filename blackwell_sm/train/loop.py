@@ -186,14 +186,18 @@ class Trainer:
                 f"{self.tr.checkpoint.expiry_margin_s:.0f} s ahead", is_main=env.is_main)  # fmt: skip
 
         tokens_per_step = self.layout.global_batch * cfg.seq_len
+        check = self.metrics.start_check(start_step=start, deadline=self.triggers.deadline,
+                                         tokens_per_step=tokens_per_step, n_gpus=env.world_size)  # fmt: skip
         step, status, last_saved = start, "completed", start if found else None
         # Step time is the mean over the steps since the last logged one (validation and saves
         # left out): the host waits for the GPU only when it logs.
         window_t0, window_steps, paused = time.perf_counter(), 0, 0.0
         while step < self.total_steps:
-            loss, grad_norm = self.train_step(step)
+            with check.around(step):  # syncs and profiles only a few steps after warm-up
+                loss, grad_norm = self.train_step(step)
             step += 1
             window_steps += 1
+            paused += check.after(step)  # the [bsm-check] line, once; less the profiler's time
             if step % self.tr.log_interval_steps == 0 or step == self.total_steps:
                 loss_v, grad_norm_v = float(loss), float(grad_norm)  # the host sync
                 if env.device.type == "cuda":

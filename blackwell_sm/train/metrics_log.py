@@ -15,6 +15,7 @@ import torch
 from blackwell_sm.metrics import format_step_line, format_val_line
 from blackwell_sm.opt_ml import METRICS_FILE
 from blackwell_sm.planner.plan import Plan
+from blackwell_sm.train.check import RunCheck
 
 GIB = 1024**3
 
@@ -41,8 +42,25 @@ class MetricsLog:
         self.flops_per_token = plan.spec.model.flops_per_token(plan.config.seq_len)
         self.peak_flops = plan.instance.peak_flops_bf16  # the MFU basis the planner used
         self.records: list[dict[str, Any]] = []
+        self.check: RunCheck | None = None
         if is_main:
             out_dir.mkdir(parents=True, exist_ok=True)
+
+    def start_check(self, *, start_step: int, deadline: tuple[float, str] | None,
+                    tokens_per_step: int, n_gpus: int) -> RunCheck:  # fmt: skip
+        """The measured-against-predicted check of this process's steps (train/check.py)."""
+        self.check = RunCheck(
+            self.plan, self.device, start_step=start_step, deadline=deadline,
+            tokens_per_step=tokens_per_step, n_gpus=n_gpus, emit=self._emit,
+            memory=lambda: peak_memory(self.device)[1],
+        )  # fmt: skip
+        return self.check
+
+    def _emit(self, rec: dict[str, Any], line: str) -> None:
+        self.records.append(rec)
+        if self.is_main:
+            print(line, flush=True)
+            self._append(rec)
 
     def step(self, step: int, *, loss: float, lr: float, grad_norm: float, tokens: int,
              step_time_s: float, n_gpus: int) -> dict[str, Any]:  # fmt: skip
@@ -58,11 +76,16 @@ class MetricsLog:
             "mem_alloc_gib": alloc,
             "mem_reserved_gib": reserved,
         }
+        eta = self.check.eta(step) if self.check is not None else None
         rec = {"kind": "train", "step": step, **values, "memory_kind": kind, "time": time.time()}
+        if eta is not None:
+            rec["eta_s"] = eta
         self.records.append(rec)
         if self.is_main:
-            print(format_step_line(step, **values), flush=True)
+            print(format_step_line(step, eta_s=eta, **values), flush=True)
             self._append(rec)
+            if eta is not None and self.check is not None:
+                self.check.observe(step, reserved, eta)
         return rec
 
     def validation(self, step: int, loss: float) -> None:
@@ -86,6 +109,7 @@ class MetricsLog:
         tok = statistics.median([r["tok_s_gpu"] for r in steady]) if steady else None
         vals = [r for r in self.records if r["kind"] == "val"]
         pred = self.plan.throughput
+        check = self.check.summary() if self.check is not None else {}
         return {
             "status": status,
             "final_step": final_step,
@@ -116,6 +140,11 @@ class MetricsLog:
                 if self.plan.memory_gib.total
                 else None,
             },
+            # train/check.py: the [bsm-check] figures, the latest ETA against the deadline, and
+            # the alerts (docs/training-loop.md). None/[] when the run was too short to check.
+            "check": check.get("check"),
+            "eta": check.get("eta"),
+            "alerts": check.get("alerts", []),
         }
 
 

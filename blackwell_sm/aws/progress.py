@@ -1,0 +1,176 @@
+"""A running job's progress from outside: the latest `[bsm-step]` line, the `[bsm-check]` line and
+any `[bsm-alert]` lines in its CloudWatch logs, read through the metric regexes SageMaker uses
+(`blackwell_sm/metrics.py`), beside its deadlines: MaxRuntime (DescribeTrainingJob) and the
+training plan's EndTime (DescribeTrainingPlan).
+
+Only what is needed is read: the last `RECENT_EVENTS` events of each stream for the step line,
+and the check and alert lines by a CloudWatch filter pattern (a handful per job).
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from blackwell_sm.aws.errors import translate
+from blackwell_sm.aws.logs import LOG_GROUP, job_streams
+from blackwell_sm.metrics import (
+    ALERT_PREFIX,
+    CHECK_PREFIX,
+    OVERRUN_ADVICE,
+    alert_message,
+    line_kind,
+    line_step,
+    parse_line,
+)
+
+RECENT_EVENTS = 200  # per stream: enough for the latest step line between other log lines
+
+
+class Progress(BaseModel):
+    """What `bsm status` shows under the job's status, and `TrainingJob.progress()` returns."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    job_name: str
+    status: str
+    step: int | None = Field(None, description="The latest logged optimizer step.")
+    total_steps: int | None = Field(None, description="The plan's steps (from the check line).")
+    tokens: int | None = Field(None, description="step x the job's bsm_tokens_per_step.")
+    as_of: datetime | None = Field(None, description="When the latest step line was logged.")
+    tokens_per_s_per_gpu: float | None = Field(None, description="The latest step line's speed.")
+    step_time_s: float | None = None
+    mfu: float | None = None
+    mem_reserved_gib: float | None = Field(None, description="The latest step line's peak.")
+    check: dict[str, float] = Field(
+        default_factory=dict,
+        description="The [bsm-check] line's metrics (check:* names, as SageMaker records them).",
+    )
+    predicted_tokens_per_s_per_gpu: float | None = None
+    predicted_range: tuple[float, float] | None = None
+    predicted_mem_high_gib: float | None = None
+    eta_s: float | None = Field(None, description="Seconds to the end at the measured rate.")
+    projected_end: datetime | None = Field(None, description="as_of + eta_s.")
+    max_runtime_end: datetime | None = Field(
+        None, description="TrainingStartTime + MaxRuntimeInSeconds."
+    )
+    ends_before_max_runtime: bool | None = None
+    training_plan: str | None = None
+    training_plan_end: datetime | None = None
+    ends_before_plan_end: bool | None = None
+    alerts: list[str] = Field(default_factory=list, description="The [bsm-alert] messages.")
+    notes: list[str] = Field(default_factory=list)
+
+
+def _recent_events(logs: Any, stream: str) -> list[dict[str, Any]]:
+    with translate(f"reading log stream {stream}", service="logs"):
+        resp = logs.get_log_events(
+            logGroupName=LOG_GROUP, logStreamName=stream, startFromHead=False, limit=RECENT_EVENTS
+        )
+    return list(resp.get("events", []))
+
+
+def _matching_events(logs: Any, job: str, phrase: str) -> list[dict[str, Any]]:
+    """Every event of the job whose message holds `phrase` (a quoted filter pattern)."""
+    from botocore.exceptions import ClientError
+
+    out: list[dict[str, Any]] = []
+    kw: dict[str, Any] = {
+        "logGroupName": LOG_GROUP,
+        "logStreamNamePrefix": f"{job}/",
+        "filterPattern": f'"{phrase}"',
+    }
+    with translate(f"searching the logs of {job}", service="logs"):
+        try:
+            for page in logs.get_paginator("filter_log_events").paginate(**kw):
+                out.extend(page.get("events", []))
+        except ClientError as e:
+            if e.response.get("Error", {}).get("Code") == "ResourceNotFoundException":
+                return []
+            raise
+    return sorted(out, key=lambda e: e["timestamp"])
+
+
+def _when(ms: int) -> datetime:
+    return datetime.fromtimestamp(ms / 1000.0, tz=UTC)
+
+
+def read_progress(sm: Any, logs: Any, name: str) -> Progress:
+    """The job's progress from its logs and its deadlines (DescribeTrainingJob, and
+    DescribeTrainingPlan when it runs on a plan)."""
+    from blackwell_sm.aws.jobs import JobInfo, find_job
+    from blackwell_sm.errors import AwsError
+
+    described = find_job(sm, name)
+    if described is None:
+        raise AwsError(f"no training job named {name}", code="not_found",
+                       hint="`bsm list` shows this toolkit's jobs")  # fmt: skip
+    info = JobInfo.from_describe(described)
+    p = Progress(job_name=name, status=info.status)
+
+    latest: dict[str, Any] | None = None
+    streams = job_streams(logs, name)
+    for stream in streams:
+        for e in _recent_events(logs, stream):
+            if line_kind(e["message"]) == "step" and (
+                latest is None or e["timestamp"] > latest["timestamp"]
+            ):
+                latest = e
+    if latest is not None:
+        m = parse_line(latest["message"])
+        p.step = line_step(latest["message"])
+        p.as_of = _when(latest["timestamp"])
+        p.tokens_per_s_per_gpu = m.get("train:tokens_per_s_per_gpu")
+        p.step_time_s = m.get("train:step_time_s")
+        p.mfu = m.get("train:mfu")
+        p.mem_reserved_gib = m.get("train:peak_mem_reserved_gib")
+        p.eta_s = m.get("train:eta_s")
+        per_step = described.get("HyperParameters", {}).get("bsm_tokens_per_step")
+        if p.step is not None and per_step:
+            p.tokens = p.step * int(per_step)
+    elif streams:
+        p.notes.append(f"no [bsm-step] line in the last {RECENT_EVENTS} events of each stream")
+    else:
+        p.notes.append("no log stream yet: SageMaker creates one per instance once they start")
+
+    if streams:
+        checks = _matching_events(logs, name, CHECK_PREFIX)
+        if checks:
+            p.check = parse_line(checks[-1]["message"])
+            c = p.check
+            p.total_steps = int(c["check:total_steps"]) if "check:total_steps" in c else None
+            p.predicted_tokens_per_s_per_gpu = c.get("check:predicted_tokens_per_s_per_gpu")
+            lo = c.get("check:predicted_tokens_per_s_per_gpu_low")
+            hi = c.get("check:predicted_tokens_per_s_per_gpu_high")
+            p.predicted_range = (lo, hi) if lo is not None and hi is not None else None
+            p.predicted_mem_high_gib = c.get("check:predicted_mem_high_gib")
+            if p.eta_s is None and "check:eta_s" in c:  # no step line since the check
+                p.eta_s, p.as_of = c["check:eta_s"], _when(checks[-1]["timestamp"])
+        elif latest is not None:
+            p.notes.append("no [bsm-check] line yet: the loop checks after its warm-up steps")
+        for e in _matching_events(logs, name, ALERT_PREFIX):
+            msg = alert_message(e["message"])
+            if msg:
+                p.alerts.append(msg)
+
+    if p.eta_s is not None and p.as_of is not None:
+        p.projected_end = p.as_of + timedelta(seconds=p.eta_s)
+    if info.training_start_time and info.max_runtime_s:
+        p.max_runtime_end = info.training_start_time + timedelta(seconds=info.max_runtime_s)
+    plan_ref = info.selected_training_plan or info.training_plan_arn
+    if plan_ref:
+        p.training_plan = plan_ref
+        from blackwell_sm.aws.training_plans import describe_plan
+
+        p.training_plan_end = describe_plan(sm, plan_ref).end_time
+    if p.projected_end is not None and not info.terminal:
+        if p.max_runtime_end is not None:
+            p.ends_before_max_runtime = p.projected_end <= p.max_runtime_end
+        if p.training_plan_end is not None:
+            p.ends_before_plan_end = p.projected_end <= p.training_plan_end
+    if p.ends_before_max_runtime is False or p.ends_before_plan_end is False:
+        p.notes.append(f"at the measured rate the run does not end in time: {OVERRUN_ADVICE}; "
+                       "the loop saves a checkpoint before the end")  # fmt: skip
+    return p
