@@ -23,6 +23,7 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from blackwell_sm.errors import BsmError, SpecError
+from blackwell_sm.launch import log
 from blackwell_sm.opt_ml import OptMl
 from blackwell_sm.planner.plan import SCHEMA_VERSION, Plan
 
@@ -152,12 +153,15 @@ def preflight(plan: Plan, opt_ml: Path, host: str) -> list[str]:
     ):
         why = _probe(path)
         if why:
-            raise BsmError(
+            err = BsmError(
                 f"host {host}: {path} is not writable ({why}); the run writes its {name} there",
                 hint="give the job a writable volume; nothing was trained",
                 field=name,
                 code="not_writable",
             )
+            if name == "output":  # output/failure cannot be written: the log must say it
+                log(f"error: {err.message}")
+            raise err
     need = checkpoint_bytes_per_host(plan)
     if need is None:
         return ["the plan has no checkpoint size (plan.checkpoint): disk space not checked"]
