@@ -35,8 +35,9 @@ def test_one_nan_step_is_skipped_and_training_goes_on(tmp_path, monkeypatch):
     assert summary["status"] == "completed" and summary["final_step"] == 6
     out = (root / "stdout-rank0.log").read_text()
     assert "step 3: loss nan / grad norm nan is not finite; optimizer step skipped" in out
-    # The save after the skipped step holds finite weights (checked before every save).
-    assert (root / "checkpoints/step-00000003/COMPLETE").is_file()
+    # The interval save due right after the skipped step is dropped; the next ones are made.
+    assert not (root / "checkpoints/step-00000003").exists()
+    assert (root / "checkpoints/step-00000006/COMPLETE").is_file()
 
 
 def test_max_bad_steps_in_a_row_stop_the_run_without_a_checkpoint(tmp_path, monkeypatch):
@@ -53,3 +54,21 @@ def test_max_bad_steps_in_a_row_stop_the_run_without_a_checkpoint(tmp_path, monk
     assert not (root / "output/data/summary.json").exists()
     bad = [r["step"] for r in _records(root) if r["kind"] == "bad_step"]
     assert bad == [1, 2]
+
+
+def test_a_checkpoint_of_non_finite_weights_is_refused(tmp_path):
+    import torch
+
+    from blackwell_sm.errors import BsmError
+    from blackwell_sm.train.checkpoint import Checkpointer
+    from blackwell_sm.train.distributed import Env
+
+    model = torch.nn.Linear(4, 4)
+    opt = torch.optim.AdamW(model.parameters())
+    env = Env(rank=0, world_size=1, local_rank=0, device=torch.device("cpu"))
+    ckpt = Checkpointer(tmp_path, env, keep_last=2, async_save=False)
+    with torch.no_grad():
+        model.weight[1, 2] = math.inf
+    with pytest.raises(BsmError, match=r"refusing to save checkpoint step 7 .* not finite"):
+        ckpt.save(model, opt, 7)
+    assert list(tmp_path.iterdir()) == []

@@ -216,7 +216,7 @@ class Trainer:
                 self.metrics.validation(step, self.validate())
             save, stop = self.triggers.check(step)
             save, stop = all_agree(save, stop, device=env.device)
-            save = save and self.guard.in_row == 0  # never right after a skipped (NaN) step
+            save = save and (stop or self.guard.in_row == 0)  # not right after a NaN step
             if save:
                 self.ckpt.save(self.model, self.optimizer, step)
                 self.triggers.saved()
