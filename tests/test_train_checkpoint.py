@@ -48,11 +48,12 @@ def test_run_identity_names_what_differs():
 
 def fallback_worker(root: str) -> None:
     """Saves at steps 4 and 8, corrupts step 8's shard of rank 0: resume moves step 8 aside and
-    loads step 4; with step 4 corrupted too, resume fails naming both."""
+    loads step 4; a step 12 with a broken marker goes the same way; with step 4 corrupted too,
+    resume fails naming it."""
     import torch.distributed as dist
 
     from blackwell_sm.errors import BsmError
-    from blackwell_sm.train.checkpoint import Checkpointer
+    from blackwell_sm.train.checkpoint import MARKER, Checkpointer
     from blackwell_sm.train.distributed import build_mesh, init_distributed
     from blackwell_sm.train.model import Transformer
     from blackwell_sm.train.optim import build_optimizer
@@ -84,6 +85,13 @@ def fallback_worker(root: str) -> None:
     warning = [m for m in logged if "WARNING" in m]
     assert len(warning) == 1 and "step-00000008 failed to load (rank 0: " in warning[0]
 
+    ckpt.save(model, opt, 12)  # its marker broken: moved aside the same way
+    if env.rank == 0:
+        (base / "step-00000012" / MARKER).write_text("{")
+    dist.barrier()
+    assert ckpt.resume(model, opt, log=logged.append) == (4, base / "step-00000004")
+    assert "its COMPLETE marker is unreadable: JSONDecodeError" in logged[-1]
+
     corrupt(4)
     try:
         ckpt.resume(model, opt, log=logged.append)
@@ -93,6 +101,7 @@ def fallback_worker(root: str) -> None:
         assert "step-00000004 (rank 0: " in e.message
     assert sorted(p.name for p in base.iterdir()) == [
         "step-00000004.corrupt-step-4", "step-00000008.corrupt-step-8",
+        "step-00000012.corrupt-step-12",
     ]  # fmt: skip
     dist.destroy_process_group()
 

@@ -135,6 +135,7 @@ class Checkpointer:
         self.identity = identity or {}
         self.async_save = async_save
         self._pending: tuple[Any, int, Path] | None = None
+        self.marker_error: str | None = None  # the newest complete one's, from latest_step()
         self._async_group = None
         if async_save:
             # Async saves run collectives from a background thread: give them their own gloo group.
@@ -261,15 +262,23 @@ class Checkpointer:
         resuming it would silently train the wrong model.
         """
         choice: list[Any] = [None]
+        self.marker_error = None
         if self.env.is_main:
             found = find_latest(self.root, log=log)
             if found is not None:
-                marker = json.loads((found[1] / MARKER).read_text())
-                choice = [(found[0], str(found[1]), other_run(marker, self.identity))]
+                differs, unreadable = None, None
+                try:
+                    marker = json.loads((found[1] / MARKER).read_text())
+                    if not isinstance(marker, dict):
+                        raise ValueError(f"not a JSON object: {type(marker).__name__}")
+                    differs = other_run(marker, self.identity)
+                except (OSError, ValueError) as e:  # a broken marker: resume() moves it aside
+                    unreadable = f"its {MARKER} marker is unreadable: {type(e).__name__}: {e}"
+                choice = [(found[0], str(found[1]), differs, unreadable)]
         dist.broadcast_object_list(choice, src=0)
         if choice[0] is None:
             return None
-        step, path, differs = choice[0]
+        step, path, differs, self.marker_error = choice[0]
         if differs:
             raise BsmError(
                 f"checkpoint {Path(path).name} in {self.root} belongs to another run ({differs}); "
@@ -304,9 +313,10 @@ class Checkpointer:
                     )
                 return None
             step, path = found
-            err, start = None, None
+            err, start = self.marker_error, None
             try:
-                start = self.load(model, optimizer, path)
+                if err is None:
+                    start = self.load(model, optimizer, path)
             except (Exception, CheckpointException) as e:  # CheckpointException: BaseException
                 lines = str(e).strip().splitlines() or [""]
                 err = f"{type(e).__name__}: {lines[0][:300]}"
