@@ -22,6 +22,7 @@ install: $(STAMP)
 demo: $(STAMP)
 	$(BIN)/bsm plan --model llama-3.1-8b --instance-type ml.p6-b200.48xlarge
 	$(BIN)/bsm run-local templates/demo-tiny.yaml --out demo-run --nproc 2 --fresh
+	$(BIN)/bsm report demo-run --out demo-run/report.html
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

@@ -11,8 +11,14 @@ on): reported, not in the fitted medians.
 
 Hardware the catalog lacks: the torchtitan H100 rows ran on H100 96 GB HBM2e parts capped at
 500 W. We model them as an ml.p5.48xlarge whose GPU has 93.58 GiB usable and dense peaks scaled by
-calibration.H100_500W_CLOCK_DERATE (0.85); network as the row notes (400 Gb/s per GPU = 3200 Gb/s
-per node, as on p5). H200 rows map to ml.p5en.48xlarge, B200 to ml.p6-b200.48xlarge.
+calibration.H100_500W_CLOCK_DERATE (0.72); network as the row notes (400 Gb/s per GPU = 3200 Gb/s
+per node, as on p5). H200 rows map to ml.p5en.48xlarge, B200 to ml.p6-b200.48xlarge. The mapping
+lives in blackwell_sm/calibrate.py (`csv_row`), shared with `bsm calibrate`.
+
+Leave-one-out calibration (`planner_accuracy.loo.*` lines): for every FSDP row (fitted and held
+out), `bsm calibrate`'s fit on all the other rows of its GPU kind, then that row predicted with the
+profile; the median |error| before (calibration.py's constants) and after. `$BSM_LOCAL_RUNS`
+(run directories separated by ':') adds this machine's `bsm run-local` runs to the same test.
 """
 
 from __future__ import annotations
@@ -24,39 +30,12 @@ import statistics
 import sys
 from pathlib import Path
 
-from blackwell_sm.hardware import CATALOG, GpuSpec
-from blackwell_sm.planner import calibration as C
-from blackwell_sm.planner.memory import GIB
-from blackwell_sm.planner.search import Candidate, Context, evaluate
-from blackwell_sm.spec import PRESETS
+from blackwell_sm.calibrate import calibrate_rows, csv_row, is_upper_bound, predict_with, run_rows
+from blackwell_sm.planner.fit import Row, predict
+from blackwell_sm.planner.search import Evaluation, evaluate
 
 REPO = Path(__file__).resolve().parents[1]
 OWN_CSV = REPO / "benchmarks" / "data" / "measurements.csv"
-
-H100_96GB_500W = GpuSpec(
-    name="H100 96GB HBM2e 500W",
-    memory_gib=C.H100_96GB_USABLE_GIB,
-    hbm_tb_s=3.35,
-    compute_capability=(9, 0),
-    peak_tflops={
-        p: v * C.H100_500W_CLOCK_DERATE
-        for p, v in CATALOG["ml.p5.48xlarge"].gpu.peak_tflops.items()
-    },
-)
-INSTANCES = {
-    "H100": CATALOG["ml.p5.48xlarge"].model_copy(
-        update={"gpu": H100_96GB_500W, "name": "h100-96gb-500w"}
-    ),
-    "H100-SXM": CATALOG["ml.p5.48xlarge"],  # the 700 W part of ml.p5 (Megatron-FSDP row)
-    "H200": CATALOG["ml.p5en.48xlarge"],
-    "B200": CATALOG["ml.p6-b200.48xlarge"],
-}
-PRECISION = {
-    "bf16": "bf16", "fp8-tensorwise": "fp8", "fp8-current-scaling": "fp8", "mxfp8": "mxfp8",
-}  # fmt: skip
-# torchtitan's modes are ours by the same names ("selective-op": every other matmul kept).
-MODE = {"selective-op": "selective-op", "full": "full", "none": "none"}
-MODEL = {"llama-3-8b": "llama-3.1-8b"}  # same shape; 3.1 only changes RoPE scaling
 
 
 def shared_csv() -> Path:
@@ -76,39 +55,52 @@ def csv_paths() -> list[Path]:
     return [shared_csv(), OWN_CSV]
 
 
-def predict(row: dict[str, str]):
-    """The planner's prediction for one row, its configuration pinned."""
-    model = PRESETS[MODEL.get(row["model"], row["model"])]
-    inst = INSTANCES[row["gpu"]]
-    n_gpus = int(row["num_gpus"])
-    seq, mb = int(row["seq_len"]), int(row["micro_batch"])
-    shard, rep = int(row["shard_degree"]), int(row["replicate_degree"])
-    ga = int(row["global_batch"]) // (mb * n_gpus) if row["global_batch"] else 1
-    cand = Candidate(
-        instance_count=max(1, n_gpus // inst.gpus_per_instance),
-        shard_degree=shard,
-        replicate_degree=rep,
-        micro_batch_size=mb,
-        grad_accum_steps=ga,
-        precision=PRECISION[row["precision"]],
-        activation_checkpointing=MODE[row["activation_checkpointing"]],
-        compile=row["compile"] != "false",
-        reshard_after_forward=True,
-    )
-    # torchtitan 2025 compiles the loss with the model (compile.components: model, loss).
-    compiled_loss = cand.compile and "2025" in row["stack"]
-    ctx = Context(model, inst, seq, cand.global_batch_seqs, None, 1, None, compiled_loss)
-    return evaluate(ctx, cand)
+def predict_row(row: dict[str, str]) -> Evaluation:
+    """The planner's prediction for one CSV row, its configuration pinned."""
+    r = csv_row(row)
+    return evaluate(r.ctx, r.cand)
+
+
+def leave_one_out(rows: list[Row], label: str) -> list[dict]:
+    """For each row: the speed error with calibration.py's constants, and with a profile fitted on
+    every other row of its GPU kind (no other row: the defaults, unchanged)."""
+    out = []
+    for i, row in enumerate(rows):
+        rest = [r for j, r in enumerate(rows) if j != i and r.gpu == row.gpu]
+        profile = calibrate_rows(rest).profile if rest else None
+        before = predict_with(None, row) / row.tokens_per_s_per_gpu - 1
+        after = predict_with(profile, row) / row.tokens_per_s_per_gpu - 1
+        entry = profile.gpus.get(row.gpu) if profile else None
+        out.append({
+            "name": f"planner_accuracy.loo.{label}.{row.id}", "unit": "fraction",
+            "value": round(after, 4), "reference": round(before, 4),
+            "error_before": round(before, 4), "error_after": round(after, 4),
+            "fitted_on": len(rest), "constants": entry.fitted if entry else [],
+        })  # fmt: skip
+    return out
+
+
+def _loo_summary(label: str, lines: list[dict]) -> dict:
+    return {
+        "name": f"planner_accuracy.loo.{label}.median_abs_error_after", "unit": "fraction",
+        "value": round(statistics.median(abs(x["error_after"]) for x in lines), 4),
+        "reference": round(statistics.median(abs(x["error_before"]) for x in lines), 4),
+        "rows": len(lines),
+        "note": "reference: the same rows with calibration.py's constants (before)",
+    }  # fmt: skip
 
 
 def main() -> None:
     paths = csv_paths()
     rows = [(p, row) for p in paths for row in csv.DictReader(p.open())]
     mem_err, tps_err = [], []
+    fsdp_rows: list[Row] = []
     for path, row in rows:
-        e = predict(row)
-        upper = "upper bound" in row["notes"] or "not FSDP" in row["notes"]
+        e = predict_row(row)
+        upper = is_upper_bound(row)
         fsdp = not upper and path != OWN_CSV
+        if not upper:
+            fsdp_rows.append(csv_row(row, source=str(path)))
         tps_ref = float(row["tokens_per_s_per_gpu"])
         err = e.tokens_per_s_per_gpu / tps_ref - 1
         if fsdp:
@@ -122,7 +114,7 @@ def main() -> None:
         }))  # fmt: skip
         if row["peak_memory_gib"]:
             ref = float(row["peak_memory_gib"])
-            pred = (e.mem.reserved if row["memory_kind"] == "max_reserved" else e.mem.total) / GIB
+            pred = predict(csv_row(row)).memory_gib
             err = pred / ref - 1
             if fsdp:
                 mem_err.append(err)
@@ -138,6 +130,15 @@ def main() -> None:
             "unit": "fraction", "reference": target, "rows": len(errs),
             "csv": [str(p) for p in paths],
         }))  # fmt: skip
+    groups = [("reference", fsdp_rows)]
+    local = [d for d in os.environ.get("BSM_LOCAL_RUNS", "").split(":") if d]
+    if local:
+        groups.append(("local", [r for d in local for r in run_rows(d)]))
+    for label, group in groups:
+        lines = leave_one_out(group, label)
+        for x in lines:
+            print(json.dumps(x))
+        print(json.dumps(_loo_summary(label, lines)))
 
 
 if __name__ == "__main__":

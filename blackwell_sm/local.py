@@ -17,6 +17,8 @@ Client side: never imports torch. The directory it leaves is what a SageMaker jo
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import os
 import shutil
@@ -24,6 +26,8 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
+from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any
 
@@ -35,6 +39,10 @@ from blackwell_sm.planner.plan import Plan
 from blackwell_sm.spec import RunSpec
 
 LAUNCHER_MODULE = "blackwell_sm.launch"
+# In the run folder: held (flock) by the run-local that owns the folder, and by its launcher.
+LOCK_FILE = ".bsm-run.lock"
+# Stop signals run-local forwards to its launcher as it does Ctrl-C (the workers save and exit).
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
 
 
 def host_names(count: int) -> list[str]:
@@ -184,6 +192,71 @@ def plan_local(spec: RunSpec, *, nproc: int, peak_tflops: float | None = None) -
     return plan
 
 
+@contextlib.contextmanager
+def run_folder_lock(out: Path) -> Iterator[int]:
+    """Hold an exclusive `flock` on `out/.bsm-run.lock` (our PID written in it); yields its fd,
+    for the launcher to inherit, so the folder stays locked while the launcher lives. A folder
+    already locked is refused with the PID that holds it: two runs in one folder delete each
+    other's checkpoints and interleave their metrics."""
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / LOCK_FILE
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 64, 0).decode(errors="replace").strip() or "unknown"
+            raise BsmError(
+                f"the run folder {out} is in use by another run (PID {holder})",
+                hint=f"wait for it, stop it (kill -TERM {holder}), or use another --out",
+                field="--out",
+                code="run_folder_locked",
+            ) from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        yield fd
+    finally:
+        os.close(fd)  # releases the lock once the launcher (which inherited it) is gone too
+
+
+class _StopSignal(Exception):
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
+
+
+def _raise_stop(signum: int, _frame: Any) -> None:
+    raise _StopSignal(signum)
+
+
+@contextlib.contextmanager
+def _stop_signals_raise() -> Iterator[None]:
+    """SIGTERM/SIGHUP raise `_StopSignal` in the main thread while the launcher runs (elsewhere,
+    e.g. in a worker thread, handlers cannot be set and they keep their meaning)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    old = {s: signal.signal(s, _raise_stop) for s in STOP_SIGNALS}
+    try:
+        yield
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)
+
+
+def _stop_launcher(proc: subprocess.Popen[bytes]) -> None:
+    """Ask the launcher to stop the workers cleanly (they save) and wait; a second interrupt or
+    stop signal, or 120 s, kills them. SIGTERM, not SIGINT: a terminal's Ctrl-C may already have
+    sent it SIGINT, and a second SIGINT means "kill"."""
+    proc.send_signal(signal.SIGTERM)
+    try:
+        proc.wait(timeout=120)
+    except (KeyboardInterrupt, _StopSignal, subprocess.TimeoutExpired):
+        proc.send_signal(signal.SIGINT)
+        proc.send_signal(signal.SIGINT)  # twice: the launcher kills the workers now
+        proc.wait()
+
+
 def run_local(
     spec: RunSpec,
     *,
@@ -196,35 +269,45 @@ def run_local(
     """Plan `spec` for this machine, lay out `out` like /opt/ml and run the real launcher there.
 
     The launcher's output streams to `stdout` (default: ours). A run that fails raises BsmError
-    with the launcher's failure reason; Ctrl-C stops the workers cleanly (they save) and re-raises.
+    with the launcher's failure reason. Ctrl-C, SIGTERM and SIGHUP stop the workers cleanly (they
+    save) and wait for them; then Ctrl-C re-raises, a stop signal raises BsmError (exit 128 +
+    the signal). The folder is locked for the run (`run_folder_lock`); a stale `output/failure`
+    is removed at the start.
     """
     plan_local(spec, nproc=nproc)  # memory does not depend on the peak: refuse before measuring
-    plan = plan_local(spec, nproc=nproc, peak_tflops=measure_cpu_peak(spec, nproc))
     out = out.resolve()
-    if fresh:
-        for sub in ("checkpoints", "model", "output"):
-            shutil.rmtree(out / sub, ignore_errors=True)
-    plan_path = layout_opt_ml(out, plan, channels=channels)
-    env = launcher_env(master_port=free_port())
-    proc = subprocess.Popen(
-        launcher_command(plan_path, out),
-        env=env,
-        stdout=stdout if stdout is not None else None,
-        stderr=None,
-    )
-    try:
-        rc = proc.wait()
-    except KeyboardInterrupt:
-        # Ask the launcher to stop the workers cleanly (they save). SIGTERM, not SIGINT: a
-        # terminal's Ctrl-C may already have sent it SIGINT, and a second SIGINT means "kill".
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=120)
-        except (KeyboardInterrupt, subprocess.TimeoutExpired):
-            proc.send_signal(signal.SIGINT)
-            proc.send_signal(signal.SIGINT)  # twice: the launcher kills the workers now
-            proc.wait()
-        raise
+    with run_folder_lock(out) as lock_fd:
+        plan = plan_local(spec, nproc=nproc, peak_tflops=measure_cpu_peak(spec, nproc))
+        if fresh:
+            for sub in ("checkpoints", "model", "output"):
+                shutil.rmtree(out / sub, ignore_errors=True)
+        OptMl(out).failure.unlink(missing_ok=True)  # an earlier run's reason is not this run's
+        plan_path = layout_opt_ml(out, plan, channels=channels)
+        env = launcher_env(master_port=free_port())
+        with _stop_signals_raise():
+            proc = subprocess.Popen(
+                launcher_command(plan_path, out),
+                env=env,
+                stdout=stdout if stdout is not None else None,
+                stderr=None,
+                pass_fds=(lock_fd,),
+            )
+            try:
+                rc = proc.wait()
+            except KeyboardInterrupt:
+                _stop_launcher(proc)
+                raise
+            except _StopSignal as e:
+                _stop_launcher(proc)
+                name = signal.Signals(e.signum).name
+                err = BsmError(
+                    f"run-local stopped by {name}: the workers were asked to save and exit; the "
+                    f"launcher exited {proc.returncode}",
+                    hint=f"files are in {out}; run it again to resume from the newest checkpoint",
+                    code="stopped",
+                )
+                err.exit_code = 128 + e.signum
+                raise err from None
     result = collect_result(out, plan_path, rc)
     if rc != 0:
         raise BsmError(

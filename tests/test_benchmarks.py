@@ -196,3 +196,8 @@ def test_planner_accuracy_reads_every_row_and_meets_its_targets(capsys, monkeypa
         assert m["value"] <= m["reference"], m
     upper = [x for x in lines if x.get("kind") == "upper bound"]
     assert upper and all(x["value"] <= x["reference"] for x in upper)  # FSDP2 below Megatron
+    # Leave-one-out calibration: every FSDP row predicted by a profile fitted on the others.
+    loo = [x for x in lines if x["name"].startswith("planner_accuracy.loo.reference.")]
+    summary = [x for x in loo if x["name"].endswith("median_abs_error_after")]
+    assert len(summary) == 1 and summary[0]["rows"] == len(loo) - 1 >= 8
+    assert all("error_before" in x and "error_after" in x for x in loo if x not in summary)

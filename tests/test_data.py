@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import json
+from typing import NamedTuple
 
 import numpy as np
 import pytest
+from cli_support import run
 from click.testing import CliRunner
 
 from blackwell_sm.cli import cli
@@ -35,11 +37,17 @@ def test_shard_rejects_bad_files(tmp_path):
     write_shard(tmp_path / "t.bin", np.arange(10), dtype=np.dtype(np.uint16))
     with open(tmp_path / "t.bin", "ab") as f:
         f.write(b"\0\0")
-    with pytest.raises(BsmError, match="size"):
+    with pytest.raises(BsmError, match=r"t\.bin: longer than its header says: size 54 bytes"):
+        read_shard(tmp_path / "t.bin")
+    (tmp_path / "t.bin").write_bytes((tmp_path / "t.bin").read_bytes()[:40])
+    with pytest.raises(BsmError, match=r"t\.bin: truncated: size 40 bytes, the header's 10 tokens"):
         read_shard(tmp_path / "t.bin")
     with pytest.raises(ValueError, match="does not fit"):
         write_shard(tmp_path / "u.bin", np.array([70000]), dtype=np.dtype(np.uint16))
-    with pytest.raises(BsmError, match="no token shards"):
+    with pytest.raises(BsmError, match="empty does not exist"):
+        ShardDataset(tmp_path / "empty", seq_len=4)
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(BsmError, match=r"no token shards \(\*\.bin\) in .*empty \(it is empty\)"):
         ShardDataset(tmp_path / "empty", seq_len=4)
 
 
@@ -91,3 +99,138 @@ def test_prepare_reports_bad_input(tmp_path):
         prepare([tmp_path / "missing.txt"], tmp_path / "o")
     r = CliRunner().invoke(cli, ["data", "prepare", str(tmp_path / "x.txt"), "--out", "o"])
     assert r.exit_code != 0
+
+
+class _Result(NamedTuple):
+    exit_code: int
+    stdout: str
+    stderr: str
+
+
+def _bsm(*args) -> _Result:
+    return _Result(*run(*map(str, args)))
+
+
+def _prepare(tmp_path, out, *extra) -> _Result:
+    return _bsm("data", "prepare", *sorted(tmp_path.glob("in-*")), "--out", out,
+                "--shard-tokens", "1024", "-o", "json", *extra)  # fmt: skip
+
+
+def test_prepare_refuses_a_non_empty_out_unless_overwrite(tmp_path):
+    (tmp_path / "in-a.txt").write_text("x" * 3000)
+    out = tmp_path / "shards"
+    assert _prepare(tmp_path, out).exit_code == 0
+    assert len(list(out.glob("*.bin"))) == 3
+    (tmp_path / "in-a.txt").write_text("y" * 100)  # fewer shards this time
+    r = _prepare(tmp_path, out)
+    assert r.exit_code == 2
+    err = json.loads(r.stdout)["error"]
+    assert err["field"] == "--out" and "manifest.json, shard-00000.bin" in err["message"]
+    assert "--overwrite" in err["hint"]
+    r = _prepare(tmp_path, out, "--overwrite")
+    assert r.exit_code == 0, r.output
+    # the old shards are gone with the old folder: nothing stale to train on
+    assert sorted(p.name for p in out.iterdir()) == ["manifest.json", "shard-00000.bin"]
+    assert set(read_shard(out / "shard-00000.bin").tolist()) == {ord("y"), 0}
+    # an empty folder is fine without --overwrite, and a file is refused
+    (tmp_path / "empty").mkdir()
+    assert _prepare(tmp_path, tmp_path / "empty").exit_code == 0
+    (tmp_path / "f").write_text("")
+    r = _prepare(tmp_path, tmp_path / "f", "--overwrite")
+    assert r.exit_code == 2 and "not a folder" in r.stdout
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".")) == []
+
+
+def test_prepare_failing_mid_way_leaves_nothing_behind(tmp_path):
+    (tmp_path / "in-a.txt").write_text("good text " * 300)  # shards get written first
+    (tmp_path / "in-b.jsonl").write_text('{"text": "fine"}\n{"text": 3}\n')
+    out = tmp_path / "new" / "deeper" / "shards"
+    r = _prepare(tmp_path, out)
+    assert r.exit_code == 2 and "in-b.jsonl:2" in r.stdout
+    assert not (tmp_path / "new").exists()  # not even the parents it made
+    # over an existing folder with --overwrite: the old data stays as it was
+    (tmp_path / "in-b.jsonl").write_text('{"text": "fine"}\n')
+    old = tmp_path / "old"
+    assert _prepare(tmp_path, old).exit_code == 0
+    before = {p.name: p.read_bytes() for p in old.iterdir()}
+    (tmp_path / "in-b.jsonl").write_text("{not json\n")
+    r = _prepare(tmp_path, old, "--overwrite")
+    assert r.exit_code == 2 and "not valid JSON" in r.stdout
+    assert {p.name: p.read_bytes() for p in old.iterdir()} == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in-a.txt", "in-b.jsonl", "old"]
+
+
+def _word_tokenizer(tmp_path):
+    from tokenizers import Tokenizer, models, pre_tokenizers, trainers
+
+    text = "the cat sat on the mat. " * 50
+    tok = Tokenizer(models.WordLevel(unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    tok.train_from_iterator([text], trainers.WordLevelTrainer(special_tokens=["<unk>", "</s>"]))
+    (tmp_path / "tok").mkdir()
+    tok.save(str(tmp_path / "tok" / "tokenizer.json"))
+    return text, tok
+
+
+def test_manifest_lists_sizes_hashes_and_the_tokenizer(tmp_path):
+    import hashlib
+
+    from blackwell_sm.data.manifest import MANIFEST_VERSION, load_manifest
+    from blackwell_sm.data.prepare import prepare
+    from blackwell_sm.data.tokenizer_files import tokenizer_sha256
+
+    text, _ = _word_tokenizer(tmp_path)
+    (tmp_path / "t.txt").write_text(text)
+    m = prepare([tmp_path / "t.txt"], tmp_path / "out", tokenizer=tmp_path / "tok",
+                shard_tokens=100)  # fmt: skip
+    assert m == load_manifest(tmp_path / "out") and m.manifest_version == MANIFEST_VERSION == 2
+    for s in m.shards:
+        raw = (tmp_path / "out" / s.file).read_bytes()
+        assert s.bytes == len(raw) and s.sha256 == hashlib.sha256(raw).hexdigest()
+    assert m.tokenizer == str(tmp_path / "tok") and m.tokenizer_dir == "tokenizer"
+    assert m.tokenizer_sha256 == tokenizer_sha256(tmp_path / "out" / "tokenizer")
+    assert (tmp_path / "out/tokenizer/tokenizer.json").read_bytes() == (
+        tmp_path / "tok/tokenizer.json"
+    ).read_bytes()
+    # the byte-level tokenizer has no files: nothing travels, no hash
+    b = prepare([tmp_path / "t.txt"], tmp_path / "bytes")
+    assert b.tokenizer == "byte-level" and b.tokenizer_dir is b.tokenizer_sha256 is None
+
+
+def test_bsm_data_verify_finds_a_changed_byte(tmp_path):
+    (tmp_path / "in-a.txt").write_text("abc " * 1000)
+    out = tmp_path / "shards"
+    assert _prepare(tmp_path, out).exit_code == 0
+    r = _bsm("data", "verify", out, "--vocab-size", "256", "-o", "json")
+    assert r.exit_code == 0, r.output
+    got = json.loads(r.stdout)
+    assert got["shards"] == 4 and got["tokens"] == 4001 and got["sha256_checked"] is True
+    raw = bytearray((out / "shard-00001.bin").read_bytes())
+    raw[-1] ^= 1  # same size, same header: only the hash can tell
+    (out / "shard-00001.bin").write_bytes(bytes(raw))
+    r = _bsm("data", "verify", out, "--no-sha256")
+    assert r.exit_code == 0 and "sizes, headers OK" in r.stderr + r.stdout
+    r = _bsm("data", "verify", out)
+    assert r.exit_code == 1 and "shard-00001.bin: sha256 differs" in r.stderr
+    r = _bsm("data", "verify", out, "--no-sha256", "--vocab-size", "98")
+    assert (
+        r.exit_code == 1 and "vocabulary of 256 tokens but the model's vocab_size is 98" in r.stderr
+    )
+    (out / "manifest.json").unlink()  # hand-made shards: the ids themselves are checked
+    r = _bsm("data", "verify", out, "--vocab-size", "98")
+    assert r.exit_code == 1
+    assert (
+        "shard-00000.bin: token id 98 (token 1) is not below the model's vocab_size 98" in r.stderr
+    )
+
+
+def test_staged_dir_refuses_an_out_another_writer_filled_meanwhile(tmp_path):
+    from blackwell_sm.data.staging import staged_dir
+
+    out = tmp_path / "o"
+    with pytest.raises(SpecError, match="is not empty"), staged_dir(out) as tmp:
+        (tmp / "mine").write_text("new")
+        out.mkdir()
+        (out / "theirs").write_text("someone else's")
+    assert [p.name for p in tmp_path.iterdir()] == ["o"]
+    assert [p.name for p in out.iterdir()] == ["theirs"]

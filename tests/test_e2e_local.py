@@ -152,3 +152,50 @@ def test_worker_exception_is_the_failure_reason(tmp_path: Path) -> None:
     assert re.match(r"rank 0 \(host algo-1, local rank 0\): BsmError: the plan in .* is "
                     r"not feasible", failure), failure  # fmt: skip
     assert "main.py" in failure  # where it was raised
+
+
+def test_report_of_the_demo_run_plots_what_metrics_jsonl_holds(reference: dict) -> None:
+    """`bsm report` on the `make demo` run: the arrays the figures plot (read back from the
+    matplotlib lines, embedded in the HTML) are metrics.jsonl's, value for value."""
+    from harness import metric_records
+
+    from blackwell_sm.report import read_plot_data
+
+    root = reference["root"]
+    proc = subprocess.run(
+        [sys.executable, "-m", "blackwell_sm", "report", str(root), "--output", "json"],
+        capture_output=True, text=True, timeout=120, cwd=REPO,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    res = json.loads(proc.stdout)
+    page = Path(res["report"]).read_text()
+    assert Path(res["report"]) == root / "report.html" and "tokens/s/GPU measured" in res["summary"]
+    assert page.count("<svg") == 4 and "<img" not in page and "http" not in page.split("<svg")[0]
+    data = read_plot_data(page)
+    train = metric_records(root)
+    steps = [float(r["step"]) for r in train]
+    for fig, label, key in (
+        ("loss", "train loss", "loss"),
+        ("speed", "measured tokens/s/GPU", "tok_s_gpu"),
+        ("speed", "measured MFU", "mfu"),
+        ("memory", "measured peak memory", "mem_reserved_gib"),
+    ):
+        assert data[fig][label]["x"] == steps, (fig, label)
+        assert data[fig][label]["y"] == [r[key] for r in train], (fig, label)
+    plan = json.loads(Path(reference["result"]["plan_path"]).read_text())
+    assert set(data["speed"]["predicted tokens/s/GPU"]["y"]) == {
+        plan["throughput"]["tokens_per_s_per_gpu"]
+    }
+    assert set(data["memory"]["usable limit"]["y"]) == {plan["memory_gib"]["usable"]}
+    # Both checkpoints kept on disk (steps 30 and 40) are marked on the time axis.
+    assert data["timeline"]["checkpoint save"]["y"] == [30.0, 40.0]
+
+
+def test_report_marks_the_stop_and_the_resume(history: History, tmp_path: Path) -> None:
+    from blackwell_sm.report import read_plot_data, write_report
+
+    res = write_report(str(history.host.root), tmp_path / "r.html")
+    data = read_plot_data(res.path.read_text())
+    killed, resumed_at = history.killed_after, 11  # run B resumed from the step-10 checkpoint
+    assert data["timeline"]["stop"]["y"][0] == float(killed)
+    assert data["timeline"]["resume"]["y"] == [float(resumed_at)]

@@ -158,6 +158,47 @@ def test_prepare_needs_seq_len_and_the_reader_refuses_another(tmp_path):
         ShardDataset(out, seq_len=32)
 
 
+def test_prepare_finetune_is_all_or_nothing(tmp_path, monkeypatch):
+    import json
+
+    from blackwell_sm.data import finetune
+    from blackwell_sm.data.manifest import load_manifest
+    from blackwell_sm.data.tokenizer_files import tokenizer_sha256
+
+    tok_dir = tmp_path / "tok"
+    save_tiny_tokenizer(tok_dir)
+    src = tmp_path / "chat.jsonl"
+    src.write_text("".join(json.dumps(x) + "\n" for x in CHAT))
+    kw = dict(fmt="chat", tokenizer=tok_dir, seq_len=24, shard_tokens=48)
+    out = tmp_path / "sft"
+    m = finetune.prepare_finetune([src], out, **kw)
+    assert len(m.shards) > 2 and load_manifest(out) == m and m.manifest_version == 2
+    assert m.tokenizer_sha256 == tokenizer_sha256(out / "tokenizer")
+    assert all(s.bytes == (out / s.file).stat().st_size for s in m.shards)
+    with pytest.raises(SpecError, match="is not empty") as e:
+        finetune.prepare_finetune([src], out, **kw)
+    assert e.value.field == "--out"
+    before = {p.relative_to(out): p.read_bytes() for p in out.rglob("*") if p.is_file()}
+    # the disk fills while the second shard is written: nothing new is left, the old is intact
+    real = finetune.write_shard
+
+    def failing(path, *a, **k):
+        if path.name == "shard-00001.bin":
+            raise OSError(28, "No space left on device")
+        return real(path, *a, **k)
+
+    monkeypatch.setattr(finetune, "write_shard", failing)
+    for target, overwrite in ((tmp_path / "a" / "sft"), False), (out, True):
+        with pytest.raises(OSError, match="No space left"):
+            finetune.prepare_finetune([src], target, overwrite=overwrite, **kw)
+    assert not (tmp_path / "a").exists()
+    assert {p.relative_to(out): p.read_bytes() for p in out.rglob("*") if p.is_file()} == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["chat.jsonl", "sft", "tok"]
+    monkeypatch.setattr(finetune, "write_shard", real)
+    m2 = finetune.prepare_finetune([src], out, overwrite=True, **{**kw, "shard_tokens": 1024})
+    assert sorted(p.name for p in out.glob("*.bin")) == [s.file for s in m2.shards]
+
+
 @pytest.mark.slow
 def test_chat_finetune_of_an_imported_model_runs_in_run_local(tmp_path):
     """`bsm run-local`: a tiny Qwen3 from transformers (model: {hf}, init_from), chat data

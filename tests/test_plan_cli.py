@@ -33,7 +33,7 @@ NESTED = {
 }  # fmt: skip
 # Exactly today's keys: a change here is a schema change and must be deliberate.
 SNAPSHOT = {
-    "": ["advice", "alternatives", "checkpoint", "config", "feasible", "instance", "memory_gib", "model",
+    "": ["advice", "alternatives", "calibration", "checkpoint", "config", "feasible", "instance", "memory_gib", "model",
          "reasons", "run", "schema_version", "spec", "throughput", "warnings"],
     "memory_gib": ["activations", "allocator_reserved", "fp8_extras", "grads_fp32", "grads_unsharded", "limit",
                    "logits_and_loss", "optimizer_states", "overhead", "params_fp32",
@@ -158,3 +158,23 @@ def test_selective_op_is_selectable_and_keeps_less_than_selective(capsys):
         got[mode] = (d["memory_gib"]["activations"], d["throughput"]["step_time_s"])
     assert got["full"][0] < got["selective-op"][0] < got["selective"][0]
     assert got["selective"][1] < got["selective-op"][1] < got["full"][1]
+
+
+@pytest.mark.parametrize("tokens", [1.4e12, 2e12, 2e13])
+def test_a_run_longer_than_one_job_is_never_a_bare_fits(capsys, tokens):
+    """A 958-day plan is not 'fits': the headline says how long, and the warnings name the count
+    that would finish, or (beyond the search) a count no smaller than the search's ceiling + 1."""
+    args = ["plan", "--model", "llama-3.1-70b", "--set", f"training.total_tokens={int(tokens)}"]
+    code, out, _ = run(args, capsys)
+    assert code == 0
+    head = " ".join(" ".join(out.split("\n")[:3]).split())  # the table wraps long lines
+    assert ": fits in memory, but takes" in head and "28-day" in head
+    code, out, _ = run([*args, "--output", "json"], capsys)
+    p = json.loads(out)
+    miss = [w for w in p["warnings"] if "miss the 672 h limit" in w]
+    assert len(miss) == 1 and p["run"]["jobs"] > 1
+    if "at least" in miss[0]:
+        need = int(miss[0].split("at least ")[1].split()[0])
+        assert need > 64 and need * 672 >= p["run"]["hours"]
+    else:
+        assert "compute.instance_count:" in miss[0]

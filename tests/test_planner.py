@@ -268,6 +268,32 @@ def test_ranges_breakdown_usable_and_the_published_ceiling():
     assert (fhi - flo) / fitted.throughput.tokens_per_s_per_gpu < wide
 
 
+def test_the_published_ceiling_holds_at_every_seq_len_and_precision():
+    """The record is a FLOP rate: converted to the plan's FLOPs per token it bounds other sequence
+    lengths, and the fp8 record bounds bf16 (which has none of its own)."""
+    from blackwell_sm.hardware import get_instance
+    from blackwell_sm.planner.uncertainty import published_ceiling
+    from blackwell_sm.spec.presets import get_preset
+
+    gpu, m = get_instance("ml.p6-b200.48xlarge").gpu, get_preset("llama-3.1-8b")
+    at_8k, src = published_ceiling(gpu, m, "fp8", 8192)
+    assert at_8k == 30624.0 and "converted" not in src
+    at_4k, src = published_ceiling(gpu, m, "fp8", 4096)
+    assert at_4k == pytest.approx(30624.0 * m.flops_per_token(8192) / m.flops_per_token(4096))
+    assert "seq 8192" in src
+    bf16, _ = published_ceiling(gpu, m, "bf16", 8192)
+    assert bf16 == 30624.0
+    assert published_ceiling(gpu, get_preset("llama-3.1-70b"), "fp8", 8192) is None
+    for seq in (2048, 4096, 16384):
+        for prec in ("bf16", "fp8", "mxfp8"):
+            p = plan("llama-3.1-8b", seq_len=seq, precision=prec, **{"compute.instance_count": 1})
+            ceiling = published_ceiling(gpu, m, prec, seq)[0]
+            hi = p.throughput.tokens_per_s_per_gpu_range[1]
+            assert hi <= max(ceiling, p.throughput.tokens_per_s_per_gpu) * (1 + 1e-6)
+            over = p.throughput.tokens_per_s_per_gpu > ceiling
+            assert over == any("best published" in w for w in p.warnings)
+
+
 def test_ties_prefer_free_memory_and_say_so():
     p = plan("llama-64b")
     assert p.memory_gib.total < 0.9 * p.memory_gib.limit  # not the 162 GiB tie

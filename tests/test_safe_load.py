@@ -124,7 +124,7 @@ def test_container_plan_and_manifest_go_through_the_loader(tmp_path):
         read_plan(tmp_path / "missing.json")
     (tmp_path / "manifest.json").write_text('{"vocab_size": NaN}')
     with pytest.raises(SpecError, match="NaN"):
-        ShardDataset._check_manifest(tmp_path, 256)
+        ShardDataset(tmp_path, seq_len=4, vocab_size=256)
 
 
 def test_ecr_repository_pattern_is_botocores():

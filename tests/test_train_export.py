@@ -68,3 +68,34 @@ def test_export_dtype_auto_is_bf16_from_1b_and_fp32_below(tmp_path):
     with safe_open(str(tmp_path / "model.safetensors"), framework="pt") as f:
         assert f.get_tensor("model.norm.weight").dtype == torch.bfloat16
     assert (tmp_path / "generation_config.json").is_file()
+
+
+def test_export_ships_the_tokenizer_that_made_the_data(tmp_path):
+    """`bsm data prepare --tokenizer` keeps the tokenizer beside the shards; the export copies it
+    beside the model, so `AutoTokenizer.from_pretrained(model_dir)` gives the training ids."""
+    from tokenizers import Tokenizer, models, pre_tokenizers, trainers
+    from transformers import AutoTokenizer
+
+    from blackwell_sm.data.prepare import prepare
+    from blackwell_sm.train.data import ShardDataset
+
+    text = "the cat sat on the mat and the dog ran. " * 20
+    tok = Tokenizer(models.WordLevel(unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    tok.train_from_iterator([text], trainers.WordLevelTrainer(special_tokens=["<unk>", "</s>"]))
+    tok.save(str(tmp_path / "words.json"))  # a bare tokenizer.json, no Hugging Face folder
+    (tmp_path / "in.txt").write_text(text)
+    prepare([tmp_path / "in.txt"], tmp_path / "ch", tokenizer=tmp_path / "words.json")
+    ds = ShardDataset(tmp_path / "ch", seq_len=8, vocab_size=256)
+    spec = get_preset("tiny")
+    model = Transformer(spec, max_seq_len=32)
+    model.init_weights(0)
+    out = tmp_path / "model"
+    written = export_model(model, spec, out, is_main=True, tokenizer=ds.tokenizer_dir)
+    assert out / "tokenizer.json" in written
+    loaded = AutoTokenizer.from_pretrained(out)
+    ids = tok.encode("the dog sat", add_special_tokens=False).ids
+    assert loaded("the dog sat", add_special_tokens=False)["input_ids"] == ids
+    assert loaded.eos_token == "</s>"
+    # the exported tokenizer reads the training data back as its text
+    assert loaded.decode(ds.sequence(0).tolist()) == "the cat sat on the mat and the dog"

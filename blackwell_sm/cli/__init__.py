@@ -26,6 +26,11 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "iam-policy": ("blackwell_sm.cli.iam:iam_policy", "Print the least-privilege IAM policies."),
     "run-local": ("blackwell_sm.cli.local:run_local", "Run a spec's training job on this machine."),
     "data": ("blackwell_sm.cli.data:data", "Prepare token shards from text or JSONL."),
+    "calibrate": (
+        "blackwell_sm.cli.calibrate:calibrate",
+        "Fit the planner's constants to measured runs; write a calibration profile.",
+    ),
+    "report": ("blackwell_sm.cli.report:report", "Write an HTML report of a run: plots and table."),
 }
 
 

@@ -79,6 +79,14 @@ def run_local(
     spec = load_spec(spec_path)
     out = out or Path(f"bsm-local-{spec_path.stem}")
     channels = _channels(channel)
+    if channels and spec.training.data.source == "synthetic":
+        raise SpecError(
+            f"--channel {', '.join(channels)}: the spec's training.data.source is synthetic, "
+            "so no channel would be read",
+            hint="set training.data.source: channel (and training.data.train_channel) to train "
+            "on the directory, or drop --channel",
+            field="--channel",
+        )
     info(f"run-local: {spec.model.name} on {nproc} local process(es), directory {out}")
     # JSON mode: stdout carries only the result, so the training log goes to stderr.
     result = run(

@@ -8,6 +8,7 @@ import click
 
 from blackwell_sm.cli.output import OUTPUT_OPTION, emit_json
 from blackwell_sm.errors import InfeasiblePlanError, SpecError
+from blackwell_sm.planner.units import count_text, hours_text, seconds_text, usd_text
 
 
 def _count(value: str | None) -> int | str | None:
@@ -57,6 +58,7 @@ FLAG_PATHS: dict[str, tuple[str, ...]] = {
     "--seq-len": ("training.seq_len",),
     "--global-batch-tokens": ("training.global_batch_tokens", "training.global_batch_seqs"),
     "--total-tokens": ("training.total_tokens", "training.total_steps"),
+    "--calibration": ("compute.calibration",),
 }
 
 
@@ -94,6 +96,12 @@ def check_flag_conflicts(flags: dict[str, Any], sets: dict[str, Any]) -> None:
     help="Pin a config knob (shard_degree, micro_batch_size, precision, ...) or set a dotted "
     "spec path; VALUE is a YAML scalar.",
 )
+@click.option(
+    "--calibration",
+    metavar="FILE",
+    help="Apply a calibration profile (bsm calibrate); overrides compute.calibration and "
+    "$BSM_CALIBRATION.",
+)
 @OUTPUT_OPTION
 def plan(
     spec_path: str | None,
@@ -104,6 +112,7 @@ def plan(
     global_batch_tokens: int | None,
     total_tokens: int | None,
     sets: tuple[str, ...],
+    calibration: str | None,
     output: str,
 ) -> None:
     """Choose shard degree, micro-batch, accumulation, checkpointing and precision for SPEC (or
@@ -128,6 +137,7 @@ def plan(
             "--seq-len": seq_len,
             "--global-batch-tokens": global_batch_tokens,
             "--total-tokens": total_tokens,
+            "--calibration": calibration,
         },
         sets_parsed,
     )
@@ -149,9 +159,13 @@ def plan(
     if overrides:
         spec = with_overrides(spec, overrides)
     if spec.compute.instance_preferences:
+        if calibration:  # each preference's plan reads it from the spec
+            spec = with_overrides(spec, {"compute.calibration": calibration})
         _plan_preferences(spec, output)
         return
-    p = make_plan(spec)
+    from blackwell_sm.planner.profile import resolve_profile
+
+    p = make_plan(spec, calibration=resolve_profile(calibration, spec.compute.calibration))
     if output != "json":
         render(p)
     elif p.feasible:
@@ -235,46 +249,28 @@ def _gib(x: float) -> str:
     return f"{x:,.1f}"
 
 
-def hours_text(hours: float) -> str:
-    """Hours, with days when over 48 h; minutes or seconds when under 0.1 h."""
-    if hours < 0.1:
-        s = hours * 3600
-        return f"{s / 60:.1f} min" if s >= 60 else f"{s:.2g} s"
-    return f"{hours:,.1f} h" + (f" ({hours / 24:,.1f} days)" if hours > 48 else "")
-
-
-def seconds_text(s: float) -> str:
-    """A step time: seconds, or milliseconds under 0.1 s."""
-    return f"{s:.3f} s" if s >= 0.1 else f"{s * 1e3:.3g} ms"
-
-
-def count_text(n: float) -> str:
-    """A parameter count in B, M or k: 8.03B, 131.4M, 131k."""
-    for div, unit in ((1e9, "B"), (1e6, "M"), (1e3, "k")):
-        if n >= div:
-            return f"{n / div:,.{2 if unit == 'B' else 1}f}{unit}"
-    return f"{n:,.0f}"
-
-
-def usd_text(x: float) -> str:
-    """Dollars; under $100 with cents, under $1 in cents (a short run is not '$0')."""
-    if x < 1:
-        return f"{x * 100:.2g}¢"
-    return f"${x:,.2f}" if x < 100 else f"${x:,.0f}"
-
-
 def render(p: Any) -> None:
     """The plan as rich tables on stdout (people); JSON has the same facts for scripts.
     Nothing is cut: long values wrap, runner-ups are lines with the flags that select them."""
     from rich.table import Table
 
     from blackwell_sm.cli.output import out_console, text
+    from blackwell_sm.spec.job import MAX_RUNTIME_HOURS
 
     con = out_console()
     c, m, t, r = p.config, p.memory_gib, p.throughput, p.run
     status = ("fits", "green") if p.feasible else ("does NOT fit", "bold red")
     if not p.feasible and m.usable is not None and m.total <= m.usable:
         status = ("misses the deadline", "bold red")
+    elif p.feasible and r.jobs > 1:
+        # Never a bare "fits" for a run that outlives one job: the time is the headline too.
+        longer = r.hours > MAX_RUNTIME_HOURS
+        status = (
+            f"fits in memory, but {'takes' if longer else 'may take'} "
+            f"{hours_text(r.hours if longer else r.hours_range[1])}, longer than one 28-day "
+            "SageMaker job (see warnings)",
+            "bold yellow",
+        )
     con.print(
         text(
             (p.model.name, "bold"),
@@ -308,6 +304,18 @@ def render(p: Any) -> None:
             (f"(MFU basis: {t.mfu_basis})", "dim"),
         )
     )
+    if p.calibration is not None:
+        cal = p.calibration
+        what = ", ".join(
+            f"{k} {_short(v['default'])} -> {_short(v['profile'])}" for k, v in cal.changed.items()
+        )
+        con.print(
+            text(
+                ("calibration", "bold"),
+                f": {cal.profile} ({cal.origin}, {cal.name}, {cal.created}): "
+                + (what or "no constant changed for this GPU"),
+            )
+        )
     if t.breakdown_s is not None:
         b = t.breakdown_s
         con.print(
@@ -325,7 +333,8 @@ def render(p: Any) -> None:
     if r.hours_range:
         hours += f" (range {hours_text(r.hours_range[0])} to {hours_text(r.hours_range[1])})"
     jobs = (
-        f", {r.jobs} SageMaker jobs of at most 28 days, each resuming from the checkpoints"
+        f", {r.jobs} SageMaker jobs of at most 28 days at the range's slow end, each resuming "
+        "from the checkpoints"
         if r.jobs > 1
         else ""
     )
@@ -366,3 +375,12 @@ def render(p: Any) -> None:
             con.print(text((title, "bold"), ":"))
             for item in items:
                 con.print(text((f"  - {item}", style)))
+
+
+def _short(v: Any) -> str:
+    """A constant's value in a line: floats to 4 significant digits."""
+    if isinstance(v, float):
+        return f"{v:.4g}"
+    if isinstance(v, list):
+        return "[" + ", ".join(_short(x) for x in v) + "]"
+    return str(v)

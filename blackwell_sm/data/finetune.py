@@ -16,7 +16,6 @@ numpy, and transformers' tokenizer inside the functions that need it: no torch.
 
 from __future__ import annotations
 
-import hashlib
 import json
 from collections.abc import Iterator
 from pathlib import Path
@@ -24,12 +23,19 @@ from typing import Any, Literal, NamedTuple
 
 import numpy as np
 
-from blackwell_sm.data.prepare import DEFAULT_SHARD_TOKENS, Manifest, ShardInfo
+from blackwell_sm.data.manifest import (
+    FINETUNE_FORMAT_NAME,
+    MANIFEST_FILE,
+    MANIFEST_VERSION,
+    FinetuneManifest,
+)
+from blackwell_sm.data.prepare import DEFAULT_SHARD_TOKENS, TOKENIZER_DIR, shard_info
 from blackwell_sm.data.shards import FLAG_LOSS, FLAG_START, token_dtype, write_shard
+from blackwell_sm.data.staging import check_out, staged_dir
+from blackwell_sm.data.tokenizer_files import tokenizer_sha256
 from blackwell_sm.errors import SpecError
 
-FORMAT_NAME = "bsm-tokens-v2"
-TOKENIZER_DIR = "tokenizer"  # under the output folder: the tokenizer that made the rows
+FORMAT_NAME = FINETUNE_FORMAT_NAME
 Format = Literal["chat", "prompt-completion"]
 
 
@@ -189,20 +195,6 @@ def pack_rows(
     return np.asarray(tokens, dtype=np.int64), np.asarray(flags, dtype=np.uint8), stats
 
 
-class FinetuneManifest(Manifest):
-    """`manifest.json` of fine-tuning rows: the text manifest's fields and how rows were made."""
-
-    format: str = FORMAT_NAME
-    data_format: str
-    seq_len: int
-    packing: str
-    sequences: int  # rows: what `training.data.sequences` (for epochs) takes
-    samples: int
-    loss_tokens: int
-    truncated: int
-    dropped: int
-
-
 def prepare_finetune(
     inputs: list[Path],
     out_dir: Path,
@@ -212,11 +204,14 @@ def prepare_finetune(
     seq_len: int,
     packing: str = "pack",
     shard_tokens: int = DEFAULT_SHARD_TOKENS,
+    overwrite: bool = False,
 ) -> FinetuneManifest:
-    """JSONL samples -> version 2 shards of whole rows under `out_dir`, and its manifest."""
+    """JSONL samples -> version 2 shards of whole rows under `out_dir`, and its manifest;
+    `out_dir` appears only when all is written (refused when not empty, unless `overwrite`)."""
     missing = [str(p) for p in inputs if not p.is_file()]
     if missing:
         raise SpecError(f"input file(s) not found: {', '.join(missing)}", field="INPUT")
+    check_out(out_dir, overwrite=overwrite)  # before the work, not after it
     tok = load_tokenizer(tokenizer)
     pad = tok.pad_token_id if tok.pad_token_id is not None else (tok.eos_token_id or 0)
     samples = (s for path in inputs for s in iter_samples(path, fmt, tok))
@@ -225,37 +220,39 @@ def prepare_finetune(
         raise SpecError("no sample with a token to learn from", field="INPUT")
     vocab = len(tok)
     dtype = token_dtype(vocab)
-    out_dir.mkdir(parents=True, exist_ok=True)
     rows_per_shard = max(1, shard_tokens // seq_len)
-    shards = []
-    for k, first in enumerate(range(0, st.rows, rows_per_shard)):
-        lo, hi = first * seq_len, min(st.rows, first + rows_per_shard) * seq_len
-        # one padding token after the last row: a row is read with the next token as its last
-        # target (never counted: it starts a new sample)
-        t = np.append(tokens[lo:hi], pad)
-        f = np.append(flags[lo:hi], np.uint8(FLAG_START))
-        path = out_dir / f"shard-{k:05d}.bin"
-        write_shard(path, t, dtype=dtype, flags=f)
-        digest = hashlib.sha256(path.read_bytes()).hexdigest()
-        shards.append(ShardInfo(file=path.name, tokens=len(t), sha256=digest))
-    manifest = FinetuneManifest(
-        tokenizer=str(tokenizer),
-        vocab_size=vocab,
-        eos_id=tok.eos_token_id,
-        dtype=dtype.name,
-        documents=st.samples,
-        tokens=sum(s.tokens for s in shards),
-        shards=shards,
-        data_format=fmt,
-        seq_len=seq_len,
-        packing=packing,
-        sequences=st.rows,
-        samples=st.samples,
-        loss_tokens=st.loss_tokens,
-        truncated=st.truncated,
-        dropped=st.dropped,
-    )
-    # The tokenizer travels with the data it made (an export can ship it beside the model).
-    tok.save_pretrained(str(out_dir / TOKENIZER_DIR))
-    (out_dir / "manifest.json").write_text(manifest.model_dump_json(indent=2) + "\n")
+    with staged_dir(out_dir, overwrite=overwrite) as tmp:
+        shards = []
+        for k, first in enumerate(range(0, st.rows, rows_per_shard)):
+            lo, hi = first * seq_len, min(st.rows, first + rows_per_shard) * seq_len
+            # one padding token after the last row: a row is read with the next token as its
+            # last target (never counted: it starts a new sample)
+            t = np.append(tokens[lo:hi], pad)
+            f = np.append(flags[lo:hi], np.uint8(FLAG_START))
+            path = tmp / f"shard-{k:05d}.bin"
+            write_shard(path, t, dtype=dtype, flags=f)
+            shards.append(shard_info(path, len(t)))
+        # The tokenizer travels with the data it made (an export ships it beside the model).
+        tok.save_pretrained(str(tmp / TOKENIZER_DIR))
+        manifest = FinetuneManifest(
+            manifest_version=MANIFEST_VERSION,
+            tokenizer=str(tokenizer),
+            tokenizer_sha256=tokenizer_sha256(tmp / TOKENIZER_DIR),
+            tokenizer_dir=TOKENIZER_DIR,
+            vocab_size=vocab,
+            eos_id=tok.eos_token_id,
+            dtype=dtype.name,
+            documents=st.samples,
+            tokens=sum(s.tokens for s in shards),
+            shards=shards,
+            data_format=fmt,
+            seq_len=seq_len,
+            packing=packing,
+            sequences=st.rows,
+            samples=st.samples,
+            loss_tokens=st.loss_tokens,
+            truncated=st.truncated,
+            dropped=st.dropped,
+        )
+        (tmp / MANIFEST_FILE).write_text(manifest.model_dump_json(indent=2) + "\n")
     return manifest

@@ -2,46 +2,35 @@
 
 Tokenizers: the built-in byte-level one (ids 0-255 are the UTF-8 bytes; documents are separated
 by id 0, the NUL byte, which text does not contain), or a Hugging Face `tokenizer.json` through
-the `tokenizers` library (documents separated by its end-of-text token when it has one).
-Imports numpy and tokenizers only: no torch, so it runs anywhere the client runs.
+the `tokenizers` library (documents separated by its end-of-text token when it has one), whose
+files are kept in `OUT/tokenizer/` (the export ships them beside the model).
+The folder is written whole or not at all (`data/staging.py`), with `manifest.json`
+(`data/manifest.py`). Imports numpy and tokenizers only: no torch, so it runs anywhere the
+client runs.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
+import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict
 
-from blackwell_sm.data.shards import FORMAT_NAME, token_dtype, write_shard
+from blackwell_sm.data.channel import file_sha256
+from blackwell_sm.data.manifest import MANIFEST_FILE, MANIFEST_VERSION, Manifest, ShardInfo
+from blackwell_sm.data.shards import token_dtype, write_shard
+from blackwell_sm.data.staging import check_out, staged_dir
+from blackwell_sm.data.tokenizer_files import TOKENIZER_FILES, tokenizer_sha256
 from blackwell_sm.errors import SpecError
+
+__all__ = ["DEFAULT_SHARD_TOKENS", "TOKENIZER_DIR", "Manifest", "ShardInfo", "prepare"]
+
+TOKENIZER_DIR = "tokenizer"  # under the output folder: the tokenizer that made the shards
 
 DEFAULT_SHARD_TOKENS = 256 * 1024 * 1024
 _EOS_NAMES = ("<|endoftext|>", "<|end_of_text|>", "</s>", "<eos>", "<|eot_id|>")
-
-
-class ShardInfo(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    file: str
-    tokens: int
-    sha256: str
-
-
-class Manifest(BaseModel):
-    """`manifest.json` beside the shards: what made them and what they hold."""
-
-    model_config = ConfigDict(extra="forbid")
-    format: str = FORMAT_NAME
-    tokenizer: str
-    vocab_size: int
-    eos_id: int | None
-    dtype: str
-    documents: int
-    tokens: int
-    shards: list[ShardInfo]
 
 
 class ByteTokenizer:
@@ -56,7 +45,7 @@ class ByteTokenizer:
 
 
 class HFTokenizer:
-    """A Hugging Face `tokenizer.json` (the `tokenizers` library)."""
+    """A Hugging Face `tokenizer.json` (the `tokenizers` library): the file, or a folder with it."""
 
     def __init__(self, path: Path) -> None:
         try:
@@ -66,18 +55,34 @@ class HFTokenizer:
                 "--tokenizer needs the `tokenizers` package", field="--tokenizer",
                 hint="pip install tokenizers",
             ) from e  # fmt: skip
+        self.file = path / "tokenizer.json" if path.is_dir() else path
         try:
-            self._tok = Tokenizer.from_file(str(path))
+            self._tok = Tokenizer.from_file(str(self.file))
         except Exception as e:  # the library raises a bare Exception on a bad file
-            raise SpecError(f"cannot read tokenizer {path}: {e}", field="--tokenizer") from e
-        self.name = f"tokenizer.json:{path.name}"
+            raise SpecError(f"cannot read tokenizer {self.file}: {e}", field="--tokenizer") from e
+        self.name = str(path)
         self.vocab_size = self._tok.get_vocab_size(with_added_tokens=True)
-        self.eos_id = next(
-            (i for n in _EOS_NAMES if (i := self._tok.token_to_id(n)) is not None), None
-        )
+        self.eos_name = next((n for n in _EOS_NAMES if self._tok.token_to_id(n) is not None), None)
+        self.eos_id = None if self.eos_name is None else self._tok.token_to_id(self.eos_name)
 
     def encode(self, text: str) -> list[int]:
         return self._tok.encode(text, add_special_tokens=False).ids
+
+    def save(self, folder: Path) -> None:
+        """Its files into `folder`, loadable by `transformers.AutoTokenizer`: the tokenizer.json,
+        the rest of a Hugging Face tokenizer folder when it came from one, else a minimal
+        tokenizer_config.json (a fast tokenizer over the tokenizer.json)."""
+        folder.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(self.file, folder / "tokenizer.json")
+        if self.file.name == "tokenizer.json":
+            for name in TOKENIZER_FILES:
+                if name != "tokenizer.json" and (self.file.parent / name).is_file():
+                    shutil.copyfile(self.file.parent / name, folder / name)
+        if not (folder / "tokenizer_config.json").is_file():
+            config: dict[str, str] = {"tokenizer_class": "PreTrainedTokenizerFast"}
+            if self.eos_name is not None:
+                config["eos_token"] = self.eos_name
+            (folder / "tokenizer_config.json").write_text(json.dumps(config, indent=2) + "\n")
 
 
 def iter_documents(path: Path) -> Iterator[str]:
@@ -100,48 +105,65 @@ def iter_documents(path: Path) -> Iterator[str]:
         yield path.read_text(encoding="utf-8")
 
 
+def shard_info(path: Path, tokens: int) -> ShardInfo:
+    """The manifest entry of a shard just written."""
+    return ShardInfo(
+        file=path.name, tokens=tokens, bytes=path.stat().st_size, sha256=file_sha256(path)
+    )
+
+
 def prepare(
     inputs: list[Path],
     out_dir: Path,
     *,
     tokenizer: Path | None = None,
     shard_tokens: int = DEFAULT_SHARD_TOKENS,
+    overwrite: bool = False,
 ) -> Manifest:
-    """Tokenize `inputs` into shards of at most `shard_tokens` tokens under `out_dir`."""
+    """Tokenize `inputs` into shards of at most `shard_tokens` tokens; `out_dir` appears only
+    when all is written (`data/staging.py`: a non-empty one is refused unless `overwrite`)."""
     missing = [str(p) for p in inputs if not p.is_file()]
     if missing:
         raise SpecError(f"input file(s) not found: {', '.join(missing)}", field="INPUT")
+    check_out(out_dir, overwrite=overwrite)  # before the work, not after it
     tok = HFTokenizer(tokenizer) if tokenizer else ByteTokenizer()
     dtype = token_dtype(tok.vocab_size)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    shards: list[ShardInfo] = []
-    buf: list[int] = []
-    docs = 0
+    with staged_dir(out_dir, overwrite=overwrite) as tmp:
+        shards: list[ShardInfo] = []
+        buf: list[int] = []
+        docs = 0
 
-    def flush(final: bool) -> None:
-        while len(buf) >= shard_tokens or (final and buf):
-            chunk, buf[:] = buf[:shard_tokens], buf[shard_tokens:]
-            path = out_dir / f"shard-{len(shards):05d}.bin"
-            write_shard(path, np.asarray(chunk), dtype=dtype)
-            digest = hashlib.sha256(path.read_bytes()).hexdigest()
-            shards.append(ShardInfo(file=path.name, tokens=len(chunk), sha256=digest))
+        def flush(final: bool) -> None:
+            while len(buf) >= shard_tokens or (final and buf):
+                chunk, buf[:] = buf[:shard_tokens], buf[shard_tokens:]
+                path = tmp / f"shard-{len(shards):05d}.bin"
+                write_shard(path, np.asarray(chunk), dtype=dtype)
+                shards.append(shard_info(path, len(chunk)))
 
-    for path in inputs:
-        for text in iter_documents(path):
-            buf.extend(tok.encode(text))
-            if tok.eos_id is not None:
-                buf.append(tok.eos_id)
-            docs += 1
-            flush(final=False)
-    flush(final=True)
-    manifest = Manifest(
-        tokenizer=tok.name,
-        vocab_size=tok.vocab_size,
-        eos_id=tok.eos_id,
-        dtype=dtype.name,
-        documents=docs,
-        tokens=sum(s.tokens for s in shards),
-        shards=shards,
-    )
-    (out_dir / "manifest.json").write_text(manifest.model_dump_json(indent=2) + "\n")
+        for path in inputs:
+            for text in iter_documents(path):
+                buf.extend(tok.encode(text))
+                if tok.eos_id is not None:
+                    buf.append(tok.eos_id)
+                docs += 1
+                flush(final=False)
+        flush(final=True)
+        tok_dir = tok_hash = None
+        if isinstance(tok, HFTokenizer):
+            # The tokenizer travels with the data it made (exported beside the model).
+            tok.save(tmp / TOKENIZER_DIR)
+            tok_dir, tok_hash = TOKENIZER_DIR, tokenizer_sha256(tmp / TOKENIZER_DIR)
+        manifest = Manifest(
+            manifest_version=MANIFEST_VERSION,
+            tokenizer=tok.name,
+            tokenizer_sha256=tok_hash,
+            tokenizer_dir=tok_dir,
+            vocab_size=tok.vocab_size,
+            eos_id=tok.eos_id,
+            dtype=dtype.name,
+            documents=docs,
+            tokens=sum(s.tokens for s in shards),
+            shards=shards,
+        )
+        (tmp / MANIFEST_FILE).write_text(manifest.model_dump_json(indent=2) + "\n")
     return manifest

@@ -16,8 +16,9 @@ Version 2 shards hold fine-tuning rows (`bsm data prepare --format chat|prompt-c
 `data/finetune.py`): samples packed into rows of the manifest's `seq_len`. A version 1 shard
 still reads, as plain tokens where every target counts.
 
-A channel directory holds `*.bin` shards (read in name order) and optionally `manifest.json`
-(written by `bsm data prepare`). A training sequence is `seq_len + 1` consecutive tokens from one
+A channel directory holds `*.bin` shards and `manifest.json` (written by `bsm data prepare`,
+`data/manifest.py`): the shards are the ones it lists, in its order (`data/channel.py` checks
+them); without a manifest, every `*.bin` in name order. A training sequence is `seq_len + 1` consecutive tokens from one
 shard (inputs and shifted targets); sequence i of a shard starts at token i * seq_len.
 
 Client (`bsm data prepare`) and container (`train/data.py`) both use this module: numpy only.
@@ -99,11 +100,19 @@ def read_tokens_and_flags(path: Path) -> tuple[np.ndarray, np.ndarray | None]:
             hint="make shards with `bsm data prepare INPUT... --out DIR`",
         )
     if version not in (VERSION, VERSION_FLAGS) or width not in _DTYPES:
-        raise BsmError(f"{path}: unsupported shard version {version} / token width {width}")
+        raise BsmError(
+            f"{path}: unsupported shard header: version {version}, token width {width}",
+            hint="make shards with `bsm data prepare INPUT... --out DIR`",
+        )
     has_flags = version == VERSION_FLAGS
     expected = HEADER_BYTES + count * (width + (1 if has_flags else 0))
-    if path.stat().st_size != expected:
-        raise BsmError(f"{path}: size {path.stat().st_size} != header's {expected} bytes")
+    size = path.stat().st_size
+    if size != expected:
+        what = "truncated" if size < expected else "longer than its header says"
+        raise BsmError(
+            f"{path}: {what}: size {size} bytes, the header's {count} tokens need {expected}",
+            hint="copy the shard again from the folder `bsm data prepare` wrote",
+        )
     if count == 0:
         return np.zeros(0, dtype=_DTYPES[width]), (np.zeros(0, np.uint8) if has_flags else None)
     tokens = np.memmap(path, dtype=_DTYPES[width], mode="r", offset=HEADER_BYTES, shape=(count,))

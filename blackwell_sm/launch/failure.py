@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import re
 import signal
+from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 
 from blackwell_sm.launch.topology import Topology
@@ -61,21 +63,142 @@ def _error_file_message(path: Path) -> tuple[str, str] | None:
     return str(msg.get("message", "")), (frames[-1] if frames else "")
 
 
-def failure_reason(rc: int, *, topo: Topology, log_dir: Path | None, stderr_tail: list[str]) -> str:
+@dataclass(frozen=True)
+class RankFailure:
+    """One entry of torchrun's failure summary."""
+
+    rank: int
+    local_rank: int
+    exitcode: int
+    pid: int | None
+    error_file: str
+
+
+_FAILURE_ENTRY = re.compile(
+    r"rank\s*:\s*(?P<rank>\d+)\s*\(local_rank\s*:\s*(?P<local>\d+)\)\s*\n"
+    r"\s*exitcode\s*:\s*(?P<code>-?\d+)(?:\s*\(pid:\s*(?P<pid>\d+)\))?[^\n]*\n"
+    r"\s*error_file\s*:\s*(?P<file>\S+)"
+)
+
+
+def torchrun_failures(stderr_tail: list[str]) -> list[RankFailure]:
+    """Every failed rank of torchrun's last failure summary ("Failures:" and "Root Cause")."""
+    text = "\n".join(stderr_tail)
+    start = text.rfind("Failures:")
+    if start < 0:
+        return []
+    return [
+        RankFailure(
+            int(m["rank"]),
+            int(m["local"]),
+            int(m["code"]),
+            int(m["pid"]) if m["pid"] else None,
+            m["file"],
+        )
+        for m in _FAILURE_ENTRY.finditer(text, start)
+    ]
+
+
+def _failed_at(f: RankFailure, exit_times: Mapping[int, float]) -> float | None:
+    """When rank `f` failed: its error file's modification time when it raised (written the
+    moment the exception left the worker, to the nanosecond), else when its process ended."""
+    if f.error_file != "<N/A>":
+        try:
+            return Path(f.error_file).stat().st_mtime_ns / 1e9
+        except OSError:
+            pass
+    return exit_times.get(f.pid) if f.pid is not None else None
+
+
+# A peer's death as another rank sees it (gloo's pair.cc read/write errors, NCCL's remote
+# errors), or torchelastic's SignalException for torchrun's SIGTERM to the survivors.
+_PEER_LOST = re.compile(
+    r"Connection (reset|closed) by peer|Broken pipe|Connection refused|ECONNRESET|"
+    r"remote process exited|ncclRemoteError|communicator was aborted|got signal: (15|Signals\.SIGTERM)\b",
+    re.I,
+)
+
+
+def _secondary(f: RankFailure) -> bool:
+    """A failure caused by another rank's: its peer vanished (the exception says so), or
+    torchrun's SIGTERM to the survivors after the first failure."""
+    err = _error_file_message(Path(f.error_file)) if f.error_file != "<N/A>" else None
+    if err and err[0]:  # what it raised, even if torchrun's SIGTERM ended it afterwards
+        return bool(_PEER_LOST.search(err[0]))
+    return f.exitcode == -signal.SIGTERM
+
+
+def first_failure(
+    failures: list[RankFailure], exit_times: Mapping[int, float]
+) -> RankFailure | None:
+    """The rank that failed first, or None when a failed rank's time is unknown.
+
+    Ranks whose failure only reports a lost peer (or torchrun's SIGTERM to the survivors) are
+    effects; the cause is looked for among the others first. Then time decides:
+    `exit_times` (pid -> wall-clock seconds) from the supervisor's pidfd watch, or for a rank
+    that raised, its error file's modification time (it may linger in teardown after raising).
+    torchrun's own "Root Cause" compares whole seconds: the error file's timestamp for a rank
+    that raised, the moment it noticed for a rank killed by a signal, so a peer's "Connection
+    reset by peer", raised a few milliseconds after rank 0 was SIGKILLed, could be blamed. Time
+    alone cannot settle that either: a killed process's sockets close (and its peer raises)
+    a few milliseconds before its exit is visible, hence the effects are set aside first.
+    """
+    causes = [f for f in failures if not _secondary(f)] or failures
+    timed = [(_failed_at(f, exit_times), f.rank, f) for f in causes]
+    if not timed or any(t is None for t, _, _ in timed):
+        return None
+    return min(timed, key=lambda x: (x[0], x[1]))[2]
+
+
+def failure_timeline(failures: list[RankFailure], exit_times: Mapping[int, float]) -> str:
+    """The failed ranks by time, each marked when it only lost its peer (the launcher's log)."""
+    timed = sorted(((_failed_at(f, exit_times), f.rank, f) for f in failures),
+                   key=lambda x: (x[0] is None, x[0] or 0.0, x[1]))  # fmt: skip
+    parts = []
+    for t, rank, f in timed:
+        how = "raised" if f.error_file != "<N/A>" and f.exitcode >= 0 else f"exit {f.exitcode}"
+        how += ", lost its peer" if _secondary(f) else ""
+        parts.append(f"rank {rank} ({how}) at " + ("?" if t is None else f"{t:.3f}"))
+    return ", then ".join(parts)
+
+
+def failure_reason(
+    rc: int,
+    *,
+    topo: Topology,
+    log_dir: Path | None,
+    stderr_tail: list[str],
+    exit_times: Mapping[int, float] | None = None,
+) -> str:
     """The failing rank and its exception (or signal), then supporting detail.
 
-    torchrun's "Root Cause (first observed failure)" names the rank that failed first (a SIGKILLed
-    rank, not the peers that then lost their connection); its error file, written by `@record`
-    in the worker, holds the exception. Without that block: the oldest error file; last, the
-    tail of torchrun's stderr.
+    The first rank to fail is the one whose process ended first (`first_failure`, from the
+    supervisor's `exit_times`); without those, torchrun's "Root Cause (first observed
+    failure)". Its error file, written by `@record` in the worker, holds the exception. Without
+    a failure summary: the oldest error file; last, the tail of torchrun's stderr.
     """
     host = topo.current_host
     text = "\n".join(stderr_tail)
+    first = first_failure(torchrun_failures(stderr_tail), exit_times or {})
     m = _ROOT_CAUSE.search(text, max(0, text.rfind("Root Cause")))
-    if m:
-        rank, local_rank, code = int(m["rank"]), int(m["local"]), int(m["code"])
+    if first is not None or m:
+        if first is not None:
+            rank, local_rank, code, efile = (
+                first.rank,
+                first.local_rank,
+                first.exitcode,
+                first.error_file,
+            )
+        else:
+            assert m is not None
+            rank, local_rank, code, efile = (
+                int(m["rank"]),
+                int(m["local"]),
+                int(m["code"]),
+                m["file"],
+            )
         who = f"rank {rank} (host {host}, local rank {local_rank})"
-        err = _error_file_message(Path(m["file"])) if m["file"] != "<N/A>" else None
+        err = _error_file_message(Path(efile)) if efile != "<N/A>" else None
         if err and err[0]:
             return f"{who}: {err[0]}" + (f"\nat {err[1]}" if err[1] else "")
         if code < 0:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shutil
 import signal
@@ -17,7 +18,13 @@ from pydantic import BaseModel, ConfigDict, Field
 from blackwell_sm.errors import BsmError
 from blackwell_sm.launch import WORKER_MODULE, log
 from blackwell_sm.launch.checks import check_before_launch
-from blackwell_sm.launch.failure import failure_reason, write_failure
+from blackwell_sm.launch.failure import (
+    RankFailure,
+    failure_reason,
+    failure_timeline,
+    torchrun_failures,
+    write_failure,
+)
 from blackwell_sm.launch.network import network_env
 from blackwell_sm.launch.select import GpuProbe, cuda_gpus, select_plan
 from blackwell_sm.launch.supervise import Supervisor
@@ -141,9 +148,30 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
+def completed_before_teardown(
+    opt_ml: Path, since: float, failures: list[RankFailure]
+) -> dict | None:
+    """The run's summary if this launch wrote a `completed` summary.json and every rank torchrun
+    reports failed died of a signal (an abort in process teardown, after everything was written);
+    else None. Such a run is a success: the work is on disk, and a retry would only redo it."""
+    path = OptMl(opt_ml).summary
+    if not failures or any(f.exitcode >= 0 for f in failures):
+        return None
+    try:
+        if path.stat().st_mtime < since:
+            return None  # an earlier launch's summary
+        summary = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(summary, dict) or summary.get("status") != "completed":
+        return None
+    return summary
+
+
 def run(spec: LaunchSpec, opt_ml: Path, log_dir: Path) -> int:
     """Supervise torchrun for `spec`; on failure write `opt_ml/output/failure`. Returns its code."""
     topo = spec.topology
+    started = time.time()
     env = {k: v for k, v in os.environ.items() if k not in spec.env_removed}
     env.update(spec.env)
     grace = float(os.environ.get(ENV_STOP_GRACE_S, DEFAULT_STOP_GRACE_S))
@@ -160,13 +188,38 @@ def run(spec: LaunchSpec, opt_ml: Path, log_dir: Path) -> int:
     if rc == 0:
         log("workers finished (exit 0)")
         return 0
-    reason = failure_reason(rc, topo=topo, log_dir=log_dir, stderr_tail=list(sup.err.tail))
+    tail = list(sup.err.tail)
+    failures = torchrun_failures(tail)
+    done = (
+        None
+        if sup.stop_signal is not None
+        else completed_before_teardown(opt_ml, started, failures)
+    )
+    if done is not None:
+        who = ", ".join(f"rank {f.rank} by {_signal_name(-f.exitcode)}" for f in failures)
+        log(
+            f"the run completed (summary.json: status completed at step {done.get('final_step')}), "
+            f"then worker(s) died in process teardown ({who}); counted as a success, exit 0"
+        )
+        return 0
+    if failures:
+        log(f"failed ranks by time: {failure_timeline(failures, sup.exit_watch.exits)}")
+    reason = failure_reason(
+        rc, topo=topo, log_dir=log_dir, stderr_tail=tail, exit_times=sup.exit_watch.exits
+    )
     if sup.stop_signal is not None:
         reason = f"stopped by {signal.Signals(sup.stop_signal).name}; " + reason
     write_failure(opt_ml, reason)
     log(f"FAILED (exit {rc}): {reason.splitlines()[0]}")
     log(f"reason written to {OptMl(opt_ml).failure}")
     return rc
+
+
+def _signal_name(signum: int) -> str:
+    try:
+        return signal.Signals(signum).name
+    except ValueError:
+        return f"signal {signum}"
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+import select
 import signal
 import subprocess
 import sys
@@ -49,6 +50,55 @@ def worker_pids(torchrun_pid: int) -> list[int]:
         if WORKER_MODULE.encode() in cmd:
             pids.append(pid)
     return pids
+
+
+class ExitWatch:
+    """When each of torchrun's workers ended (wall-clock seconds by pid), seen through pidfds.
+
+    The launcher is not the workers' parent, so it cannot wait for them; a pidfd becomes
+    readable the moment its process ends, whoever the parent is. This is the order in which ranks
+    died, which torchrun's whole-second "Root Cause" cannot tell (`failure.first_failure`).
+    """
+
+    def __init__(self, torchrun_pid: int, expected: int, poll_s: float = 0.2) -> None:
+        self.exits: dict[int, float] = {}
+        self._torchrun, self._expected, self._poll_ms = torchrun_pid, expected, int(poll_s * 1000)
+        self._stop = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        if hasattr(os, "pidfd_open"):  # Linux >= 5.3; without it, torchrun's own order stands
+            self.thread.start()
+
+    def _run(self) -> None:
+        poller = select.poll()
+        fds: dict[int, int] = {}
+        seen: set[int] = set()
+        while True:
+            stopping = self._stop.is_set()  # then one last look without waiting
+            if len(seen) < self._expected and not stopping:
+                for pid in worker_pids(self._torchrun):
+                    if pid in seen:
+                        continue
+                    seen.add(pid)
+                    try:
+                        fd = os.pidfd_open(pid)
+                    except OSError:  # already gone (reaped) or pidfds unsupported
+                        continue
+                    fds[fd] = pid
+                    poller.register(fd, select.POLLIN)
+            for fd, _ in poller.poll(0 if stopping else self._poll_ms):
+                self.exits.setdefault(fds[fd], time.time())
+                poller.unregister(fd)
+                os.close(fds.pop(fd))
+            if stopping:
+                break
+        for fd in fds:
+            os.close(fd)
+
+    def stop(self) -> None:
+        """Stop watching (after torchrun has exited, when every worker has too)."""
+        self._stop.set()
+        if self.thread.is_alive():
+            self.thread.join(timeout=5)
 
 
 _NET_PATTERNS = [
@@ -115,6 +165,7 @@ class Supervisor:
         )
         self.out = OutputPump(self.proc.stdout, sys.stdout, tail_lines=50, topo=spec.topology)
         self.err = OutputPump(self.proc.stderr, sys.stderr, tail_lines=400, topo=spec.topology)
+        self.exit_watch = ExitWatch(self.proc.pid, spec.nproc_per_node)
 
     def on_signal(self, signum: int, _frame: Any) -> None:
         name = signal.Signals(signum).name
@@ -162,6 +213,7 @@ class Supervisor:
                     self.stop_at = None
 
     def finish(self) -> None:
+        self.exit_watch.stop()
         self.out.thread.join(timeout=5)
         self.err.thread.join(timeout=5)
 

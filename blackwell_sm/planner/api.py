@@ -28,6 +28,7 @@ from blackwell_sm.planner.explain import (
 from blackwell_sm.planner.memory import GIB
 from blackwell_sm.planner.plan import (
     Alternative,
+    CalibrationRef,
     CheckpointEstimate,
     InstanceRef,
     MemoryBreakdown,
@@ -39,6 +40,7 @@ from blackwell_sm.planner.plan import (
     Throughput,
 )
 from blackwell_sm.planner.precision import lowp_ineligible
+from blackwell_sm.planner.profile import AppliedProfile, for_instance, resolve_profile
 from blackwell_sm.planner.search import (
     MAX_INSTANCES,
     TRAINING_PLAN_COUNTS,
@@ -73,12 +75,39 @@ def _pins(spec: RunSpec) -> Pins:
     )
 
 
-def _context(spec: RunSpec, instance: InstanceType | None) -> tuple[Context, bool, list[str]]:
-    """(search context, is this a local run, warnings) for `spec` on `instance` or its own."""
+def _calibration(spec: RunSpec, calibration: AppliedProfile | bool | None) -> AppliedProfile | None:
+    """The profile to apply: the one given, else the spec's `compute.calibration`, else
+    `$BSM_CALIBRATION`; `False`: none at all (the uncalibrated planner)."""
+    if calibration is False:
+        return None
+    if calibration is None or calibration is True:
+        return resolve_profile(None, spec.compute.calibration)
+    return calibration
+
+
+def _context(
+    spec: RunSpec, instance: InstanceType | None, applied: AppliedProfile | None = None
+) -> tuple[Context, bool, list[str], CalibrationRef | None]:
+    """(search context, is this a local run, warnings, the profile's record) for `spec` on
+    `instance` or its own, with the calibration profile `applied` (if any)."""
     tr, comp, model = spec.training, spec.compute, spec.model
     local = instance is not None and is_local_run(instance.name)
     inst = instance or get_instance(comp.instance_type)
+    inst, constants, changed = for_instance(applied and applied.profile, inst)
+    ref = None
     warnings: list[str] = []
+    if applied is not None:
+        key, held = C.gpu_key(inst.gpu.name), applied.profile.gpus
+        ref = CalibrationRef(
+            profile=applied.path, name=applied.profile.name, created=applied.profile.created,
+            origin=applied.origin, gpu=key if key in held else "",
+            changed={k: {"default": a, "profile": b} for k, (a, b) in changed.items()},
+        )  # fmt: skip
+        if key not in held:
+            warnings.append(
+                f"calibration profile {applied.path} has no entry for {inst.gpu.name} (it holds "
+                f"{', '.join(held) or 'none'}): the default constants are used"
+            )
 
     if tr.total_steps is None and tr.total_tokens is None:
         total_tokens = DEFAULT_TOKENS_PER_PARAM * model.n_params
@@ -93,18 +122,25 @@ def _context(spec: RunSpec, instance: InstanceType | None) -> tuple[Context, boo
         warnings.append(f"price ${inst.price_per_hour}/h per instance: {inst.price_source}")
     ctx = Context(
         model, inst, tr.seq_len, tr.global_batch_sequences, total_tokens, tr.total_steps, price,
-        packed=tr.task == "finetune",
+        packed=tr.task == "finetune", constants=constants,
     )  # fmt: skip
-    return ctx, local, warnings
+    return ctx, local, warnings, ref
 
 
-def make_plan(spec: RunSpec, *, instance: InstanceType | None = None) -> Plan:
+def make_plan(
+    spec: RunSpec,
+    *,
+    instance: InstanceType | None = None,
+    calibration: AppliedProfile | bool | None = None,
+) -> Plan:
     """Choose the configuration for `spec` and predict its memory, speed, time and cost.
 
-    Pure. Never raises for infeasibility: returns `feasible=False` with the candidate needing the
-    least memory and `advice`. Raises SpecError for pins or capacity that cannot be honoured.
-    `instance=None` uses `spec.compute.instance_type` and `instance_count`; a local instance
-    (`hardware.local_instance`) is one machine.
+    Pure given its inputs. Never raises for infeasibility: returns `feasible=False` with the
+    candidate needing the least memory and `advice`. Raises SpecError for pins or capacity that
+    cannot be honoured. `instance=None` uses `spec.compute.instance_type` and `instance_count`;
+    a local instance (`hardware.local_instance`) is one machine. `calibration`: a loaded profile
+    (`profile.resolve_profile`); None reads the spec's `compute.calibration` or
+    `$BSM_CALIBRATION` (that file is the only input read); False applies none.
     """
     tr, comp, model = spec.training, spec.compute, spec.model
     if comp.instance_preferences and instance is None:  # never the default type in their place
@@ -113,7 +149,7 @@ def make_plan(spec: RunSpec, *, instance: InstanceType | None = None) -> Plan:
             "(planner.preferences.plan_preferences, or bsm.plan(spec))",
             field="compute.instance_preferences",
         )
-    ctx, local, warnings = _context(spec, instance)
+    ctx, local, warnings, cal_ref = _context(spec, instance, _calibration(spec, calibration))
     inst, price = ctx.instance, ctx.price_per_hour
     reasons: list[str] = []
     advice: list[str] = []
@@ -204,7 +240,8 @@ def make_plan(spec: RunSpec, *, instance: InstanceType | None = None) -> Plan:
 
     alts = alternatives(res.evaluated, best, ctx, pins, count_auto=count == "auto")
     return _assemble(spec, inst, best, res.feasible and not late, alts, price, local,
-                     warnings=warnings, reasons=reasons, advice=advice)  # fmt: skip
+                     warnings=warnings, reasons=reasons, advice=advice,
+                     constants=ctx.constants, calibration=cal_ref)  # fmt: skip
 
 
 def _assemble(
@@ -219,6 +256,8 @@ def _assemble(
     warnings: list[str],
     reasons: list[str],
     advice: list[str],
+    constants: C.Constants | None = None,
+    calibration: CalibrationRef | None = None,
 ) -> Plan:
     """The Plan for the evaluated candidate `best`."""
     tr, comp, model = spec.training, spec.compute, spec.model
@@ -235,7 +274,7 @@ def _assemble(
     )  # fmt: skip
     tokens = best.steps * c.global_batch_seqs * tr.seq_len
     t, tps = best.time, best.tokens_per_s_per_gpu
-    sr = speed_range(tps, inst.gpu.name, model.name, c.precision, tr.seq_len)
+    sr = speed_range(tps, inst.gpu, model, c.precision, tr.seq_len, constants)
     warn = over_published(tps, sr)
     if warn:
         warnings = [*warnings, warn]
@@ -310,6 +349,7 @@ def _assemble(
         reasons=reasons,
         advice=advice,
         spec=PlanSpec(model=model, training=tr),
+        calibration=calibration,
     )
 
 
@@ -319,6 +359,7 @@ def pinned_plan(
     *,
     instance: InstanceType | None = None,
     instance_count: int | None = None,
+    calibration: AppliedProfile | bool | None = None,
 ) -> Plan:
     """The plan for exactly `config` (PlanConfig keys but `seq_len`, which comes from the spec),
     predicted by the same models as `make_plan`, for tests and benchmarks that need a
@@ -326,7 +367,7 @@ def pinned_plan(
 
     `instance_count` defaults to the spec's (1 for a local instance or `auto`).
     """
-    ctx, local, warnings = _context(spec, instance)
+    ctx, local, warnings, cal_ref = _context(spec, instance, _calibration(spec, calibration))
     if instance_count is None:
         n = spec.compute.instance_count
         instance_count = 1 if local or not isinstance(n, int) else n
@@ -342,18 +383,20 @@ def pinned_plan(
     e = evaluate(ctx, cand)
     return _assemble(spec, ctx.instance, e, e.fits, [], ctx.price_per_hour, local,
                      warnings=warnings, reasons=["pinned configuration (not searched)"],
-                     advice=[])  # fmt: skip
+                     advice=[], constants=ctx.constants, calibration=cal_ref)  # fmt: skip
 
 
 def plan(spec: RunSpec | str | Path | dict[str, Any], **overrides: Any) -> Plan:
     """Notebook entry: a RunSpec, a YAML path, a mapping, or a preset name; `overrides` are
     `--set` style keys (plan config keys or dotted spec paths), e.g. `plan("llama-3.1-8b",
-    seq_len=8192, precision="bf16")`. `instance=` takes an InstanceType (e.g. local_instance).
+    seq_len=8192, precision="bf16")`. `instance=` takes an InstanceType (e.g. local_instance);
+    `calibration=` a profile path (docs/calibration.md).
     A spec with `compute.instance_preferences` gives a PreferencePlans: a plan per type."""
     from blackwell_sm.spec import load_spec, parse_spec, with_overrides
     from blackwell_sm.spec.presets import PRESETS
 
     instance = overrides.pop("instance", None)
+    cal = overrides.pop("calibration", None)  # a profile path, or an AppliedProfile
     if isinstance(spec, RunSpec):
         rs = spec
     elif isinstance(spec, dict):
@@ -373,4 +416,5 @@ def plan(spec: RunSpec | str | Path | dict[str, Any], **overrides: Any) -> Plan:
         from blackwell_sm.planner.preferences import plan_preferences
 
         return plan_preferences(rs)  # type: ignore[return-value]  # a plan per preference
-    return make_plan(rs, instance=instance)
+    applied = resolve_profile(cal, rs.compute.calibration) if isinstance(cal, (str, Path)) else cal
+    return make_plan(rs, instance=instance, calibration=applied)

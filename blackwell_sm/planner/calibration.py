@@ -177,14 +177,62 @@ RANGE_BY_EVIDENCE: dict[str, tuple[float, float]] = {
     "fitted": (0.15, 0.10),
     "carried": (0.30, 0.10),
     "measured": (0.35, 0.35),
+    # A calibration profile fitted on this GPU's own runs (`bsm calibrate`): the default when the
+    # profile does not record its own range (from its fit's residuals, docs/calibration.md).
+    "calibrated": (0.10, 0.10),
 }
+
+
+def gpu_key(gpu_name: str) -> str:
+    """The key of a GPU in GPU_CALIBRATION and in calibration profiles: its name's first word."""
+    return gpu_name.split()[0] if gpu_name else ""
 
 
 def gpu_calibration(gpu_name: str) -> GpuCalibration:
     """The calibration of the GPU named `gpu_name` (catalog name; its first word is the key).
     A GPU without an entry is `carried` with the fitted constants unchanged."""
-    key = gpu_name.split()[0] if gpu_name else ""
-    return GPU_CALIBRATION.get(key) or GpuCalibration(1.0, "carried", "no rows: Hopper's fit")
+    return GPU_CALIBRATION.get(gpu_key(gpu_name)) or GpuCalibration(
+        1.0, "carried", "no rows: Hopper's fit"
+    )
+
+
+class Constants(NamedTuple):
+    """The constants the step-time and memory models take on one GPU: the module's defaults
+    (`constants_for`), or those a calibration profile (`planner/profile.py`) changed. Passed to
+    the models as an argument; nothing here is ever mutated."""
+
+    matmul_efficiency: dict[tuple[str, bool], float]
+    attention_efficiency: float
+    comm_overlap: float
+    nvlink_efficiency: float
+    efa_efficiency: float
+    hbm_efficiency: float
+    fragmentation: float
+    compute_scale: float
+    evidence: str
+    #: (fraction below, fraction above) the speed's point estimate; None: RANGE_BY_EVIDENCE's.
+    speed_range: tuple[float, float] | None = None
+
+    @property
+    def range(self) -> tuple[float, float]:
+        return self.speed_range or RANGE_BY_EVIDENCE[self.evidence]
+
+
+#: The constants a profile may change and `planner/fit.py` may fit (names of `Constants` fields;
+#: matmul efficiency is one per (precision, compile) key).
+FITTABLE = (
+    "matmul_efficiency", "attention_efficiency", "comm_overlap", "nvlink_efficiency",
+    "efa_efficiency", "hbm_efficiency", "fragmentation",
+)  # fmt: skip
+
+
+def constants_for(gpu_name: str) -> Constants:
+    """The default constants on the GPU named `gpu_name` (no profile)."""
+    cal = gpu_calibration(gpu_name)
+    return Constants(
+        dict(MATMUL_EFFICIENCY), ATTENTION_EFFICIENCY, COMM_OVERLAP, NVLINK_EFFICIENCY,
+        EFA_EFFICIENCY, HBM_EFFICIENCY, FRAGMENTATION, cal.compute_scale, cal.evidence,
+    )  # fmt: skip
 
 
 #: Best published tokens/s/GPU for (GPU, model, precision, seq_len), from any stack: a plan's

@@ -207,7 +207,9 @@ def fp8_extra_bytes(model: ModelSpec | Shape, precision: str) -> float:
     return float(C.LIVE_GATHERED_BLOCKS * block_linear_params(model) * copies)
 
 
-def overhead_bytes(kind: str, dynamic_bytes: float, n_groups: int) -> tuple[float, float]:
+def overhead_bytes(
+    kind: str, dynamic_bytes: float, n_groups: int, fragmentation: float = C.FRAGMENTATION
+) -> tuple[float, float]:
     """(runtime outside the caching allocator, allocator fragmentation) per GPU.
 
     Runtime: CUDA context + one NCCL communicator per process group (0 groups on one GPU), or the
@@ -217,7 +219,7 @@ def overhead_bytes(kind: str, dynamic_bytes: float, n_groups: int) -> tuple[floa
         runtime = C.CPU_RUNTIME_GIB * GIB
     else:
         runtime = (C.CUDA_CONTEXT_GIB + C.NCCL_GIB_PER_GROUP * n_groups) * GIB
-    return runtime, C.FRAGMENTATION * dynamic_bytes
+    return runtime, fragmentation * dynamic_bytes
 
 
 class MemoryTerms(NamedTuple):
@@ -262,9 +264,11 @@ def memory_terms(
     kind: str = "cuda",
     compiled_loss: bool = False,
     packed: bool = False,
+    fragmentation: float = C.FRAGMENTATION,
 ) -> MemoryTerms:
     """All terms for one configuration on one GPU (`packed`: fine-tuning rows of packed samples,
-    whose block-diagonal attention mask adds `arch.document_mask_bytes` to the activations)."""
+    whose block-diagonal attention mask adds `arch.document_mask_bytes` to the activations;
+    `fragmentation`: the allocator's, from a calibration profile when one applies)."""
     model = shape(model) if isinstance(model, ModelSpec) else model
     params, grads, optim = state_bytes(model, shard_degree)
     single = shard_degree * replicate_degree == 1
@@ -278,7 +282,7 @@ def memory_terms(
     logits = logits_and_loss_bytes(model, micro_batch, seq_len, compiled_loss=compiled_loss)
     lowp = fp8_extra_bytes(model, precision)
     n_groups = 0 if single else (1 if replicate_degree == 1 or shard_degree == 1 else 2)
-    runtime, frag = overhead_bytes(kind, acts + logits + grad_t, n_groups)
+    runtime, frag = overhead_bytes(kind, acts + logits + grad_t, n_groups, fragmentation)
     return MemoryTerms(
         params, grads, optim, gathered, grad_t, acts, logits, lowp, runtime + frag, runtime
     )

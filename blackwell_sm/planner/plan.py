@@ -5,7 +5,7 @@ The shape of `schema_version` 1 is stable: keys may be added, none removed or re
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -185,6 +185,20 @@ class PlanSpec(_Out):
     training: TrainingSpec
 
 
+class CalibrationRef(_Out):
+    """The calibration profile a plan was made with (planner/profile.py, docs/calibration.md)."""
+
+    profile: str = Field(description="Path of the profile file.")
+    name: str
+    created: str = Field(description="When the profile was written (UTC, ISO 8601).")
+    origin: str = Field(description="flag (--calibration), spec (compute.calibration) or env.")
+    gpu: str = Field(description="The profile entry applied (a GPU key), or '' when none.")
+    changed: dict[str, dict[str, Any]] = Field(
+        default_factory=dict,
+        description="Each constant or GPU figure the profile changed: {default, profile}.",
+    )
+
+
 class Plan(_Out):
     """The planner's answer: a configuration, its predictions and the reasons."""
 
@@ -202,6 +216,9 @@ class Plan(_Out):
     reasons: list[str] = Field(default_factory=list, description="Why each choice was made.")
     advice: list[str] = Field(default_factory=list, description="What would make it fit.")
     spec: PlanSpec
+    calibration: CalibrationRef | None = Field(
+        None, description="The calibration profile applied; None: calibration.py's constants."
+    )
 
     def to_json(self) -> str:
         return self.model_dump_json(indent=2)

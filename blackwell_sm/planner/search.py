@@ -75,6 +75,7 @@ class Context(NamedTuple):
     price_per_hour: float | None
     compiled_loss: bool = False  # the loop does not compile its loss; rows of other stacks may
     packed: bool = False  # task: finetune: packed rows, a block-diagonal attention mask
+    constants: C.Constants | None = None  # a calibration profile's; None: calibration.py's
 
 
 class Evaluation(NamedTuple):
@@ -127,10 +128,10 @@ def evaluate(ctx: Context, c: Candidate) -> Evaluation:
               mode=c.activation_checkpointing,
               compile=c.compile, reshard_after_forward=c.reshard_after_forward)  # fmt: skip
     sh = shape(m)
-    mem = memory_terms(
-        sh, kind=inst.gpu.kind, compiled_loss=ctx.compiled_loss, packed=ctx.packed, **kw
-    )
-    t = step_time(sh, inst, grad_accum=c.grad_accum_steps, packed=ctx.packed, **kw)
+    k = ctx.constants or C.constants_for(inst.gpu.name)
+    mem = memory_terms(sh, kind=inst.gpu.kind, compiled_loss=ctx.compiled_loss, packed=ctx.packed,
+                       fragmentation=k.fragmentation, **kw)  # fmt: skip
+    t = step_time(sh, inst, grad_accum=c.grad_accum_steps, packed=ctx.packed, constants=k, **kw)
     tokens_per_step = c.global_batch_seqs * ctx.seq_len
     if ctx.total_steps is not None:
         steps = ctx.total_steps

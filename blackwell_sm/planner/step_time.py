@@ -31,13 +31,14 @@ def compute_time_per_token(
     mode: str,
     compile: bool,
     packed: bool = False,
+    constants: C.Constants | None = None,
 ) -> float:
     """Seconds of compute per token on one GPU (forward + backward + recompute).
 
     `packed` (fine-tuning rows with a block-diagonal mask): the attention kernel takes a dense
     mask and computes every score block, where the causal kernel skips the upper half."""
     base, recompute = compute_terms_per_token(
-        model, instance, seq_len, precision, mode, compile, packed
+        model, instance, seq_len, precision, mode, compile, packed, constants
     )
     return base + recompute
 
@@ -50,16 +51,19 @@ def compute_terms_per_token(
     mode: str,
     compile: bool,
     packed: bool = False,
+    constants: C.Constants | None = None,
 ) -> tuple[float, float]:
-    """(forward + backward, recompute) seconds of compute per token on one GPU."""
+    """(forward + backward, recompute) seconds of compute per token on one GPU. `constants`:
+    the calibration to use (default: `calibration.constants_for` the instance's GPU)."""
     model = shape(model) if isinstance(model, ModelSpec) else model
     gpu = instance.gpu
-    scale = C.gpu_calibration(gpu.name).compute_scale
+    k = constants or C.constants_for(gpu.name)
+    scale = k.compute_scale
     bf16_peak = gpu.peak_flops("bf16")
     lowp_peak = gpu.peak_flops(precision)
-    eff_lin = C.MATMUL_EFFICIENCY[(precision, compile)] * scale
-    eff_bf16 = C.MATMUL_EFFICIENCY[("bf16", compile)] * scale
-    eff_attn = C.ATTENTION_EFFICIENCY * scale
+    eff_lin = k.matmul_efficiency[(precision, compile)] * scale
+    eff_bf16 = k.matmul_efficiency[("bf16", compile)] * scale
+    eff_attn = k.attention_efficiency * scale
     lin_params = model.n_layers * block_linear_params(model)
     head_params = model.n_matmul_params - model.n_layers * model.params_per_layer
     rec_lin, rec_attn = recompute_flops_per_token(model, seq_len, mode)
@@ -72,7 +76,7 @@ def compute_terms_per_token(
     t_elem = (
         model.n_layers
         * (a * model.d_model + b * model.ffn_dim)
-        / (gpu.hbm_tb_s * 1e12 * C.HBM_EFFICIENCY)
+        / (gpu.hbm_tb_s * 1e12 * k.hbm_efficiency)
     )
     t_rec = rec_lin / (lowp_peak * eff_lin) + rec_attn * frac / (bf16_peak * eff_attn)
     if mode == "full":
@@ -82,12 +86,15 @@ def compute_terms_per_token(
     return t_lin + t_head + t_attn + t_elem, t_rec
 
 
-def link_bandwidth(instance: InstanceType, group_spans_nodes: bool) -> float:
+def link_bandwidth(
+    instance: InstanceType, group_spans_nodes: bool, constants: C.Constants | None = None
+) -> float:
     """Achieved per-GPU bus bandwidth (bytes/s) of a collective inside one node or across nodes."""
+    k = constants or C.constants_for(instance.gpu.name)
     if group_spans_nodes:
         per_gpu = instance.inter_node_gbps / 8.0 / instance.gpus_per_instance * 1e9
-        return per_gpu * C.EFA_EFFICIENCY
-    return instance.intra_node_gb_s * 1e9 * C.NVLINK_EFFICIENCY
+        return per_gpu * k.efa_efficiency
+    return instance.intra_node_gb_s * 1e9 * k.nvlink_efficiency
 
 
 class StepTime(NamedTuple):
@@ -113,11 +120,15 @@ def step_time(
     compile: bool,
     reshard_after_forward: bool,
     packed: bool = False,
+    constants: C.Constants | None = None,
 ) -> StepTime:
     """Predicted time of one optimizer step on every GPU (they run in lock-step)."""
     model = shape(model) if isinstance(model, ModelSpec) else model
+    k = constants or C.constants_for(instance.gpu.name)
     tokens = micro_batch * seq_len
-    base, rec = compute_terms_per_token(model, instance, seq_len, precision, mode, compile, packed)
+    base, rec = compute_terms_per_token(
+        model, instance, seq_len, precision, mode, compile, packed, k
+    )
     t_comp = tokens * (base + rec)
     gpn = instance.gpus_per_instance
     n = shard_degree
@@ -125,7 +136,7 @@ def step_time(
     # reduce-scatter of fp32 grads. Ring: each GPU moves (n-1)/n of the full buffer.
     t_ag = t_rs = t_first = 0.0
     if n > 1:
-        bw = link_bandwidth(instance, n > gpn)
+        bw = link_bandwidth(instance, n > gpn, k)
         lin = model.n_layers * block_linear_params(model)
         other = model.n_params - lin
         gather = lin * C.GATHER_BYTES[precision] + other * 2
@@ -142,14 +153,14 @@ def step_time(
     if r > 1:
         # HSDP: all-reduce of each shard's fp32 grads across replicas, every micro-batch (FSDP2's
         # default), over EFA when the replica group spans nodes.
-        bw = link_bandwidth(instance, n * r > gpn)
+        bw = link_bandwidth(instance, n * r > gpn, k)
         t_ar = 2 * (r - 1) / r * model.n_params * 4 / n / bw
     comm_mb = t_ag + t_rs + t_ar
     # The first gather and the last reduce-scatter have nothing to hide under; the rest hides
     # under compute up to COMM_OVERLAP of it. Never more than all the communication.
-    exposed_mb = t_first + max(0.0, comm_mb - t_first - C.COMM_OVERLAP * t_comp)
+    exposed_mb = t_first + max(0.0, comm_mb - t_first - k.comm_overlap * t_comp)
     bytes_opt = model.n_params / n * C.OPTIMIZER_BYTES_PER_PARAM
-    t_opt = bytes_opt / (instance.gpu.hbm_tb_s * 1e12 * C.HBM_EFFICIENCY)
+    t_opt = bytes_opt / (instance.gpu.hbm_tb_s * 1e12 * k.hbm_efficiency)
     step = grad_accum * (t_comp + exposed_mb) + t_opt
     return StepTime(
         grad_accum * t_comp,

@@ -9,28 +9,23 @@ import math
 
 from blackwell_sm.planner.counts import choose_count
 from blackwell_sm.planner.search import MAX_INSTANCES, Context, Evaluation, Pins, evaluate
+from blackwell_sm.planner.units import hours_text
 from blackwell_sm.spec.job import MAX_RUNTIME_HOURS
 
 #: Above this many instances a plan is flagged as an unusual scale (the search's own ceiling).
 SCALE_WARNING_INSTANCES = MAX_INSTANCES
 
 
-def hours_text(hours: float) -> str:
-    """Hours, with days when over 48 h: '1,234.5 h (51.4 days)'."""
-    return f"{hours:,.1f} h" + (f" ({hours / 24:,.1f} days)" if hours > 48 else "")
-
-
 def _faster_count(
     ctx: Context, pins: Pins, allowed: list[int], n: int, deadline: float
 ) -> tuple[int, float] | None:
-    """The fewest instances above `n` that finish within `deadline` (count, hours), if any."""
+    """Among the counts above `n`, the fewest that finish within the deadline, else the
+    fastest found (count, hours); None when no larger count fits."""
     above = [k for k in allowed if k > n]
     if not above:
         return None
     k, res, _, _ = choose_count(ctx, pins, above, deadline)
-    if res.feasible and res.best.hours <= deadline:
-        return k, res.best.hours
-    return None
+    return (k, res.best.hours) if res.feasible else None
 
 
 def time_limit_notes(
@@ -49,7 +44,7 @@ def time_limit_notes(
         jobs = math.ceil(hours / MAX_RUNTIME_HOURS)
         warnings.append(
             f"predicted {hours_text(hours)} is longer than one SageMaker job (28-day "
-            f"MaxRuntime, {MAX_RUNTIME_HOURS} h): the run needs {jobs} jobs, each resuming "
+            f"MaxRuntime, {MAX_RUNTIME_HOURS} h): the run needs at least {jobs} jobs, each resuming "
             "from the same checkpoints (bsm submit --new resumes)"
         )
     if hours <= deadline:
@@ -59,18 +54,20 @@ def time_limit_notes(
             f"predicted {hours_text(hours)} exceeds compute.deadline_hours {user_deadline:g}"
         )
     faster = _faster_count(ctx, pins, allowed, n, deadline)
-    if faster:
+    if faster and faster[1] <= deadline:
         k, h = faster
         tips.append(
             f"compute.instance_count: {k} finishes in {hours_text(h)} (within {deadline:g} h)"
         )
-        warnings.append(f"{n} instance(s) miss the {deadline:g} h limit; {tips[0]}")
     else:
-        need = math.ceil(n * hours / deadline)
+        # Time falls at best as 1/count, so the fastest count found bounds what is needed.
+        k, h = faster or (n, hours)
+        need = max(math.ceil(k * h / deadline), allowed[-1] + 1 if faster else 0)
         tips.append(
-            f"about {need} instances would be needed at this speed (the search covers up to "
-            f"{allowed[-1]}); set compute.instance_count to plan one"
+            f"at least {need} instances would be needed at this speed (the search covers up "
+            f"to {allowed[-1]}: {k} take {hours_text(h)}); set compute.instance_count to plan one"
         )
+    warnings.append(f"{n} instance(s) miss the {deadline:g} h limit; {tips[0]}")
     if ctx.total_steps is None and ctx.total_tokens:
         fit = int(ctx.total_tokens * deadline / hours * 0.99)
         tips.append(f"training.total_tokens: {fit:.4g} finishes within {deadline:g} h on {n}")

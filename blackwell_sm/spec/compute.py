@@ -98,6 +98,14 @@ class ComputeSpec(BaseModel):
         description="A run whose pessimistic cost is above this many USD is flagged in the plan, "
         "and `bsm submit` asks for confirmation (or --yes); in (0, 1000000000].",
     )
+    calibration: str | None = Field(
+        None,
+        min_length=1,
+        max_length=1024,
+        description="Path of a calibration profile (`bsm calibrate`, docs/calibration.md), 1-1024 "
+        "characters, relative to the working directory; `bsm plan --calibration` overrides "
+        "it, and it overrides $BSM_CALIBRATION.",
+    )
     instance_preferences: list[InstancePreference] | None = Field(
         None,
         min_length=1,

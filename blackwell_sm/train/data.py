@@ -13,7 +13,8 @@ from pathlib import Path
 
 import numpy as np
 
-from blackwell_sm.data.shards import FLAG_LOSS, FLAG_START, read_tokens_and_flags
+from blackwell_sm.data.channel import open_channel
+from blackwell_sm.data.shards import FLAG_LOSS, FLAG_START
 from blackwell_sm.errors import BsmError
 
 
@@ -37,22 +38,17 @@ class BatchLayout:
 
 
 class ShardDataset:
-    """All sequences of the `.bin` shards in a directory, memory-mapped."""
+    """All sequences of a channel's shards, memory-mapped and checked when opened
+    (`data/channel.py`: the manifest's list, sizes, headers, token ids below `vocab_size`)."""
 
     def __init__(self, directory: str | Path, seq_len: int, vocab_size: int | None = None) -> None:
         directory = Path(directory)
-        files = sorted(directory.glob("*.bin"))
-        if not files:
-            raise BsmError(
-                f"no token shards (*.bin) in {directory}",
-                hint="point the channel at the output of `bsm data prepare`, or use "
-                "training.data.source: synthetic",
-            )
-        self._check_manifest(directory, vocab_size, seq_len)
+        channel = open_channel(directory, vocab_size=vocab_size, seq_len=seq_len)
         self.seq_len = seq_len
-        read = [read_tokens_and_flags(f) for f in files]
-        self.shards = [tokens for tokens, _ in read]
-        self.flags = [flags for _, flags in read]
+        #: the tokenizer that made the shards, when it travels with them (exported with the model)
+        self.tokenizer_dir = channel.tokenizer_dir
+        self.shards = [s.tokens for s in channel.shards]
+        self.flags = [s.flags for s in channel.shards]
         if len({f is None for f in self.flags}) > 1:
             raise BsmError(
                 f"{directory}: mixes plain (version 1) and fine-tuning (version 2) shards",
@@ -63,34 +59,6 @@ class ShardDataset:
         self.offsets = np.cumsum([0, *counts])
         if self.offsets[-1] == 0:
             raise BsmError(f"{directory}: fewer than seq_len+1 = {seq_len + 1} tokens in any shard")
-
-    @staticmethod
-    def _check_manifest(
-        directory: Path, vocab_size: int | None, seq_len: int | None = None
-    ) -> None:
-        from blackwell_sm.safe_load import load_mapping
-
-        manifest = directory / "manifest.json"
-        if not manifest.exists():
-            return
-        data = load_mapping(manifest, field="manifest.json", fmt="json")
-        rows = data.get("seq_len")
-        if rows is not None and seq_len is not None and rows != seq_len:
-            raise BsmError(
-                f"{directory}: fine-tuning rows were packed to seq_len {rows}, the plan trains "
-                f"at seq_len {seq_len}",
-                hint=f"set training.seq_len: {rows}, or prepare the data again with "
-                f"--seq-len {seq_len}",
-            )
-        if vocab_size is None:
-            return
-        shard_vocab = data.get("vocab_size")
-        if shard_vocab is not None and shard_vocab > vocab_size:
-            raise BsmError(
-                f"{directory}: shards use a vocabulary of {shard_vocab} tokens but the model's "
-                f"vocab_size is {vocab_size}",
-                hint="set model.vocab_size >= the tokenizer's vocabulary",
-            )
 
     def __len__(self) -> int:
         return int(self.offsets[-1])

@@ -16,17 +16,13 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from blackwell_sm.data.tokenizer_files import copy_tokenizer
 from blackwell_sm.spec import ModelSpec, arch
 from blackwell_sm.spec.hf import generation_config, to_hf_config
 
 DEFAULT_MAX_SHARD_BYTES = 5 * 1024**3
 EXPORT_DTYPE = torch.float32  # the fp32 master weights: the export is exactly the trained model
 BF16_FROM_PARAMS = 1_000_000_000  # `export_dtype: auto` writes bf16 from this size up
-#: The files a Hugging Face tokenizer is saved as (whichever of them a folder has).
-TOKENIZER_FILES = (
-    "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "added_tokens.json",
-    "tokenizer.model", "vocab.json", "merges.txt", "chat_template.jinja", "chat_template.json",
-)  # fmt: skip
 
 
 def export_dtype(spec: ModelSpec, choice: str = "auto") -> torch.dtype:
@@ -35,20 +31,6 @@ def export_dtype(spec: ModelSpec, choice: str = "auto") -> torch.dtype:
     if choice == "auto":
         return torch.bfloat16 if spec.n_params >= BF16_FROM_PARAMS else torch.float32
     return {"bfloat16": torch.bfloat16, "float32": torch.float32}[choice]
-
-
-def copy_tokenizer(src: Path, out_dir: Path) -> list[Path]:
-    """Copy a Hugging Face tokenizer's files from `src` into `out_dir`; returns those copied
-    (none when `src` holds no tokenizer). One function for every exporter of a tokenizer."""
-    import shutil
-
-    copied = []
-    for name in TOKENIZER_FILES:
-        if (src / name).is_file():
-            out_dir.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(src / name, out_dir / name)
-            copied.append(out_dir / name)
-    return copied
 
 
 def write_generation_config(spec: ModelSpec, out_dir: Path, source: Path | None) -> Path:
@@ -81,10 +63,12 @@ def export_model(
     max_shard_bytes: int = DEFAULT_MAX_SHARD_BYTES,
     dtype: torch.dtype = EXPORT_DTYPE,
     source: Path | None = None,
+    tokenizer: Path | None = None,
 ) -> list[Path]:
     """Write `model` (FSDP-sharded or not) to `out_dir`; collective. Returns the files written.
 
-    Beside the weights and config.json: generation_config.json, and the tokenizer of `source`
+    Beside the weights and config.json: generation_config.json, and a tokenizer: `tokenizer`
+    (the folder of the one that made the training data) when given, else the one of `source`
     (the Hugging Face folder the model was imported from) when it has one."""
     from safetensors.torch import save_file
     from torch.distributed.tensor import DTensor
@@ -132,7 +116,9 @@ def export_model(
         (out_dir / "config.json").write_text(json.dumps(hf_config(spec, dtype), indent=2) + "\n")
         written.append(out_dir / "config.json")
         written.append(write_generation_config(spec, out_dir, source))
-        if source is not None:
+        if tokenizer is not None:
+            written.extend(copy_tokenizer(tokenizer, out_dir))
+        elif source is not None:
             written.extend(copy_tokenizer(source, out_dir))
         if n > 1:
             index = {"metadata": {"total_size": total}, "weight_map": weight_map}

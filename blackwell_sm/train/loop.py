@@ -240,7 +240,7 @@ class Trainer:
 
                 source = init_path(self.tr.init_from, self.paths.channel("init"))
             export_model(self.model, spec, self.paths.model, is_main=env.is_main,
-                         dtype=export_dtype(spec, self.tr.export_dtype), source=source)  # fmt: skip
+                         dtype=export_dtype(spec, self.tr.export_dtype), source=source, tokenizer=getattr(self.train_data, "tokenizer_dir", None))  # fmt: skip
             log(f"exported the model to {self.paths.model}", is_main=env.is_main)
         summary = self.metrics.summary(status=status, final_step=step, resumed_from=resumed_from)
         if env.is_main:
@@ -253,7 +253,11 @@ def train(plan: Plan, opt_ml: Path) -> dict:
     """Run `plan` as this torchrun worker; returns the run summary (same on every rank)."""
     env = init_distributed()
     try:
-        return Trainer(plan, OptMl(opt_ml), env).run()
+        summary = Trainer(plan, OptMl(opt_ml), env).run()
+        # Every rank past its last collective (export, summary) before any rank tears down: a
+        # rank that leaves early resets the sockets of a peer still in a collective.
+        dist.barrier()
+        return summary
     finally:
         if dist.is_initialized():
             dist.destroy_process_group()

@@ -518,6 +518,7 @@ FLAG_SET_CASES: list[tuple[list[str], str]] = [
     (["--global-batch-tokens", "1048576", "--set", "training.global_batch_seqs=64"], "training.global_batch_seqs"),
     (["--total-tokens", "1000000000", "--set", "training.total_tokens=5"], "training.total_tokens"),
     (["--total-tokens", "1000000000", "--set", "training.total_steps=5"], "training.total_steps"),
+    (["--calibration", "a.yaml", "--set", "compute.calibration=b.yaml"], "compute.calibration"),
     (["--set", "seq_len=1024", "--set", "training.seq_len=2048"], "training.seq_len"),
     (["--set", "shard_degree=8", "--set", "training.pins.shard_degree=4"], "training.pins.shard_degree"),
 ]  # fmt: skip

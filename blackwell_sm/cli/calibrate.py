@@ -1,0 +1,97 @@
+"""`bsm calibrate SOURCE... [--out FILE]`: fit the planner's constants to measured runs and write
+a calibration profile (blackwell_sm/calibrate.py; docs/calibration.md)."""
+
+from __future__ import annotations
+
+import click
+
+from blackwell_sm.cli.output import OUTPUT_OPTION, emit_json
+
+
+def _pct(x: float | None) -> str:
+    return "-" if x is None else f"{x:+.1%}"
+
+
+@click.command("calibrate")
+@click.argument("sources", metavar="SOURCE...", nargs=-1, required=True)
+@click.option(
+    "--out",
+    "out",
+    metavar="FILE",
+    default="calibration.yaml",
+    show_default=True,
+    help="Where to write the profile (YAML).",
+)
+@click.option("--name", default="calibration", show_default=True, help="The profile's name.")
+@click.option(
+    "--region", metavar="REGION", help="For job sources: default AWS_REGION / the profile's."
+)
+@OUTPUT_OPTION
+def calibrate(
+    sources: tuple[str, ...], out: str, name: str, region: str | None, output: str
+) -> None:
+    """Fit the planner's efficiency constants per GPU kind to SOURCEs (run directories,
+    measurements CSVs, job names), print each row's error before and after, and write the
+    profile to --out. Apply it with `bsm plan --calibration FILE`."""
+    from blackwell_sm.calibrate import calibrate as run_calibration
+    from blackwell_sm.calibrate import classify, write_profile
+
+    aws = None
+    if any(classify(s) == "job" for s in sources):
+        from blackwell_sm.aws.session import AwsContext
+
+        aws = AwsContext(region)
+    result = run_calibration(list(sources), name=name, aws=aws)
+    path = write_profile(result.profile, out)
+    result = result.model_copy(update={"out": str(path)})
+    if output == "json":
+        emit_json(result)
+        return
+    render(result)
+
+
+def render(result: object) -> None:
+    """The rows (error before and after) and the constants (fitted or kept, and why)."""
+    from rich.table import Table
+
+    from blackwell_sm.cli.output import out_console, text
+
+    con = out_console()
+    rows = Table(title="measured rows: predicted / measured - 1", title_justify="left")
+    for col in ("row", "gpu", "tok/s/GPU", "speed before", "after", "memory before", "after"):
+        rows.add_column(col)
+    for r in result.rows:  # type: ignore[attr-defined]
+        tps = r.measured_tokens_per_s_per_gpu
+        rows.add_row(
+            r.id, r.gpu, "-" if tps is None else f"{tps:,.1f}", _pct(r.speed_error_before),
+            _pct(r.speed_error_after), _pct(r.memory_error_before), _pct(r.memory_error_after),
+        )  # fmt: skip
+    con.print(rows)
+    consts = Table(title="constants", title_justify="left")
+    for col in ("gpu", "constant", "default", "calibrated", ""):
+        consts.add_column(col)
+    for c in result.constants:  # type: ignore[attr-defined]
+        consts.add_row(
+            c.gpu, c.name, f"{c.default:.4g}", f"{c.value:.4g}" if c.fitted else "(kept)",
+            "fitted" if c.fitted else (c.why_kept or ""),
+        )  # fmt: skip
+    con.print(consts)
+    prof = result.profile  # type: ignore[attr-defined]
+    for gpu, entry in prof.gpus.items():
+        lo, hi = entry.speed_range or (None, None)
+        rng = f", speed range -{lo:.0%}/+{hi:.0%}" if lo is not None else ""
+        con.print(
+            text(
+                (gpu, "bold"),
+                f": median |error| {_pct(entry.median_abs_error_before).lstrip('+')} before, "
+                f"{_pct(entry.median_abs_error_after).lstrip('+')} after, {entry.rows} rows{rng}",
+            )
+        )
+    if not prof.gpus:
+        con.print(text(("no constant could be fitted: the profile changes nothing", "yellow")))
+    con.print(
+        text(
+            ("profile", "bold"),
+            f": {result.out}  (apply: bsm plan --calibration {result.out})",  # type: ignore[attr-defined]
+        )
+    )

@@ -1,0 +1,90 @@
+"""An output folder written whole or not at all: `bsm data prepare` writes into a fresh hidden
+folder beside `--out` and renames it into place only when everything is written.
+
+A non-empty `--out` is refused unless `overwrite`; then the old folder is swapped out only after
+the new one is complete (so an error leaves the old data as it was). On any error the temporary
+folder, and any parent folders this created, are removed: never a half-written or empty folder.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+from blackwell_sm.errors import SpecError
+
+_SHOWN = 5
+
+
+def check_out(out: Path, *, overwrite: bool) -> None:
+    """Refuse an `--out` that is a file or a link, or a folder with something in it (unless
+    `overwrite`)."""
+    if out.is_symlink() or (out.exists() and not out.is_dir()):
+        raise SpecError(
+            f"--out {out} exists and is not a folder",
+            field="--out",
+            hint="pass a new folder path (a link is not followed: pass its target)",
+        )
+    if out.is_dir() and not overwrite:
+        names = sorted(p.name for p in out.iterdir())
+        if names:
+            more = f" and {len(names) - _SHOWN} more" if len(names) > _SHOWN else ""
+            raise SpecError(
+                f"--out {out} is not empty (it holds {', '.join(names[:_SHOWN])}{more})",
+                field="--out",
+                hint="pass --overwrite to replace it, or a new folder: old shards left beside "
+                "new ones would be trained on",
+            )
+
+
+def _first_missing(path: Path) -> Path | None:
+    """The topmost ancestor of `path` (or itself) that does not exist yet."""
+    missing = None
+    for p in [path, *path.parents]:
+        if p.exists():
+            break
+        missing = p
+    return missing
+
+
+@contextlib.contextmanager
+def staged_dir(out: Path, *, overwrite: bool = False) -> Iterator[Path]:
+    """Yield a fresh temporary folder beside `out`; when the block ends without error it
+    becomes `out`, else it is removed."""
+    out = Path(out)
+    check_out(out, overwrite=overwrite)
+    created = _first_missing(out.parent)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent))
+    try:
+        yield tmp
+        umask = os.umask(0)
+        os.umask(umask)
+        tmp.chmod(0o777 & ~umask)  # mkdtemp's 0700 would follow the folder into place
+        check_out(out, overwrite=overwrite)  # again: another writer may have filled it since
+        _swap_into_place(tmp, out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        if created is not None:
+            shutil.rmtree(created, ignore_errors=True)
+        raise
+
+
+def _swap_into_place(tmp: Path, out: Path) -> None:
+    if not out.exists():
+        tmp.rename(out)
+        return
+    if not any(out.iterdir()):
+        out.rmdir()
+        tmp.rename(out)
+        return
+    # --overwrite: the old folder leaves only now that the new one is whole.
+    old = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".old", dir=out.parent))
+    old.rmdir()
+    out.rename(old)
+    tmp.rename(out)
+    shutil.rmtree(old, ignore_errors=True)

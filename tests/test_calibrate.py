@@ -1,0 +1,344 @@
+"""`bsm calibrate` and calibration profiles: constants recovered from rows made with known
+constants, what the data cannot identify kept and said, the profile applied by flag > spec >
+environment, hardware a profile describes, bad profiles refused with the field, and job sources
+read from S3 and CloudWatch Logs on moto."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import tarfile
+from pathlib import Path
+
+import pytest
+
+from blackwell_sm.calibrate import csv_row, job_rows
+from blackwell_sm.cli import main
+from blackwell_sm.planner import calibration as C
+from blackwell_sm.planner.api import make_plan
+from blackwell_sm.planner.fit import fit_gpu, get_param, predict, set_params
+from blackwell_sm.planner.profile import (
+    ENV_CALIBRATION,
+    CalibrationProfile,
+    GpuProfile,
+    ProfileConstants,
+    resolve_profile,
+)
+from blackwell_sm.spec import parse_spec
+
+FIELDS = ["id", "model", "gpu", "num_gpus", "precision", "seq_len", "micro_batch", "global_batch",
+          "activation_checkpointing", "shard_degree", "replicate_degree", "compile",
+          "tokens_per_s_per_gpu", "peak_memory_gib", "memory_kind", "stack", "notes", "source"]  # fmt: skip
+
+#: The constants the synthetic rows are made with (B200 defaults: 0.58, 0.66, 0.48, 0.32, 0.06,
+#: 0.95, 0.7): every one moved well away from its default.
+TRUE = {
+    "matmul_efficiency.bf16": 0.50,
+    "matmul_efficiency.bf16+compile": 0.61,
+    "matmul_efficiency.fp8+compile": 0.41,
+    "attention_efficiency": 0.27,
+    "fragmentation": 0.11,
+    "comm_overlap": 0.70,
+    "efa_efficiency": 0.55,
+}
+
+
+def run(args: list[str], capsys) -> tuple[int, str, str]:
+    with pytest.raises(SystemExit) as e:
+        main(args)
+    out, err = capsys.readouterr()
+    return int(e.value.code or 0), out, err
+
+
+def synthetic_csv(path: Path) -> Path:
+    """Rows of three models, three sequence lengths, bf16/fp8, eager/compile, 1-8 instances,
+    whose measured speed and memory are the planner's predictions with TRUE constants."""
+    base = C.constants_for("B200")
+    true = set_params(base, list(TRUE), list(TRUE.values()))
+    rows = []
+    i = 0
+    for model in ("llama-3.2-1b", "llama-3.1-8b"):
+        for seq in (2048, 8192, 32768):
+            for prec, comp in (("bf16", "false"), ("bf16", "true"), ("fp8-tensorwise", "true")):
+                for n_gpus, mb in ((8, 1), (64, 1), (32, 2)):
+                    row = {
+                        "id": f"syn-{i}", "model": model, "gpu": "B200", "num_gpus": str(n_gpus),
+                        "precision": prec, "seq_len": str(seq), "micro_batch": str(mb),
+                        "global_batch": str(mb * n_gpus), "activation_checkpointing": "full",
+                        "shard_degree": str(n_gpus), "replicate_degree": "1", "compile": comp,
+                        "memory_kind": "max_reserved", "stack": "synthetic", "notes": "",
+                        "source": "test", "tokens_per_s_per_gpu": "1", "peak_memory_gib": "1",
+                    }  # fmt: skip
+                    p = predict(csv_row(row), true)
+                    row["tokens_per_s_per_gpu"] = repr(p.tokens_per_s_per_gpu)
+                    row["peak_memory_gib"] = repr(p.memory_gib)
+                    rows.append(row)
+                    i += 1
+    buf = io.StringIO()
+    w = csv.DictWriter(buf, fieldnames=FIELDS)
+    w.writeheader()
+    w.writerows(rows)
+    path.write_text(buf.getvalue())
+    return path
+
+
+def test_calibrate_recovers_known_constants_within_2_percent(tmp_path, capsys):
+    src = synthetic_csv(tmp_path / "synthetic.csv")
+    out = tmp_path / "profile.yaml"
+    code, stdout, err = run(["calibrate", str(src), "--out", str(out), "-o", "json"], capsys)
+    assert code == 0, err
+    res = json.loads(stdout)
+    fitted = {c["name"]: c["value"] for c in res["constants"] if c["fitted"]}
+    assert set(TRUE) <= set(fitted), (fitted, res["constants"])
+    for name, value in TRUE.items():
+        assert fitted[name] == pytest.approx(value, rel=0.02), name
+    # Every row is predicted (nearly) exactly after the fit, and was not before.
+    assert max(abs(r["speed_error_after"]) for r in res["rows"]) < 0.01
+    assert max(abs(r["speed_error_before"]) for r in res["rows"]) > 0.1
+    # The profile on disk holds the same figures, its sources and its date.
+    prof = resolve_profile(str(out), None, {}).profile
+    entry = prof.gpus["B200"]
+    assert entry.constants.matmul_efficiency["fp8+compile"] == pytest.approx(0.41, rel=0.02)
+    assert prof.sources[0].kind == "csv" and prof.sources[0].rows == len(res["rows"])
+    assert prof.created.endswith("Z") and prof.version == 1
+
+
+def test_what_the_rows_cannot_identify_keeps_its_default_and_says_why():
+    row = csv_row({
+        "id": "one", "model": "llama-3.1-8b", "gpu": "B200", "num_gpus": "8",
+        "precision": "bf16", "seq_len": "8192", "micro_batch": "1", "global_batch": "8",
+        "activation_checkpointing": "full", "shard_degree": "8", "replicate_degree": "1",
+        "compile": "false", "tokens_per_s_per_gpu": "9000", "peak_memory_gib": "",
+        "memory_kind": "", "stack": "", "notes": "",
+    })  # fmt: skip
+    f = fit_gpu([row])
+    assert list(f.fitted) == ["matmul_efficiency.bf16"]  # one figure: one constant
+    assert predict(row, f.constants).tokens_per_s_per_gpu == pytest.approx(9000, rel=1e-3)
+    assert "no measured row depends on it" in f.kept["fragmentation"]  # no memory figure
+    assert "efa_efficiency" in f.kept and "comm_overlap" in f.kept
+    for name in f.kept:
+        assert get_param(f.constants, name) == get_param(f.base, name)
+    # One row proves nothing about the spread: the range is narrowed only halfway.
+    assert f.speed_range == (0.2, 0.1)
+
+
+def _profile(path: Path, name: str, bf16: float, **gpu) -> Path:
+    prof = CalibrationProfile(
+        name=name,
+        created="2026-12-03T00:00:00Z",
+        gpus={
+            "B200": GpuProfile(constants=ProfileConstants(matmul_efficiency={"bf16": bf16}), **gpu)
+        },
+    )
+    path.write_text(prof.to_yaml())
+    return path
+
+
+def test_plan_names_the_profile_and_its_changes_and_narrows_the_range(tmp_path, capsys):
+    prof = _profile(tmp_path / "p.yaml", "mine", 0.5, speed_range=(0.08, 0.05))
+    args = [
+        "plan",
+        "--model",
+        "llama-3.1-8b",
+        "--set",
+        "precision=bf16",
+        "--set",
+        "compile=false",
+        "-o",
+        "json",
+    ]
+    code, out, err = run(args, capsys)
+    assert code == 0, err
+    before = json.loads(out)
+    code, out, err = run([*args, "--calibration", str(prof)], capsys)
+    assert code == 0, err
+    after = json.loads(out)
+    assert before["calibration"] is None and before["throughput"]["evidence"] == "carried"
+    cal = after["calibration"]
+    assert cal["profile"] == str(prof) and cal["name"] == "mine" and cal["origin"] == "flag"
+    assert cal["gpu"] == "B200"
+    assert cal["changed"]["matmul_efficiency.bf16"] == {"default": 0.58, "profile": 0.5}
+    t0, t1 = before["throughput"], after["throughput"]
+    assert t1["evidence"] == "calibrated"
+
+    def width(t):
+        return (t["tokens_per_s_per_gpu_range"][1] - t["tokens_per_s_per_gpu_range"][0]) / t[
+            "tokens_per_s_per_gpu"
+        ]
+
+    assert width(t1) < width(t0)
+    assert t1["tokens_per_s_per_gpu"] < t0["tokens_per_s_per_gpu"]  # less efficient matmuls
+    code, out, err = run(["plan", "--model", "llama-3.1-8b", "--calibration", str(prof)], capsys)
+    assert code == 0 and "calibration" in out and "0.58 -> 0.5" in " ".join(out.split())
+
+
+def test_precedence_flag_over_spec_over_environment(tmp_path, monkeypatch):
+    flag = _profile(tmp_path / "flag.yaml", "flag", 0.40)
+    spec_p = _profile(tmp_path / "spec.yaml", "spec", 0.45)
+    env_p = _profile(tmp_path / "env.yaml", "env", 0.50)
+    bare = parse_spec(
+        {"model": "llama-3.1-8b", "training": {"precision": "bf16", "pins": {"compile": False}}}
+    )
+    with_spec = parse_spec({"model": "llama-3.1-8b", "training": {"precision": "bf16", "pins": {"compile": False}},
+                            "compute": {"calibration": str(spec_p)}})  # fmt: skip
+    monkeypatch.delenv(ENV_CALIBRATION, raising=False)
+    assert make_plan(bare).calibration is None
+    monkeypatch.setenv(ENV_CALIBRATION, str(env_p))
+    assert make_plan(bare).calibration.name == "env"
+    p = make_plan(with_spec)
+    assert (p.calibration.name, p.calibration.origin) == ("spec", "spec")
+    applied = resolve_profile(str(flag), with_spec.compute.calibration)
+    p = make_plan(with_spec, calibration=applied)
+    assert (p.calibration.name, p.calibration.origin) == ("flag", "flag")
+    assert make_plan(with_spec, calibration=False).calibration is None
+    speeds = [make_plan(bare, calibration=resolve_profile(str(x), None, {})) for x in (flag, env_p)]
+    assert speeds[0].throughput.tokens_per_s_per_gpu < speeds[1].throughput.tokens_per_s_per_gpu
+
+
+def test_a_profile_describes_a_power_capped_part_and_a_gpu_the_catalog_lacks(tmp_path):
+    spec = parse_spec(
+        {"model": "llama-3.1-8b", "training": {"precision": "bf16", "pins": {"compile": False}}}
+    )
+    base = make_plan(spec, calibration=False)
+    capped = _profile(tmp_path / "cap.yaml", "cap", 0.58, peak_scale=0.8, memory_gib=150.0)
+    p = make_plan(spec, calibration=resolve_profile(str(capped), None, {}))
+    assert p.instance.peak_flops_bf16 == pytest.approx(0.8 * base.instance.peak_flops_bf16)
+    assert p.memory_gib.limit == 150.0 and p.instance.gpu_memory_gib == 150.0
+    assert p.throughput.tokens_per_s_per_gpu < 0.9 * base.throughput.tokens_per_s_per_gpu
+    assert "gpu.peak_tflops" in p.calibration.changed and "gpu.memory_gib" in p.calibration.changed
+
+    new = CalibrationProfile(
+        name="x9", created="2026-12-03T00:00:00Z",
+        gpus={"X9": GpuProfile(peak_tflops={"bf16": 500.0, "fp8": 1000.0}, hbm_tb_s=2.0,
+                               memory_gib=64.0, instance_types=["ml.p6-b200.48xlarge"])},
+    )  # fmt: skip
+    (tmp_path / "x9.yaml").write_text(new.to_yaml())
+    p = make_plan(spec, calibration=resolve_profile(str(tmp_path / "x9.yaml"), None, {}))
+    assert p.instance.gpu == "X9" and p.instance.peak_flops_bf16 == 500e12
+    assert p.memory_gib.limit == 64.0 and p.calibration.gpu == "X9"
+    assert p.throughput.tokens_per_s_per_gpu < base.throughput.tokens_per_s_per_gpu
+
+
+@pytest.mark.parametrize(
+    ("text", "field"),
+    [
+        ("version: 2\ncreated: x\n", "version"),
+        ("created: x\ngpus: {B200: {constants: {matmul_efficiency: {bf17: 0.5}}}}\n",
+         "gpus.B200.constants.matmul_efficiency.bf17"),
+        ("created: x\ngpus: {B200: {constants: {comm_overlap: 1.5}}}\n",
+         "gpus.B200.constants.comm_overlap"),
+        ("created: x\ngpus: {B200: {speed: 1}}\n", "gpus.B200.speed"),
+        ("created: x\ngpus: {Z1: {instance_types: [ml.p5.48xlarge]}}\n", "gpus.Z1.instance_types"),
+    ],
+)  # fmt: skip
+def test_a_bad_profile_is_exit_2_naming_the_field(tmp_path, capsys, text, field):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(text)
+    code, out, _ = run(["plan", "--model", "tiny", "--calibration", str(bad), "-o", "json"], capsys)
+    assert code == 2
+    assert json.loads(out)["error"]["field"] == field
+
+
+def test_a_missing_profile_is_exit_2(tmp_path, capsys):
+    args = ["plan", "--model", "tiny", "--calibration", str(tmp_path / "nope.yaml"), "-o", "json"]
+    code, out, _ = run(args, capsys)
+    assert code == 2 and json.loads(out)["error"]["field"] == "--calibration"
+
+
+# ---------------------------------------------------------------------------------------------
+# Job sources on moto: the plan from the code bundle, figures from output.tar.gz or the logs
+# ---------------------------------------------------------------------------------------------
+
+
+def _tar(files: dict[str, bytes]) -> bytes:
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w:gz") as tar:
+        for name, data in files.items():
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    return buf.getvalue()
+
+
+def test_a_job_without_output_is_read_from_its_step_lines(aws):
+    import time
+
+    from aws_support import spec_dict
+
+    from blackwell_sm.aws.logs import LOG_GROUP
+    from blackwell_sm.aws.submit import submit
+    from blackwell_sm.metrics import format_step_line
+
+    job = submit(spec_dict(), aws=aws)
+    aws.logs.create_log_group(logGroupName=LOG_GROUP)
+    stream = f"{job.name}/algo-1-1700000000"
+    aws.logs.create_log_stream(logGroupName=LOG_GROUP, logStreamName=stream)
+    v = dict(loss=2.0, lr=1e-4, grad_norm=1.0, mfu=0.4, step_time_s=1.0, mem_alloc_gib=1.0,
+             mem_reserved_gib=2.0)  # fmt: skip
+    speeds = [500.0, 900.0, 1000.0, 1100.0, 1050.0]  # the first two are warm-up
+    now = int(time.time() * 1000)
+    aws.logs.put_log_events(
+        logGroupName=LOG_GROUP, logStreamName=stream,
+        logEvents=[{"timestamp": now + i, "message": format_step_line(i + 1, tok_s_gpu=s, **v)}
+                   for i, s in enumerate(speeds)],
+    )  # fmt: skip
+    [row] = job_rows(job.name, aws)
+    assert row.tokens_per_s_per_gpu == 1050.0  # median of the steady steps 3..5
+
+
+def test_a_job_source_for_calibrate_and_report(aws, tmp_path):
+    """A job name: the plan from its code bundle, summary.json and metrics.jsonl from its
+    output.tar.gz, for `bsm calibrate` (the summary's figures) and `bsm report` (the records)."""
+    from aws_support import spec_dict
+
+    from blackwell_sm.aws.s3 import split_s3_uri
+    from blackwell_sm.aws.submit import submit
+    from blackwell_sm.report import read_plot_data, write_report
+
+    job = submit(spec_dict(), aws=aws)
+    d = aws.sagemaker.describe_training_job(TrainingJobName=job.name)
+    records = [
+        {"kind": "train", "step": s, "loss": 3.0 - 0.1 * s, "lr": 1e-4, "grad_norm": 1.0,
+         "tok_s_gpu": 1000.0 + s, "mfu": 0.4 + s / 1000, "step_time_s": 1.0,
+         "mem_alloc_gib": 10.0, "mem_reserved_gib": 12.0 + s / 10,
+         "memory_kind": "cuda_max_allocated_reserved", "time": 1_700_000_000.0 + s}
+        for s in range(1, 6)
+    ] + [{"kind": "val", "step": 5, "loss": 2.9, "time": 1_700_000_006.0},
+         {"kind": "check", "step": 3, "whatever": "a kind the report does not know"}]  # fmt: skip
+    jsonl = "".join(json.dumps(r) + "\n" for r in records).encode()
+    bucket, key = split_s3_uri(d["OutputDataConfig"]["S3OutputPath"].rstrip("/"))
+    summary = {"status": "completed", "measured": {"tokens_per_s_per_gpu": 1234.5,
+               "peak_memory_reserved_gib": 3.25, "memory_kind": "cuda_max_allocated_reserved"}}  # fmt: skip
+    aws.s3.put_object(
+        Bucket=bucket, Key=f"{key}/{job.name}/output/output.tar.gz",
+        Body=_tar({"metrics.jsonl": jsonl, "summary.json": json.dumps(summary).encode()}),
+    )  # fmt: skip
+    [row] = job_rows(job.name, aws)
+    assert row.id == job.name and row.tokens_per_s_per_gpu == 1234.5
+    assert row.memory_gib == 3.25 and row.memory_kind == "max_reserved"
+    assert row.ctx.instance.name == "ml.p6-b200.48xlarge" and row.ctx.model.name == "tiny"
+
+    res = write_report(job.name, tmp_path / "job.html", aws=aws)
+    data = read_plot_data(res.path.read_text())
+    assert data["speed"]["measured tokens/s/GPU"]["y"] == [1001.0, 1002.0, 1003.0, 1004.0, 1005.0]
+    assert data["loss"]["validation loss"] == {"x": [5.0], "y": [2.9]}
+    assert data["memory"]["measured peak memory"]["y"] == [
+        r["mem_reserved_gib"] for r in records[:5]
+    ]
+    assert "predicted allocator reserved" in data["memory"]  # a CUDA run: the allocator's figure
+    assert "tokens/s/GPU measured 1,234 vs predicted" in res.summary  # the summary's figure
+
+
+def test_a_profile_without_the_plans_gpu_changes_nothing_and_says_so(tmp_path):
+    spec = parse_spec({"model": "llama-3.1-8b"})
+    prof = CalibrationProfile(
+        name="cpu-only", created="2026-12-03T00:00:00Z",
+        gpus={"cpu": GpuProfile(constants=ProfileConstants(matmul_efficiency={"bf16": 0.1}))},
+    )  # fmt: skip
+    (tmp_path / "cpu.yaml").write_text(prof.to_yaml())
+    p = make_plan(spec, calibration=resolve_profile(str(tmp_path / "cpu.yaml"), None, {}))
+    base = make_plan(spec, calibration=False)
+    assert p.calibration.gpu == "" and p.calibration.changed == {}
+    assert p.throughput == base.throughput
+    assert any("has no entry for B200" in w and "cpu" in w for w in p.warnings)
