@@ -44,3 +44,67 @@ def test_run_identity_names_what_differs():
     assert run_identity(local_plan(training={"optimizer": {"lr": 1e-4}})) == mine  # may change
     theirs = run_identity(local_plan(training={"seed": 5}))
     assert other_run({"run": theirs}, mine) == "seed: 5 there, 0 in this plan"
+
+
+def fallback_worker(root: str) -> None:
+    """Saves at steps 4 and 8, corrupts step 8's shard of rank 0: resume moves step 8 aside and
+    loads step 4; a step 12 with a broken marker goes the same way; with step 4 corrupted too,
+    resume fails naming it."""
+    import torch.distributed as dist
+
+    from blackwell_sm.errors import BsmError
+    from blackwell_sm.train.checkpoint import MARKER, Checkpointer
+    from blackwell_sm.train.distributed import build_mesh, init_distributed
+    from blackwell_sm.train.model import Transformer
+    from blackwell_sm.train.optim import build_optimizer
+    from blackwell_sm.train.parallelize import apply_fsdp, materialize
+
+    env = init_distributed()
+    plan = local_plan(nproc=env.world_size)
+    with torch.device("meta"):
+        model = Transformer(plan.spec.model, max_seq_len=plan.config.seq_len)
+    apply_fsdp(model, build_mesh(plan.config, env), reshard_after_forward=True)
+    materialize(model, env.device, 0)
+    opt = build_optimizer(model, plan.spec.training.optimizer, env.device)
+    base = Path(root)
+    ckpt = Checkpointer(base, env, keep_last=3, async_save=False)
+    ckpt.save(model, opt, 4)
+    ckpt.save(model, opt, 8)
+
+    def corrupt(step: int) -> None:
+        if env.rank == 0:
+            shard = base / f"step-{step:08d}" / "__0_0.distcp"
+            shard.write_bytes(shard.read_bytes()[: shard.stat().st_size // 2])
+        dist.barrier()
+
+    corrupt(8)
+    logged: list[str] = []
+    assert ckpt.resume(model, opt, log=logged.append) == (4, base / "step-00000004")
+    assert (base / "step-00000008.corrupt-step-8").is_dir()
+    assert not (base / "step-00000008").exists()
+    warning = [m for m in logged if "WARNING" in m]
+    assert len(warning) == 1 and "step-00000008 failed to load (rank 0: " in warning[0]
+
+    ckpt.save(model, opt, 12)  # its marker broken: moved aside the same way
+    if env.rank == 0:
+        (base / "step-00000012" / MARKER).write_text("{")
+    dist.barrier()
+    assert ckpt.resume(model, opt, log=logged.append) == (4, base / "step-00000004")
+    assert "its COMPLETE marker is unreadable: JSONDecodeError" in logged[-1]
+
+    corrupt(4)
+    try:
+        ckpt.resume(model, opt, log=logged.append)
+        raise AssertionError("resume should have failed")
+    except BsmError as e:
+        assert f"no complete checkpoint in {base} could be loaded" in e.message
+        assert "step-00000004 (rank 0: " in e.message
+    assert sorted(p.name for p in base.iterdir()) == [
+        "step-00000004.corrupt-step-4", "step-00000008.corrupt-step-8",
+        "step-00000012.corrupt-step-12",
+    ]  # fmt: skip
+    dist.destroy_process_group()
+
+
+def test_unloadable_complete_checkpoint_is_moved_aside_and_the_previous_one_loads(tmp_path):
+    spawn(fallback_worker, str(tmp_path / "ck"), tmp=tmp_path / "errors")

@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from blackwell_sm.errors import BsmError
 from blackwell_sm.launch import WORKER_MODULE, log
+from blackwell_sm.launch.checks import check_before_launch
 from blackwell_sm.launch.failure import (
     RankFailure,
     failure_reason,
@@ -245,6 +246,8 @@ def main(argv: list[str] | None = None) -> int:
         for note in spec.notes:
             log(f"env: {note}")
         check_devices(topo)
+        for line in check_before_launch(Path(spec.plan_path), opt_ml, topo.current_host):
+            log(line)
         wait_for_master(topo, float(os.environ.get(ENV_DNS_WAIT_S, "300")))
         stale = OptMl(opt_ml).failure
         if stale.exists():

@@ -179,6 +179,12 @@ class TrainingSpec(_Strict):
     log_interval_steps: StepCount = Field(
         1, description=f"Log metrics every N steps, 1..{INT32_MAX}."
     )
+    max_bad_steps: PosInt = Field(
+        5,
+        le=1000,
+        description="Steps in a row with a non-finite loss or gradient norm (each skipped, "
+        "weights unchanged) before the run stops with a failure, 1..1000.",
+    )
     export_model: Bool = Field(True, description="Write safetensors + config.json at the end.")
     export_dtype: Literal["auto", "bfloat16", "float32"] = Field(
         "auto",

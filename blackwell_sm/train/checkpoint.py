@@ -135,6 +135,7 @@ class Checkpointer:
         self.identity = identity or {}
         self.async_save = async_save
         self._pending: tuple[Any, int, Path] | None = None
+        self.marker_error: str | None = None  # the newest complete one's, from latest_step()
         self._async_group = None
         if async_save:
             # Async saves run collectives from a background thread: give them their own gloo group.
@@ -155,7 +156,16 @@ class Checkpointer:
         import torch.distributed.checkpoint as dcp
         from torch.distributed.checkpoint.api import CheckpointException
 
+        from blackwell_sm.train.guard import all_finite
+
         self.wait()  # finish (and mark) a previous async save first
+        if not all_finite(model, self.env.device):
+            raise BsmError(
+                f"refusing to save checkpoint step {step} to {self.root}: the weights are not "
+                "finite (NaN or Inf); the last complete checkpoint is kept",
+                hint="resume from the last checkpoint with a lower training.optimizer.lr",
+                code="non_finite",
+            )
         final = self.root / step_dir_name(step)
         tmp = self.root / f".{final.name}.tmp"
         if self.env.local_rank == 0:
@@ -252,15 +262,23 @@ class Checkpointer:
         resuming it would silently train the wrong model.
         """
         choice: list[Any] = [None]
+        self.marker_error = None
         if self.env.is_main:
             found = find_latest(self.root, log=log)
             if found is not None:
-                marker = json.loads((found[1] / MARKER).read_text())
-                choice = [(found[0], str(found[1]), other_run(marker, self.identity))]
+                differs, unreadable = None, None
+                try:
+                    marker = json.loads((found[1] / MARKER).read_text())
+                    if not isinstance(marker, dict):
+                        raise ValueError(f"not a JSON object: {type(marker).__name__}")
+                    differs = other_run(marker, self.identity)
+                except (OSError, ValueError) as e:  # a broken marker: resume() moves it aside
+                    unreadable = f"its {MARKER} marker is unreadable: {type(e).__name__}: {e}"
+                choice = [(found[0], str(found[1]), differs, unreadable)]
         dist.broadcast_object_list(choice, src=0)
         if choice[0] is None:
             return None
-        step, path, differs = choice[0]
+        step, path, differs, self.marker_error = choice[0]
         if differs:
             raise BsmError(
                 f"checkpoint {Path(path).name} in {self.root} belongs to another run ({differs}); "
@@ -268,6 +286,54 @@ class Checkpointer:
                 hint="use a fresh checkpoint location for this run, or remove the old checkpoints",
             )
         return step, Path(path)
+
+    def resume(
+        self, model: nn.Module, optimizer: torch.optim.Optimizer, log=print
+    ) -> tuple[int, Path] | None:
+        """Load the newest complete checkpoint that loads; (step, path), or None if there is none.
+
+        A complete checkpoint that fails to load on any rank is named in a warning and moved
+        aside to `step-XXXXXXXX.corrupt-step-N` (every rank agrees first; the local rank 0 of
+        each host renames its copy), and the previous complete one is tried. If checkpoints
+        were there but none loads, the run fails naming each one tried.
+        """
+        from torch.distributed.checkpoint.api import CheckpointException
+
+        tried: list[str] = []
+        while True:
+            found = self.latest_step(log=log)
+            if found is None:
+                if tried:
+                    raise BsmError(
+                        f"no complete checkpoint in {self.root} could be loaded; tried (and moved "
+                        "aside): " + "; ".join(tried),
+                        hint="start a fresh run in an empty checkpoint location, or restore a "
+                        "good checkpoint from S3",
+                        code="checkpoint_unreadable",
+                    )
+                return None
+            step, path = found
+            err, start = self.marker_error, None
+            try:
+                if err is None:
+                    start = self.load(model, optimizer, path)
+            except (Exception, CheckpointException) as e:  # CheckpointException: BaseException
+                lines = str(e).strip().splitlines() or [""]
+                err = f"{type(e).__name__}: {lines[0][:300]}"
+            errors: list[Any] = [None] * self.env.world_size
+            dist.all_gather_object(errors, err)  # every rank takes the same branch
+            bad = [f"rank {r}: {m}" for r, m in enumerate(errors) if m]
+            if not bad:
+                assert start is not None
+                return start, path
+            aside = path.with_name(f"{path.name}.corrupt-step-{step}")
+            log(f"[bsm] WARNING: complete checkpoint {path} failed to load ({bad[0]}); moving it "
+                f"to {aside.name} and trying the previous one")  # fmt: skip
+            if self.env.local_rank == 0 and path.exists():
+                with contextlib.suppress(OSError):  # another host sharing the folder moved it
+                    path.rename(aside)
+            dist.barrier()
+            tried.append(f"{path.name} ({bad[0]})")
 
     def load(self, model: nn.Module, optimizer: torch.optim.Optimizer, path: Path) -> int:
         """Restore model, optimizer and RNG from `path`; returns the step to continue from."""

@@ -25,6 +25,7 @@ from blackwell_sm.train.data import (
     SyntheticDataset,
 )
 from blackwell_sm.train.distributed import Env, all_agree, build_mesh, init_distributed
+from blackwell_sm.train.guard import NanGuard
 from blackwell_sm.train.loss import counted_targets, loss_sum
 from blackwell_sm.train.metrics_log import MetricsLog, log
 from blackwell_sm.train.model import Transformer
@@ -87,6 +88,8 @@ class Trainer:
             identity=run_identity(plan),
         )
         self.metrics = MetricsLog(paths.output_data, plan, env.device, is_main=env.is_main)
+        self.guard = NanGuard(tr.max_bad_steps, rank=env.rank, metrics=self.metrics,
+                              is_main=env.is_main)  # fmt: skip
         self.total_steps = plan.run.steps
 
     # -- one step ----------------------------------------------------------------------------
@@ -124,11 +127,14 @@ class Trainer:
         scale = self.env.world_size / n_tok
         loss_total = torch.zeros((), device=self.env.device)
         for batch in batches:
-            loss_sum = self._loss_sum(batch)
+            loss_sum = self.guard.poison(self._loss_sum(batch), step)
             (loss_sum * scale).backward()
             loss_total += loss_sum.detach()
         dist.all_reduce(loss_total)
         grad_norm = clip_grad_norm(self.model, self.tr.optimizer.grad_clip)
+        if not self.guard.step_ok(step, loss_total, grad_norm):  # train/guard.py: skip the step
+            self.optimizer.zero_grad(set_to_none=True)
+            return loss_total / n_tok, grad_norm
         set_lr(self.optimizer, self.lr(step))
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
@@ -167,11 +173,11 @@ class Trainer:
             is_main=env.is_main,
         )
         start, resumed_from = 0, None
-        found = self.ckpt.latest_step(
-            log=lambda m: log(m.removeprefix("[bsm] "), is_main=env.is_main)
-        )
+        say = lambda m: log(m.removeprefix("[bsm] "), is_main=env.is_main)  # noqa: E731
+        # Past a complete checkpoint that fails to load, to the previous one (checkpoint.py).
+        found = self.ckpt.resume(self.model, self.optimizer, log=say)
         if found is not None:
-            start = resumed_from = self.ckpt.load(self.model, self.optimizer, found[1])
+            start = resumed_from = found[0]
             newer = f" (newer than init_from {self.tr.init_from})" if self.tr.init_from else ""
             log(f"resumed from {found[1].name} at step {start}{newer}", is_main=env.is_main)
         elif self.tr.init_from:
@@ -198,7 +204,8 @@ class Trainer:
             step += 1
             window_steps += 1
             paused += check.after(step)  # the [bsm-check] line, once; less the profiler's time
-            if step % self.tr.log_interval_steps == 0 or step == self.total_steps:
+            logged = step % self.tr.log_interval_steps == 0 or step == self.total_steps
+            if logged and self.guard.last_ok:  # a skipped step has its bad_step record
                 loss_v, grad_norm_v = float(loss), float(grad_norm)  # the host sync
                 if env.device.type == "cuda":
                     torch.cuda.synchronize()
@@ -213,6 +220,7 @@ class Trainer:
                 self.metrics.validation(step, self.validate())
             save, stop = self.triggers.check(step)
             save, stop = all_agree(save, stop, device=env.device)
+            save = save and (stop or self.guard.in_row == 0)  # not right after a NaN step
             if save:
                 self.ckpt.save(self.model, self.optimizer, step)
                 self.triggers.saved()
@@ -236,7 +244,8 @@ class Trainer:
 
                 source = init_path(self.tr.init_from, self.paths.channel("init"))
             export_model(self.model, spec, self.paths.model, is_main=env.is_main,
-                         dtype=export_dtype(spec, self.tr.export_dtype), source=source, tokenizer=getattr(self.train_data, "tokenizer_dir", None))  # fmt: skip
+                         dtype=export_dtype(spec, self.tr.export_dtype), source=source,
+                         tokenizer=getattr(self.train_data, "tokenizer_dir", None))  # fmt: skip
             log(f"exported the model to {self.paths.model}", is_main=env.is_main)
         summary = self.metrics.summary(status=status, final_step=step, resumed_from=resumed_from)
         if env.is_main:

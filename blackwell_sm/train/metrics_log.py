@@ -147,6 +147,15 @@ class MetricsLog:
             "alerts": check.get("alerts", []),
         }
 
+    def bad_step(self, step: int, *, loss: float, grad_norm: float, in_row: int) -> None:
+        """A step the NaN guard skipped (train/guard.py): a `bad_step` record in metrics.jsonl
+        (non-finite values as strings, so the file stays JSON)."""
+        rec = {"kind": "bad_step", "step": step, "loss": str(loss), "grad_norm": str(grad_norm),
+               "in_row": in_row, "time": time.time()}  # fmt: skip
+        self.records.append(rec)
+        if self.is_main:
+            self._append(rec)
+
 
 def log(msg: str, *, is_main: bool = True) -> None:
     """A human-readable line on stdout (rank 0 only unless told otherwise)."""

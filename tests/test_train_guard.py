@@ -1,0 +1,74 @@
+"""train/guard.py: a non-finite step is skipped on every rank, and too many in a row stop the run
+without saving the bad state (2 gloo processes; the NaN comes from the test-only hook
+BSM_TEST_NAN_STEPS, which poisons rank 0's loss of the named steps)."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+from train_support import local_plan, spawn, train_worker
+
+from blackwell_sm.train.guard import ENV_TEST_NAN_STEPS
+
+
+def _records(root: Path) -> list[dict]:
+    path = root / "output/data/metrics.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def test_one_nan_step_is_skipped_and_training_goes_on(tmp_path, monkeypatch):
+    monkeypatch.setenv(ENV_TEST_NAN_STEPS, "3")
+    plan = local_plan(steps=6, training={"checkpoint": {"interval_steps": 3, "keep_last": 2,
+                                                        "interval_minutes": None}})  # fmt: skip
+    root = tmp_path / "run"
+    spawn(train_worker, plan.to_json(), str(root), tmp=tmp_path / "err")
+    recs = _records(root)
+    train = {r["step"]: r for r in recs if r["kind"] == "train"}
+    bad = [r for r in recs if r["kind"] == "bad_step"]
+    assert sorted(train) == [1, 2, 4, 5, 6]  # step 3 has no train record ...
+    assert [(r["step"], r["in_row"], r["loss"]) for r in bad] == [(3, 1, "nan")]  # ... but this
+    assert all(math.isfinite(r["loss"]) and math.isfinite(r["grad_norm"]) for r in train.values())
+    summary = json.loads((root / "output/data/summary.json").read_text())
+    assert summary["status"] == "completed" and summary["final_step"] == 6
+    out = (root / "stdout-rank0.log").read_text()
+    assert "step 3: loss nan / grad norm nan is not finite; optimizer step skipped" in out
+    # The interval save due right after the skipped step is dropped; the next ones are made.
+    assert not (root / "checkpoints/step-00000003").exists()
+    assert (root / "checkpoints/step-00000006/COMPLETE").is_file()
+
+
+def test_max_bad_steps_in_a_row_stop_the_run_without_a_checkpoint(tmp_path, monkeypatch):
+    monkeypatch.setenv(ENV_TEST_NAN_STEPS, "all")
+    plan = local_plan(steps=6, training={"max_bad_steps": 2, "checkpoint": {
+        "interval_steps": 1, "keep_last": 2, "interval_minutes": None}})  # fmt: skip
+    root = tmp_path / "run"
+    with pytest.raises(AssertionError) as info:
+        spawn(train_worker, plan.to_json(), str(root), tmp=tmp_path / "err")
+    msg = str(info.value)
+    assert "2 steps in a row (steps 1..2) had a non-finite loss or gradient norm" in msg
+    assert "training.max_bad_steps 2" in msg
+    assert not list((root / "checkpoints").glob("step-*"))  # nothing saved from the bad state
+    assert not (root / "output/data/summary.json").exists()
+    bad = [r["step"] for r in _records(root) if r["kind"] == "bad_step"]
+    assert bad == [1, 2]
+
+
+def test_a_checkpoint_of_non_finite_weights_is_refused(tmp_path):
+    import torch
+
+    from blackwell_sm.errors import BsmError
+    from blackwell_sm.train.checkpoint import Checkpointer
+    from blackwell_sm.train.distributed import Env
+
+    model = torch.nn.Linear(4, 4)
+    opt = torch.optim.AdamW(model.parameters())
+    env = Env(rank=0, world_size=1, local_rank=0, device=torch.device("cpu"))
+    ckpt = Checkpointer(tmp_path, env, keep_last=2, async_save=False)
+    with torch.no_grad():
+        model.weight[1, 2] = math.inf
+    with pytest.raises(BsmError, match=r"refusing to save checkpoint step 7 .* not finite"):
+        ckpt.save(model, opt, 7)
+    assert list(tmp_path.iterdir()) == []
