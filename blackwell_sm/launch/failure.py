@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import re
 import signal
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -222,11 +223,18 @@ def failure_reason(
     return f"torchrun on host {host} exited with code {rc}; last stderr lines:\n" + "\n".join(lines)
 
 
-def write_failure(opt_ml: Path, reason: str) -> None:
-    """`opt_ml/output/failure`: SageMaker shows the first 1024 characters as FailureReason."""
+def write_failure(opt_ml: Path, reason: str) -> bool:
+    """`opt_ml/output/failure`: SageMaker shows the first 1024 characters as FailureReason.
+    Never raises: when the file cannot be written (a read-only output folder is one of the
+    failures it reports), the reason goes to stderr and False is returned."""
     path = OptMl(opt_ml).failure
-    path.parent.mkdir(parents=True, exist_ok=True)
     text = reason.strip()
     if len(text) > FAILURE_LIMIT:
         text = text[: FAILURE_LIMIT - 3] + "..."
-    path.write_text(text + "\n")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text + "\n")
+    except OSError as e:
+        sys.stderr.write(f"[bsm-launch] could not write {path} ({e}); the reason: {text}\n")
+        return False
+    return True

@@ -145,6 +145,7 @@ def test_read_only_output(tmp_path: Path) -> None:
         rc, out = _launch(host)
     assert rc != 0
     assert f"{path} is not writable" in out
+    assert "could not write" in out and "Traceback" not in out
     assert "[bsm-step]" not in out
 
 
