@@ -259,3 +259,20 @@ def not_found_error(name: str) -> dict[str, Any]:
         "service_message": f"Requested resource not found: training job {name}",
         "http_status_code": 400,
     }
+
+
+def put_log_lines(aws: Any, stream: str, messages: list[str], at: datetime | None = None) -> None:
+    """Write `messages` to the training-job log group's `stream` through boto3 (moto), one
+    millisecond apart from `at` (default: now), creating the stream on first use."""
+    import contextlib
+
+    from blackwell_sm.aws.logs import LOG_GROUP
+
+    with contextlib.suppress(aws.logs.exceptions.ResourceAlreadyExistsException):
+        aws.logs.create_log_stream(logGroupName=LOG_GROUP, logStreamName=stream)
+    t0 = int((at or datetime.now(UTC)).timestamp() * 1000)
+    aws.logs.put_log_events(
+        logGroupName=LOG_GROUP,
+        logStreamName=stream,
+        logEvents=[{"timestamp": t0 + i, "message": m} for i, m in enumerate(messages)],
+    )

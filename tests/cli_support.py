@@ -1,9 +1,13 @@
-"""Running `bsm` in-process for the CLI tests."""
+"""Running `bsm` for the CLI tests: in-process, or `bsm run-local` as a process of its own."""
 
 from __future__ import annotations
 
 import contextlib
 import io
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 from blackwell_sm.cli import main
 
@@ -17,3 +21,23 @@ def run(*args: str) -> tuple[int, str, str]:
         except SystemExit as e:
             return int(e.code or 0), out.getvalue(), err.getvalue()
     return 0, out.getvalue(), err.getvalue()
+
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def run_local_process(
+    spec: Path,
+    out: Path,
+    *args: str,
+    nproc: int = 2,
+    env: dict[str, str] | None = None,
+    timeout: float = 600,
+) -> subprocess.CompletedProcess[str]:
+    """`python -m blackwell_sm run-local SPEC --out OUT --nproc N --output json ARGS...` as its
+    own process (this checkout first on PYTHONPATH), with its output captured."""
+    cmd = [sys.executable, "-m", "blackwell_sm", "run-local", str(spec), "--out", str(out),
+           "--nproc", str(nproc), "--output", "json", *args]  # fmt: skip
+    env = dict(env if env is not None else os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH")) if p)
+    return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout, cwd=REPO)

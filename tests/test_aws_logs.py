@@ -3,11 +3,8 @@ job or at a deadline (never hangs), metrics from FinalMetricDataList or the step
 
 from __future__ import annotations
 
-import contextlib
-import time
-
 import pytest
-from aws_support import describe_response, spec_dict
+from aws_support import describe_response, put_log_lines, spec_dict
 from botocore.stub import Stubber
 
 from blackwell_sm.aws.handle import TrainingJob
@@ -22,17 +19,6 @@ from blackwell_sm.metrics import format_step_line
 def aws(aws):
     aws.logs.create_log_group(logGroupName=LOG_GROUP)
     return aws
-
-
-def put(aws, stream: str, messages: list[str]) -> None:
-    with contextlib.suppress(aws.logs.exceptions.ResourceAlreadyExistsException):
-        aws.logs.create_log_stream(logGroupName=LOG_GROUP, logStreamName=stream)
-    now = int(time.time() * 1000)
-    aws.logs.put_log_events(
-        logGroupName=LOG_GROUP,
-        logStreamName=stream,
-        logEvents=[{"timestamp": now + i, "message": m} for i, m in enumerate(messages)],
-    )
 
 
 class FakeClock:
@@ -80,15 +66,15 @@ def test_follow_reads_new_events_then_drains_and_stops_when_the_job_ends(aws):
     running = describe_response(jr.request, TrainingJobStatus="InProgress")
     done = describe_response(jr.request, TrainingJobStatus="Completed", SecondaryStatus="Completed")
     stream = f"{jr.job_name}/algo-1-1700000000"
-    put(aws, stream, ["starting"])
+    put_log_lines(aws, stream, ["starting"])
     clock = FakeClock()
 
     def sleep(s: float) -> None:
         clock.sleep(s)
         if len(clock.sleeps) == 1:
-            put(aws, stream, ["[bsm-step] step=1 loss=2.5"])
+            put_log_lines(aws, stream, ["[bsm-step] step=1 loss=2.5"])
         if len(clock.sleeps) == 2:
-            put(aws, stream, ["last words"])  # written just before the job ends
+            put_log_lines(aws, stream, ["last words"])  # written just before the job ends
 
     with Stubber(aws.sagemaker) as sm:
         sm.add_response("describe_training_job", running)  # start
@@ -127,7 +113,7 @@ def test_metrics_fall_back_to_the_step_lines_in_the_logs(aws):
         loss=2.0, lr=1e-4, grad_norm=1.5, tok_s_gpu=1000.0, mfu=0.4, step_time_s=1.2,
         mem_alloc_gib=10.0, mem_reserved_gib=12.0,
     )  # fmt: skip
-    put(
+    put_log_lines(
         aws,
         f"{jr.job_name}/algo-1-1",
         [format_step_line(1, **values), format_step_line(2, **{**values, "loss": 1.75})],

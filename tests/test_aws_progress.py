@@ -5,12 +5,18 @@ moto has no training plans)."""
 
 from __future__ import annotations
 
-import contextlib
 import json
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from aws_support import PLAN_ARN, PLAN_NAME, describe_response, not_found_error, plan_response
+from aws_support import (
+    PLAN_ARN,
+    PLAN_NAME,
+    describe_response,
+    not_found_error,
+    plan_response,
+    put_log_lines,
+)
 from aws_support import spec_dict as make_spec
 from botocore.stub import Stubber
 from cli_support import run
@@ -40,14 +46,7 @@ def aws(aws, monkeypatch):
 
 
 def put(aws, stream: str, messages: list[str], at: datetime = NOW) -> None:
-    with contextlib.suppress(aws.logs.exceptions.ResourceAlreadyExistsException):
-        aws.logs.create_log_stream(logGroupName=LOG_GROUP, logStreamName=stream)
-    t0 = int(at.timestamp() * 1000)
-    aws.logs.put_log_events(
-        logGroupName=LOG_GROUP,
-        logStreamName=stream,
-        logEvents=[{"timestamp": t0 + i, "message": m} for i, m in enumerate(messages)],
-    )
+    put_log_lines(aws, stream, messages, at)
 
 
 def check_line(step: int, **over: float) -> str:

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from cli_support import run_local_process
 from harness import OptMlHost, complete_checkpoints, free_port, segments
 
 from blackwell_sm.local import plan_local
@@ -35,11 +36,7 @@ DEMO = REPO / "templates" / "demo-tiny.yaml"
 def reference(tmp_path_factory: pytest.TempPathFactory) -> dict:
     """`bsm run-local templates/demo-tiny.yaml` exactly as `make demo` runs it (JSON output)."""
     out = tmp_path_factory.mktemp("ref") / "demo"
-    proc = subprocess.run(
-        [sys.executable, "-m", "blackwell_sm", "run-local", str(DEMO), "--out", str(out),
-         "--nproc", "2", "--output", "json"],
-        capture_output=True, text=True, timeout=240, cwd=REPO,
-    )  # fmt: skip
+    proc = run_local_process(DEMO, out, timeout=240)
     assert proc.returncode == 0, proc.stderr[-4000:]
     return {"result": json.loads(proc.stdout), "stderr": proc.stderr, "root": out}
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 pytest.importorskip("transformers")
+from cli_support import run_local_process
 from hf_support import save_tiny_tokenizer
 
 from blackwell_sm.data.finetune import (
@@ -204,8 +205,6 @@ def test_chat_finetune_of_an_imported_model_runs_in_run_local(tmp_path):
     """`bsm run-local`: a tiny Qwen3 from transformers (model: {hf}, init_from), chat data
     prepared by `bsm data prepare --format chat`, task: finetune for 2 epochs, selective-op."""
     import json
-    import subprocess
-    import sys
 
     from hf_support import TINY, save_hf_model
 
@@ -227,11 +226,8 @@ def test_chat_finetune_of_an_imported_model_runs_in_run_local(tmp_path):
     }  # fmt: skip
     (tmp_path / "spec.yaml").write_text(json.dumps(spec))
     out = tmp_path / "run"
-    proc = subprocess.run(
-        [sys.executable, "-m", "blackwell_sm", "run-local", str(tmp_path / "spec.yaml"), "--out",
-         str(out), "--nproc", "2", "--channel", f"train={shards}", "--output", "json"],
-        capture_output=True, text=True, timeout=240,
-    )  # fmt: skip
+    proc = run_local_process(tmp_path / "spec.yaml", out, "--channel", f"train={shards}",
+                             timeout=240)  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-4000:]
     summary = json.loads((out / "output/data/summary.json").read_text())
     assert summary["status"] == "completed" and summary["final_step"] == -(-2 * rows // 2)

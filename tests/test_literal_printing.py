@@ -5,12 +5,10 @@ rich markup (which drops `[b]`/`[train]` and raises MarkupError on `[/x]`)."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from cli_support import run_local_process
 
 from blackwell_sm.cli import main
 
@@ -63,10 +61,7 @@ def test_a_failed_run_with_gloo_style_brackets_is_reported_verbatim(tmp_path: Pa
         .replace("data: {source: synthetic}", "data: {source: channel, train_channel: train}")
         .replace("total_steps: 40", "total_steps: 6")
     )
-    env = dict(os.environ, PYTHONPATH=str(REPO))
-    cmd = [sys.executable, "-m", "blackwell_sm", "run-local", str(spec), "--out", str(out),
-           "--channel", f"train={shards}", "--output", "json"]  # fmt: skip
-    done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+    done = run_local_process(spec, out, "--channel", f"train={shards}", timeout=300)
     assert done.returncode == 1, done.stderr[-3000:]
     err = json.loads(done.stdout)["error"]
     assert "[/__w/pytorch/third_party/gloo/pair.cc:534]" in err["message"], err

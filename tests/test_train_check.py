@@ -214,3 +214,24 @@ def test_cuda_split_classifies_nccl_kernels_and_spans_the_kernels():
     assert sp.comm_s == pytest.approx(60e-6)
     assert sp.exposed_comm_s == pytest.approx(40e-6)
     assert C.split_from_profile(events[1:], "cuda") is None  # no step mark: no split
+
+
+def test_cpu_peak_memory_is_the_workers_own_not_its_parents():
+    """ru_maxrss carries the parent's pages at fork and the peak before exec: a worker started by
+    a large process (pytest, the CLI, torchrun) would report the parent's size and trip the
+    memory alert. peak_memory reads this image's own high-water mark."""
+    import subprocess
+    import sys
+
+    code = (
+        "import resource, torch; from blackwell_sm.train.metrics_log import peak_memory; "
+        "print(peak_memory(torch.device('cpu'))[1], "
+        "resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20)"
+    )
+    ballast = bytearray(1024**3)  # a 1 GiB parent
+    ballast[::4096] = b"\x01" * len(range(0, len(ballast), 4096))  # touched: resident
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    own, inherited = (float(x) for x in out.stdout.split())
+    del ballast
+    assert inherited > 1.0  # what getrusage says: the parent's gigabyte
+    assert own < 0.8  # python + torch alone

@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 import torch
-from train_support import async_checkpoint_worker, local_plan, spawn
+from train_support import async_checkpoint_worker, fsdp_model_and_optimizer, local_plan, spawn
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -54,18 +54,8 @@ def fallback_worker(root: str) -> None:
 
     from blackwell_sm.errors import BsmError
     from blackwell_sm.train.checkpoint import MARKER, Checkpointer
-    from blackwell_sm.train.distributed import build_mesh, init_distributed
-    from blackwell_sm.train.model import Transformer
-    from blackwell_sm.train.optim import build_optimizer
-    from blackwell_sm.train.parallelize import apply_fsdp, materialize
 
-    env = init_distributed()
-    plan = local_plan(nproc=env.world_size)
-    with torch.device("meta"):
-        model = Transformer(plan.spec.model, max_seq_len=plan.config.seq_len)
-    apply_fsdp(model, build_mesh(plan.config, env), reshard_after_forward=True)
-    materialize(model, env.device, 0)
-    opt = build_optimizer(model, plan.spec.training.optimizer, env.device)
+    env, model, opt = fsdp_model_and_optimizer()
     base = Path(root)
     ckpt = Checkpointer(base, env, keep_last=3, async_save=False)
     ckpt.save(model, opt, 4)

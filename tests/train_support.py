@@ -132,13 +132,11 @@ def sigterm_worker(plan_json: str, opt_ml: str, after_step: int) -> None:
     assert summary["status"].startswith("stopped"), summary
 
 
-def async_checkpoint_worker(root: str) -> None:
-    """Checkpointer with async_save on: the marker appears only after wait(), and the saved
-    values are the ones at save() time even though training changes them right after."""
+def fsdp_model_and_optimizer():
+    """(env, model, optimizer) for this torchrun-style worker: the local plan's tiny model,
+    FSDP2-sharded over every rank, materialised with seed 0, and its AdamW."""
     import torch
-    import torch.distributed as dist
 
-    from blackwell_sm.train.checkpoint import MARKER, Checkpointer
     from blackwell_sm.train.distributed import build_mesh, init_distributed
     from blackwell_sm.train.model import Transformer
     from blackwell_sm.train.optim import build_optimizer
@@ -150,7 +148,18 @@ def async_checkpoint_worker(root: str) -> None:
         model = Transformer(plan.spec.model, max_seq_len=plan.config.seq_len)
     apply_fsdp(model, build_mesh(plan.config, env), reshard_after_forward=True)
     materialize(model, env.device, 0)
-    opt = build_optimizer(model, plan.spec.training.optimizer, env.device)
+    return env, model, build_optimizer(model, plan.spec.training.optimizer, env.device)
+
+
+def async_checkpoint_worker(root: str) -> None:
+    """Checkpointer with async_save on: the marker appears only after wait(), and the saved
+    values are the ones at save() time even though training changes them right after."""
+    import torch
+    import torch.distributed as dist
+
+    from blackwell_sm.train.checkpoint import MARKER, Checkpointer
+
+    env, model, opt = fsdp_model_and_optimizer()
     before = [p.detach().to_local().clone() for p in model.parameters()]
     ckpt = Checkpointer(Path(root), env, keep_last=2, async_save=True)
     ckpt.save(model, opt, 3)

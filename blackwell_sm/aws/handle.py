@@ -99,6 +99,12 @@ class TrainingJob:
 
         return describe_job(self.aws.sagemaker, self.name)
 
+    def describe(self) -> dict[str, Any]:
+        """DescribeTrainingJob's answer as it is (`status()` summarises it)."""
+        from blackwell_sm.aws.jobs import describe_raw
+
+        return describe_raw(self.aws.sagemaker, self.name)
+
     def wait(
         self,
         *,
@@ -186,13 +192,14 @@ class TrainingJob:
             latest.update(parse_line(event.message))
         return latest
 
-    def progress(self) -> Progress:
+    def progress(self, described: dict[str, Any] | None = None) -> Progress:
         """Step, tokens, measured against predicted speed and memory, the ETA, and whether the
         run ends before MaxRuntime and its training plan's EndTime (from the latest step,
-        check and alert lines in the logs: aws/progress.py)."""
+        check and alert lines in the logs: aws/progress.py). `described`: a DescribeTrainingJob
+        answer the caller already has, so the job is not described twice."""
         from blackwell_sm.aws.progress import read_progress
 
-        return read_progress(self.aws.sagemaker, self.aws.logs, self.name)
+        return read_progress(self.aws.sagemaker, self.aws.logs, self.name, described)
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {

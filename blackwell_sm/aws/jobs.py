@@ -121,8 +121,8 @@ def find_job(sm: Any, name: str) -> dict[str, Any] | None:
             raise
 
 
-def describe_job(sm: Any, name: str) -> JobInfo:
-    """The job's JobInfo; AwsError(code='NotFound') if there is none."""
+def describe_raw(sm: Any, name: str) -> dict[str, Any]:
+    """DescribeTrainingJob's answer; AwsError(code='not_found') if there is no such job."""
     d = find_job(sm, name)
     if d is None:
         region = sm.meta.region_name
@@ -131,7 +131,12 @@ def describe_job(sm: Any, name: str) -> JobInfo:
             code="not_found",
             hint="`bsm list` shows this toolkit's jobs; check AWS_REGION / job.region",
         )
-    return JobInfo.from_describe(d)
+    return d
+
+
+def describe_job(sm: Any, name: str) -> JobInfo:
+    """The job's JobInfo; AwsError(code='not_found') if there is none."""
+    return JobInfo.from_describe(describe_raw(sm, name))
 
 
 def job_tags(sm: Any, arn: str) -> dict[str, str]:

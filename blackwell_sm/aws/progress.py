@@ -97,16 +97,16 @@ def _when(ms: int) -> datetime:
     return datetime.fromtimestamp(ms / 1000.0, tz=UTC)
 
 
-def read_progress(sm: Any, logs: Any, name: str) -> Progress:
-    """The job's progress from its logs and its deadlines (DescribeTrainingJob, and
-    DescribeTrainingPlan when it runs on a plan)."""
-    from blackwell_sm.aws.jobs import JobInfo, find_job
-    from blackwell_sm.errors import AwsError
+def read_progress(
+    sm: Any, logs: Any, name: str, described: dict[str, Any] | None = None
+) -> Progress:
+    """The job's progress from its logs and its deadlines (DescribeTrainingJob, unless the
+    caller already has its answer in `described`, and DescribeTrainingPlan when it runs on a
+    plan)."""
+    from blackwell_sm.aws.jobs import JobInfo, describe_raw
 
-    described = find_job(sm, name)
     if described is None:
-        raise AwsError(f"no training job named {name}", code="not_found",
-                       hint="`bsm list` shows this toolkit's jobs")  # fmt: skip
+        described = describe_raw(sm, name)
     info = JobInfo.from_describe(described)
     p = Progress(job_name=name, status=info.status)
 

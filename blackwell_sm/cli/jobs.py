@@ -91,7 +91,10 @@ def show_info(info: Any, region: str | None = None) -> None:
 @OUTPUT_OPTION
 def status(name: str, wait: bool, region: str | None, output: str) -> None:
     """Show a training job's status (and why it failed, if it did)."""
+    from blackwell_sm.aws.jobs import JobInfo
+
     job = _job(name, region)
+    described = None  # one DescribeTrainingJob serves the status and the progress
     if wait:
         try:
             info = job.wait(
@@ -101,11 +104,12 @@ def status(name: str, wait: bool, region: str | None, output: str) -> None:
         except KeyboardInterrupt:
             raise Interrupted("stopped waiting", hint=reattach_hint(name)) from None
     else:
-        info = job.status()
+        described = job.describe()
+        info = JobInfo.from_describe(described)
     from blackwell_sm.aws.run import run_summary
 
     run = run_summary(job.aws, name)
-    progress = job.progress()
+    progress = job.progress(described)
     if output == "json":
         emit_json({**info.model_dump(mode="json"), "running_plan": info.running_plan,
                    "region": job.region, "run": run and run.model_dump(mode="json"),

@@ -29,8 +29,21 @@ def peak_memory(device: torch.device) -> tuple[float, float, str]:
             torch.cuda.max_memory_reserved(device) / GIB,
             "cuda_max_allocated_reserved",
         )
-    rss_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux
-    return rss_kib * 1024 / GIB, rss_kib * 1024 / GIB, "cpu_max_rss"
+    rss = _own_peak_rss_bytes() / GIB
+    return rss, rss, "cpu_max_rss"
+
+
+def _own_peak_rss_bytes() -> int:
+    """This process image's peak RSS. getrusage's ru_maxrss also counts the peak before exec
+    and the parent's pages at fork (a worker spawned by a large process reports the parent's
+    size); /proc's VmHWM is the high-water mark of this image's own memory."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024  # kB
+    except OSError:
+        pass
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # KiB on Linux
 
 
 class MetricsLog:

@@ -15,12 +15,11 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
+from cli_support import run_local_process
 
 from blackwell_sm.opt_ml import OptMl
 
@@ -51,9 +50,7 @@ def test_consecutive_runs_never_fail_spuriously(tmp_path: Path) -> None:
     t0 = time.monotonic()
     for i in range(N_RUNS):
         out = tmp_path / f"run-{i}"
-        cmd = [sys.executable, "-m", "blackwell_sm", "run-local", str(spec), "--out", str(out),
-               "--nproc", "2", "--output", "json"]  # fmt: skip
-        done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
+        done = run_local_process(spec, out, env=env)
         tree = OptMl(out)
         summary = json.loads(tree.summary.read_text()) if tree.summary.is_file() else {}
         ok = (
