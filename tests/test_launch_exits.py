@@ -144,3 +144,43 @@ def test_rank_0_killed_is_blamed(tmp_path: Path, attempt: int) -> None:
     assert failure.startswith("rank 0 (host algo-1, local rank 0) was killed by signal SIGKILL"), (
         failure + "\n---\n" + run.tail()
     )
+
+
+def test_exit_watch_times_every_worker_and_closes_only_its_own_fds():
+    """ExitWatch over a stand-in torchrun with two 'workers' (their cmdline names the worker
+    module): both exits are timed in the order they happened, the watcher thread ends without an
+    error, and it closes its pidfds, never a descriptor numbered like a pid."""
+    import subprocess
+    import sys
+    import threading
+    import time
+
+    from blackwell_sm.launch import WORKER_MODULE
+    from blackwell_sm.launch.supervise import ExitWatch
+
+    if not hasattr(os, "pidfd_open"):
+        pytest.skip("no pidfd_open on this kernel")
+    code = (
+        "import subprocess, sys, time\n"
+        "w = [subprocess.Popen([sys.executable, '-c', f'import time; time.sleep({d})', "
+        f"'{WORKER_MODULE}']) for d in (0.6, 1.2)]\n"
+        "[p.wait() for p in w]\n"
+    )
+    errors: list[BaseException] = []
+    hook, threading.excepthook = threading.excepthook, lambda a: errors.append(a.exc_value)
+    r, w = os.pipe()  # a descriptor of ours that must survive the watch
+    try:
+        parent = subprocess.Popen([sys.executable, "-c", code])
+        watch = ExitWatch(parent.pid, expected=2, poll_s=0.05)
+        parent.wait(timeout=30)
+        time.sleep(0.2)
+        watch.stop()
+        os.fstat(r)  # still open
+    finally:
+        threading.excepthook = hook
+        os.close(r)
+        os.close(w)
+    assert errors == []
+    assert len(watch.exits) == 2
+    first, second = sorted(watch.exits.values())
+    assert second - first > 0.3

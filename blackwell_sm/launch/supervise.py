@@ -86,9 +86,9 @@ class ExitWatch:
                     fds[fd] = pid
                     poller.register(fd, select.POLLIN)
             for fd, _ in poller.poll(0 if stopping else self._poll_ms):
-                self.exits.setdefault(fds[fd], time.time())
+                self.exits.setdefault(fds.pop(fd), time.time())
                 poller.unregister(fd)
-                os.close(fds.pop(fd))
+                os.close(fd)
             if stopping:
                 break
         for fd in fds:
