@@ -40,6 +40,16 @@ def _fmt(x: Any, spec: str = ".4g") -> str:
     return "-" if x is None else format(x, spec)
 
 
+def _speed_note(summary: dict[str, Any]) -> str:
+    """The in-job check's verdict on speed (its range and where the run fell), else where the
+    prediction comes from."""
+    c = summary.get("check") or {}
+    if "pred_tok_s_gpu_low" in c and "speed" in c:
+        return (f"  (range {_fmt(c['pred_tok_s_gpu_low'], '.1f')}-"
+                f"{_fmt(c['pred_tok_s_gpu_high'], '.1f')}: {c['speed'].replace('_', ' ')})")  # fmt: skip
+    return "  (from this machine's matmul rate, timed at start)"
+
+
 @click.command("run-local")
 @click.argument("spec_path", metavar="SPEC.yaml", type=click.Path(path_type=Path))
 @click.option(
@@ -107,8 +117,7 @@ def run_local(
         + (f" (resumed from step {s['resumed_from_step']})" if s.get("resumed_from_step") else ""),
         f"  loss            {_fmt(_first_loss(result.metrics_path))} -> {_fmt(s.get('final_loss'))}",
         f"  tokens/s/proc   measured {_fmt(meas.get('tokens_per_s_per_gpu'), '.1f')}"
-        f"  predicted {_fmt(pred.get('tokens_per_s_per_gpu'), '.1f')}"
-        "  (CPU peak is nominal)",
+        f"  predicted {_fmt(pred.get('tokens_per_s_per_gpu'), '.1f')}" + _speed_note(s),
         f"  step time (s)   measured {_fmt(meas.get('step_time_s'), '.3f')}"
         f"  predicted {_fmt(pred.get('step_time_s'), '.3f')}",
         f"  peak memory GiB measured {_fmt(meas.get('peak_memory_reserved_gib'), '.2f')}"
