@@ -16,6 +16,12 @@ Environment variables (name: unit, who sets it → who reads it):
 - `BSM_DNS_WAIT_S`: seconds; user → how long the launcher waits for the master to resolve.
 - `SAGEMAKER_CURRENT_CAPACITY_BLOCK_EXPIRATION_TIMESTAMP`: since the epoch, in seconds or
   milliseconds (AWS documents both); SageMaker on training plans → the loop's save-before-expiry.
+
+Test-only hooks (the fault suites set them; never set in a job):
+
+- `BSM_TEST_FREE_BYTES`: bytes; stands in for the free space the launcher's preflight reads.
+- `BSM_TEST_NAN_STEPS`: 1-based steps (comma-separated) or `all`; rank 0's loss is made NaN there.
+- `BSM_TEST_ABORT_AT_EXIT`: a rank; that worker aborts after a completed run (teardown guard).
 """
 
 from __future__ import annotations
@@ -36,6 +42,9 @@ ENV_DEVICE = "BSM_DEVICE"
 ENV_STOP_GRACE_S = "BSM_STOP_GRACE_S"
 ENV_DNS_WAIT_S = "BSM_DNS_WAIT_S"
 ENV_CAPACITY_EXPIRY = "SAGEMAKER_CURRENT_CAPACITY_BLOCK_EXPIRATION_TIMESTAMP"
+ENV_TEST_FREE_BYTES = "BSM_TEST_FREE_BYTES"
+ENV_TEST_NAN_STEPS = "BSM_TEST_NAN_STEPS"
+ENV_TEST_ABORT_AT_EXIT = "BSM_TEST_ABORT_AT_EXIT"
 
 # SageMaker shows the first 1024 characters of output/failure as the job's FailureReason.
 FAILURE_LIMIT = 1024

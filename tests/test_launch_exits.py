@@ -21,7 +21,7 @@ from blackwell_sm.launch.failure import (
 )
 from blackwell_sm.launch.main import completed_before_teardown
 from blackwell_sm.launch.topology import Topology
-from blackwell_sm.train.main import ENV_TEST_ABORT_AT_EXIT
+from blackwell_sm.opt_ml import ENV_TEST_ABORT_AT_EXIT
 
 # torchrun's failure summary, as torch 2.13 prints it: rank 1's exception (its error file's
 # whole-second timestamp) is its "Root Cause", though rank 0 was SIGKILLed first.

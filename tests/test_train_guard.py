@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from train_support import local_plan, spawn, train_worker
 
-from blackwell_sm.train.guard import ENV_TEST_NAN_STEPS
+from blackwell_sm.opt_ml import ENV_TEST_NAN_STEPS
 
 
 def _records(root: Path) -> list[dict]:

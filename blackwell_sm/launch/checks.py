@@ -24,11 +24,10 @@ from pydantic import ValidationError
 
 from blackwell_sm.errors import BsmError, SpecError
 from blackwell_sm.launch import log
-from blackwell_sm.opt_ml import OptMl
+from blackwell_sm.opt_ml import ENV_TEST_FREE_BYTES, OptMl
 from blackwell_sm.planner.plan import SCHEMA_VERSION, Plan
 
 # Test-only: pretend the checkpoint volume has this many free bytes (the too-little-disk tests).
-ENV_TEST_FREE_BYTES = "BSM_TEST_FREE_BYTES"
 PROBE_NAME = ".bsm-write-probe"
 
 

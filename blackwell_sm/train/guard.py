@@ -25,9 +25,8 @@ import torch.distributed as dist
 from torch import nn
 
 from blackwell_sm.errors import BsmError
+from blackwell_sm.opt_ml import ENV_TEST_NAN_STEPS
 from blackwell_sm.train.metrics_log import MetricsLog, log
-
-ENV_TEST_NAN_STEPS = "BSM_TEST_NAN_STEPS"
 
 
 def _poisoned_steps() -> set[int] | str:

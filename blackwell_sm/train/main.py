@@ -12,6 +12,8 @@ import os
 import sys
 from pathlib import Path
 
+from blackwell_sm.opt_ml import ENV_TEST_ABORT_AT_EXIT
+
 
 def main(argv: list[str] | None = None) -> int:
     from torch.distributed.elastic.multiprocessing.errors import record
@@ -58,7 +60,6 @@ def main(argv: list[str] | None = None) -> int:
 
 # Test-only hook: after a completed run, abort (SIGABRT) instead of exiting, as the rare
 # teardown abort did; the launcher must still count the run as a success (tests/test_launch.py).
-ENV_TEST_ABORT_AT_EXIT = "BSM_TEST_ABORT_AT_EXIT"
 
 
 def exit_now(rc: int) -> None:

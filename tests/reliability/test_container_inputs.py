@@ -25,8 +25,7 @@ import pytest
 from harness import OptMlHost, free_port
 from train_support import local_plan
 
-from blackwell_sm.launch.checks import ENV_TEST_FREE_BYTES
-from blackwell_sm.opt_ml import COMPLETE_MARKER, OptMl
+from blackwell_sm.opt_ml import COMPLETE_MARKER, ENV_TEST_FREE_BYTES, OptMl
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 
