@@ -19,7 +19,7 @@ import statistics
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from blackwell_sm.calibrate import WARMUP_STEPS, job_files, run_files
+from blackwell_sm.calibrate_sources import WARMUP_STEPS, job_files, run_files
 from blackwell_sm.errors import BsmError
 from blackwell_sm.opt_ml import COMPLETE_MARKER, OptMl
 from blackwell_sm.planner.plan import Plan

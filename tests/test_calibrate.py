@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from blackwell_sm.calibrate import csv_row, job_rows
+from blackwell_sm.calibrate_sources import csv_row, job_rows
 from blackwell_sm.cli import main
 from blackwell_sm.planner import calibration as C
 from blackwell_sm.planner.api import make_plan

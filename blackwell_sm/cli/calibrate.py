@@ -34,7 +34,8 @@ def calibrate(
     measurements CSVs, job names), print each row's error before and after, and write the
     profile to --out. Apply it with `bsm plan --calibration FILE`."""
     from blackwell_sm.calibrate import calibrate as run_calibration
-    from blackwell_sm.calibrate import classify, write_profile
+    from blackwell_sm.calibrate import write_profile
+    from blackwell_sm.calibrate_sources import classify
 
     aws = None
     if any(classify(s) == "job" for s in sources):

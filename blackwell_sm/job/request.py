@@ -15,7 +15,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from blackwell_sm import __version__
-from blackwell_sm.errors import InfeasiblePlanError, SpecError
+from blackwell_sm.errors import SpecError
 from blackwell_sm.hardware import get_instance
 from blackwell_sm.job.bundle import BUNDLE_FILE, PLAN_FILE, CodeBundle, build_bundle
 from blackwell_sm.job.capacity import (
@@ -33,6 +33,12 @@ from blackwell_sm.job.names import (
     spec_hash,
     unique_suffix,
 )
+from blackwell_sm.job.request_checks import (
+    INIT_CHANNEL,
+    check_channels,
+    check_init_from,
+    check_plan_matches,
+)
 from blackwell_sm.job.validate import request_origins, validate_request
 from blackwell_sm.job.wheels import Wheelhouse, requirements_for
 from blackwell_sm.metrics import METRIC_REGEXES
@@ -43,7 +49,6 @@ from blackwell_sm.spec.job import JobSpec, is_placeholder
 from blackwell_sm.spec.run import RunSpec
 
 CODE_CHANNEL = "code"
-INIT_CHANNEL = "init"  # training.init_from (s3://), mounted with FastFile: read once, lazily
 CHECKPOINT_LOCAL_PATH = str(OptMl(Path(DEFAULT_ROOT)).checkpoints)
 # Synced to CheckpointConfig.S3Uri: `step-XXXXXXXX/COMPLETE` marks a whole checkpoint (aws/run.py)
 CHECKPOINT_MARKER = COMPLETE_MARKER
@@ -114,68 +119,6 @@ def max_runtime_seconds(job: JobSpec, plan: Plan, warnings: list[str]) -> int:
         )
         seconds = MAX_RUNTIME_S
     return seconds
-
-
-def _check_plan_matches(spec: RunSpec, plan: Plan) -> None:
-    if not plan.feasible:
-        raise InfeasiblePlanError(
-            "refusing to build a job for an infeasible plan",
-            plan=plan,
-            hint="; ".join(plan.advice) or "see `bsm plan` for what would make it fit",
-        )
-    if plan.instance.type != spec.compute.instance_type:
-        raise SpecError(
-            f"the plan is for {plan.instance.type} but compute.instance_type is "
-            f"{spec.compute.instance_type}",
-            field="compute.instance_type",
-            hint="make the plan from this spec (bsm.plan(spec))",
-        )
-    count = spec.compute.instance_count
-    if isinstance(count, int) and count != plan.instance.count:
-        raise SpecError(
-            f"the plan is for {plan.instance.count} instances but compute.instance_count is "
-            f"{count}",
-            field="compute.instance_count",
-            hint="make the plan from this spec (bsm.plan(spec))",
-        )
-
-
-def _check_init_from(spec: RunSpec, job: JobSpec) -> str | None:
-    """The S3 URI of `training.init_from` for the `init` channel, or None when it is unset."""
-    init = spec.training.init_from
-    if init is None:
-        return None
-    if not init.startswith("s3://"):
-        raise SpecError(
-            f"training.init_from is a local path ({init}); a SageMaker job reads it from S3",
-            field="training.init_from",
-            hint="upload the folder (aws s3 sync DIR s3://bucket/prefix/) and set "
-            "training.init_from: s3://bucket/prefix/",
-        )
-    if INIT_CHANNEL in job.channels:
-        raise SpecError(
-            f"job.channels.{INIT_CHANNEL} is reserved for training.init_from",
-            field=f"job.channels.{INIT_CHANNEL}",
-            hint="rename that channel",
-        )
-    return init
-
-
-def _check_channels(spec: RunSpec, job: JobSpec) -> None:
-    data = spec.training.data
-    if data.source != "channel":
-        return
-    for role, name in (
-        ("train_channel", data.train_channel),
-        ("validation_channel", data.validation_channel),
-    ):
-        if name is not None and name not in job.channels:
-            raise SpecError(
-                f"training.data.{role} is {name!r} but job.channels has no such channel; "
-                f"defined: {', '.join(job.channels) or 'none'}",
-                field="job.channels",
-                hint=f"add job.channels.{name}.s3_uri: s3://bucket/prefix/of/token/shards",
-            )
 
 
 _TAG_UNSAFE = re.compile(r"[^\w\s.:/=+\-@]")  # outside the TagValue pattern of the API model
@@ -258,9 +201,9 @@ def build_job_request(
             field="compute.instance_preferences",
         )
     else:
-        _check_plan_matches(spec, plan)
+        check_plan_matches(spec, plan)
     others = prefs.plans[1:] if prefs else []
-    _check_channels(spec, job)
+    check_channels(spec, job)
     warnings: list[str] = []
     placeholders = job.placeholders()
     for path in placeholders:
@@ -336,7 +279,7 @@ def build_job_request(
                 "InputMode": ch.input_mode,
             }
         )
-    init_uri = _check_init_from(spec, job)
+    init_uri = check_init_from(spec, job)
     if init_uri is not None:
         channels.append(
             {

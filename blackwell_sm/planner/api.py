@@ -6,7 +6,6 @@ The search over one count is `search.py`, over counts `counts.py`; the words are
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +13,7 @@ from blackwell_sm.errors import SpecError
 from blackwell_sm.hardware import InstanceType, get_instance
 from blackwell_sm.opt_ml import is_local_run
 from blackwell_sm.planner import calibration as C
-from blackwell_sm.planner.checkpoint_size import checkpoint_size
+from blackwell_sm.planner.assemble import assemble_plan
 from blackwell_sm.planner.counts import choose_count, search_precisions
 from blackwell_sm.planner.explain import (
     advice_for,
@@ -23,21 +22,11 @@ from blackwell_sm.planner.explain import (
     memory_relief,
     near_miss_advice,
     reasons_for,
-    to_config,
 )
 from blackwell_sm.planner.memory import GIB
 from blackwell_sm.planner.plan import (
-    Alternative,
     CalibrationRef,
-    CheckpointEstimate,
-    InstanceRef,
-    MemoryBreakdown,
-    ModelRef,
     Plan,
-    PlanSpec,
-    RunEstimate,
-    StepBreakdown,
-    Throughput,
 )
 from blackwell_sm.planner.precision import lowp_ineligible
 from blackwell_sm.planner.profile import AppliedProfile, for_instance, resolve_profile
@@ -46,13 +35,11 @@ from blackwell_sm.planner.search import (
     TRAINING_PLAN_COUNTS,
     Candidate,
     Context,
-    Evaluation,
     Pins,
     check_pins,
     evaluate,
 )
 from blackwell_sm.planner.timing import scale_warnings, time_limit_notes
-from blackwell_sm.planner.uncertainty import over_published, speed_range
 from blackwell_sm.spec import RunSpec
 from blackwell_sm.spec.job import MAX_RUNTIME_HOURS
 
@@ -239,118 +226,9 @@ def make_plan(
         warnings.extend(scale_warnings(c.instance_count))
 
     alts = alternatives(res.evaluated, best, ctx, pins, count_auto=count == "auto")
-    return _assemble(spec, inst, best, res.feasible and not late, alts, price, local,
+    return assemble_plan(spec, inst, best, res.feasible and not late, alts, price, local,
                      warnings=warnings, reasons=reasons, advice=advice,
                      constants=ctx.constants, calibration=cal_ref)  # fmt: skip
-
-
-def _assemble(
-    spec: RunSpec,
-    inst: InstanceType,
-    best: Evaluation,
-    feasible: bool,
-    alts: list[Alternative],
-    price: float | None,
-    local: bool,
-    *,
-    warnings: list[str],
-    reasons: list[str],
-    advice: list[str],
-    constants: C.Constants | None = None,
-    calibration: CalibrationRef | None = None,
-) -> Plan:
-    """The Plan for the evaluated candidate `best`."""
-    tr, comp, model = spec.training, spec.compute, spec.model
-    c, limit = best.cand, inst.gpu.memory_gib
-    m = best.mem
-    g = lambda x: round(x / GIB, 3)  # noqa: E731
-    mem = MemoryBreakdown(
-        params_fp32=g(m.params_fp32), grads_fp32=g(m.grads_fp32),
-        optimizer_states=g(m.optimizer_states), params_unsharded=g(m.params_unsharded),
-        grads_unsharded=g(m.grads_unsharded), activations=g(m.activations),
-        logits_and_loss=g(m.logits_and_loss), overhead=g(m.overhead), fp8_extras=g(m.fp8_extras),
-        total=g(m.total), limit=limit, allocator_reserved=g(m.reserved),
-        usable=round(limit * (1.0 - C.MEMORY_HEADROOM), 3),
-    )  # fmt: skip
-    tokens = best.steps * c.global_batch_seqs * tr.seq_len
-    t, tps = best.time, best.tokens_per_s_per_gpu
-    sr = speed_range(tps, inst.gpu, model, c.precision, tr.seq_len, constants)
-    warn = over_published(tps, sr)
-    if warn:
-        warnings = [*warnings, warn]
-    hours_range = (best.hours * tps / sr.high, best.hours * tps / sr.low)
-    jobs = max(1, math.ceil(hours_range[1] / MAX_RUNTIME_HOURS))
-    if jobs > 1 and best.hours <= MAX_RUNTIME_HOURS and not local:
-        warnings = [*warnings, (
-            f"at the pessimistic end of the range ({hours_range[1]:,.1f} h) the run needs {jobs} "
-            "SageMaker jobs of at most 28 days, each resuming from the same checkpoints"
-        )]  # fmt: skip
-    cost_range = None
-    if best.price_per_hour is not None:
-        cost_range = (round(hours_range[0] * best.price_per_hour, 2),
-                      round(hours_range[1] * best.price_per_hour, 2))  # fmt: skip
-        if not local and cost_range[1] > comp.confirm_cost_usd:
-            warnings = [*warnings, (
-                f"the run may cost up to ${cost_range[1]:,.0f} (pessimistic end), over "
-                f"compute.confirm_cost_usd ${comp.confirm_cost_usd:,.0f}: bsm submit asks first"
-            )]  # fmt: skip
-    ck = checkpoint_size(model.n_params, c.shard_degree, inst.gpus_per_instance)
-    return Plan(
-        feasible=feasible,
-        model=ModelRef(name=model.name, n_params=model.n_params),
-        instance=InstanceRef(
-            type=inst.name,
-            count=c.instance_count,
-            gpus_per_instance=inst.gpus_per_instance,
-            gpu=inst.gpu.name,
-            gpu_memory_gib=limit,
-            device=inst.gpu.kind,
-            efa=inst.efa_provider_env,
-            peak_flops=inst.gpu.peak_flops(c.precision),
-            peak_flops_bf16=inst.gpu.peak_flops("bf16"),
-        ),
-        config=to_config(c, tr.seq_len),
-        memory_gib=mem,
-        throughput=Throughput(
-            step_time_s=round(best.time.step_s, 4),
-            tokens_per_s_per_gpu=round(best.tokens_per_s_per_gpu, 1),
-            mfu=round(best.mfu, 4),
-            flops_per_token=model.flops_per_token(tr.seq_len),
-            breakdown_s=StepBreakdown(
-                compute=round(t.compute_s - t.recompute_s, 4),
-                recompute=round(t.recompute_s, 4),
-                exposed_communication=round(t.exposed_comm_s, 4),
-                optimizer=round(t.optimizer_s, 4),
-            ),
-            tokens_per_s_per_gpu_range=(round(sr.low, 1), round(sr.high, 1)),
-            evidence=sr.evidence,
-        ),
-        run=RunEstimate(
-            steps=best.steps,
-            tokens=tokens,
-            hours=round(best.hours, 3),
-            cost_usd=None if best.cost_usd is None else round(best.cost_usd, 2),
-            price_per_hour=price,
-            price_source=None
-            if local
-            else ("compute.price_per_hour" if comp.price_per_hour else inst.price_source),
-            hours_range=(round(hours_range[0], 3), round(hours_range[1], 3)),
-            cost_usd_range=cost_range,
-            jobs=jobs,
-        ),
-        checkpoint=CheckpointEstimate(
-            bytes_per_save=ck.bytes_per_save,
-            gib_per_save=g(ck.bytes_per_save),
-            max_gib_per_host=g(ck.max_bytes_per_host),
-            save_s=round(ck.save_s, 1),
-        ),
-        alternatives=alts,
-        warnings=warnings,
-        reasons=reasons,
-        advice=advice,
-        spec=PlanSpec(model=model, training=tr),
-        calibration=calibration,
-    )
 
 
 def pinned_plan(
@@ -381,7 +259,7 @@ def pinned_plan(
         )
     check_pins(ctx, instance_count, Pins(precision=cand.precision))
     e = evaluate(ctx, cand)
-    return _assemble(spec, ctx.instance, e, e.fits, [], ctx.price_per_hour, local,
+    return assemble_plan(spec, ctx.instance, e, e.fits, [], ctx.price_per_hour, local,
                      warnings=warnings, reasons=["pinned configuration (not searched)"],
                      advice=[], constants=ctx.constants, calibration=cal_ref)  # fmt: skip
 
