@@ -20,40 +20,20 @@ import os
 import shutil
 from pathlib import Path
 
-from pydantic import ValidationError
-
 from blackwell_sm.errors import BsmError, SpecError
 from blackwell_sm.launch import log
 from blackwell_sm.opt_ml import ENV_TEST_FREE_BYTES, OptMl
-from blackwell_sm.planner.plan import SCHEMA_VERSION, Plan
+from blackwell_sm.planner.plan import PLAN_HINT, SCHEMA_VERSION, Plan
 
 # Test-only: pretend the checkpoint volume has this many free bytes (the too-little-disk tests).
 PROBE_NAME = ".bsm-write-probe"
-
-
-def plan_error(err: ValidationError, path: Path) -> SpecError:
-    """A plan file that does not validate, each problem with its field path and the value."""
-    lines, first = [], None
-    for e in err.errors():
-        loc = ".".join(str(p) for p in e["loc"] if not str(p).startswith("function-"))
-        loc = loc or "(top level)"
-        first = first or loc
-        msg = e["msg"]
-        if isinstance(e.get("input"), (str, int, float, bool)) and e["type"] != "missing":
-            msg += f" (got {e['input']!r})"
-        lines.append(f"  {loc}: {msg}")
-    return SpecError(
-        f"{path} is not a valid plan:\n" + "\n".join(lines),
-        field=first,
-        hint="make the plan again with bsm plan; plan.json is not meant to be edited",
-    )
 
 
 def _fail(path: Path, field: str, message: str) -> SpecError:
     return SpecError(
         f"plan {path}: {field}: {message}",
         field=field,
-        hint="make the plan again with bsm plan; plan.json is not meant to be edited",
+        hint=PLAN_HINT,
     )
 
 

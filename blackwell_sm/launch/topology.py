@@ -79,16 +79,8 @@ def read_resource_config(opt_ml: Path) -> ResourceConfig:
 
 
 def read_plan(path: Path) -> Plan:
-    """plan.json through the safe loader; a field that does not validate is named by its path."""
-    from blackwell_sm.launch.checks import plan_error
-    from blackwell_sm.safe_load import load_mapping
-
-    try:
-        return Plan.model_validate(
-            load_mapping(path, field="plan.json", fmt="json", label="plan file")
-        )
-    except ValidationError as e:
-        raise plan_error(e, path) from None
+    """plan.json through the safe loader (`Plan.read`); the launcher's plan selection takes it."""
+    return Plan.read(path)
 
 
 def derive_topology(rc: ResourceConfig, plan: Plan, environ: dict[str, str]) -> Topology:

@@ -5,11 +5,15 @@ The shape of `schema_version` 1 is stable: keys may be added, none removed or re
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from blackwell_sm.spec import Checkpointing, ModelSpec, Precision, TrainingSpec
+
+#: What to do about a plan file that does not validate or check out.
+PLAN_HINT = "make the plan again with bsm plan; plan.json is not meant to be edited"
 
 SCHEMA_VERSION = 1
 
@@ -226,3 +230,22 @@ class Plan(_Out):
     @classmethod
     def from_json(cls, text: str) -> Plan:
         return cls.model_validate_json(text)
+
+    @classmethod
+    def read(cls, path: Path) -> Plan:
+        """plan.json as the container reads it (launcher and worker alike): through the safe
+        loader (size cap, UTF-8, no duplicate keys, no NaN), each invalid field named by its
+        path in the plan."""
+        from pydantic import ValidationError
+
+        from blackwell_sm.safe_load import load_mapping
+        from blackwell_sm.spec.run import spec_error
+
+        try:
+            return cls.model_validate(
+                load_mapping(path, field="plan.json", fmt="json", label="plan file")
+            )
+        except ValidationError as e:
+            err = spec_error(e, root=cls, source=f"plan {path}")
+            err.hint = PLAN_HINT
+            raise err from None

@@ -31,17 +31,7 @@ def main(argv: list[str] | None = None) -> int:
 
     @record  # torchrun's error file carries the exception and rank to the launcher
     def _run() -> int:
-        from pydantic import ValidationError
-
-        from blackwell_sm.safe_load import load_mapping
-        from blackwell_sm.spec.run import spec_error
-
-        try:  # the one safe loader: size cap, UTF-8, no duplicate keys, no NaN
-            plan = Plan.model_validate(load_mapping(args.plan, field="plan.json", fmt="json"))
-        except ValidationError as e:  # each field by its path in the plan
-            raise spec_error(e, root=Plan, source=f"plan {args.plan}") from None
-        except (OSError, ValueError) as e:
-            raise BsmError(f"cannot read the plan {args.plan}: {e}") from e
+        plan = Plan.read(args.plan)  # the launcher's reader: safe loader, fields by path
         if not plan.feasible:
             raise BsmError(
                 f"the plan in {args.plan} is not feasible; refusing to run it",

@@ -102,7 +102,7 @@ def test_missing_plan_field(tmp_path: Path) -> None:
     del data["config"]["seq_len"]
     host.plan_path.write_text(json.dumps(data))
     rc, out = _launch(host)
-    _assert_failed_before_step_0(host, rc, out, "config.seq_len: Field required")
+    _assert_failed_before_step_0(host, rc, out, "config.seq_len: required field is missing")
 
 
 # -- folders and disk ------------------------------------------------------------------------
