@@ -14,6 +14,7 @@ from typing import Any
 
 from blackwell_sm.errors import SpecError
 from blackwell_sm.hardware import CATALOG, GpuSpec, InstanceType, get_instance, local_instance
+from blackwell_sm.metrics import WARMUP_STEPS
 from blackwell_sm.opt_ml import METRICS_FILE, PLAN_FILE, SUMMARY_FILE, OptMl, is_local_run
 from blackwell_sm.planner import calibration as C
 from blackwell_sm.planner.fit import Row
@@ -23,9 +24,6 @@ from blackwell_sm.planner.profile import (
 )
 from blackwell_sm.planner.search import Candidate, Context
 from blackwell_sm.spec import PRESETS
-
-#: Train records a run's first steps spend on allocator warm-up and compile: not timed.
-WARMUP_STEPS = 2
 
 # ---------------------------------------------------------------------------------------------
 # Measurements CSV (shared/reference/measurements.csv): hardware of rows the catalog lacks

@@ -281,7 +281,6 @@ def run_local(
         if fresh:
             for sub in ("checkpoints", "model", "output"):
                 shutil.rmtree(out / sub, ignore_errors=True)
-        OptMl(out).failure.unlink(missing_ok=True)  # an earlier run's reason is not this run's
         plan_path = layout_opt_ml(out, plan, channels=channels)
         env = launcher_env(master_port=free_port())
         with _stop_signals_raise():

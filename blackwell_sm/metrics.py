@@ -12,6 +12,9 @@ import re
 
 _NUM = r"([-+]?[0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)"
 STEP_PREFIX = "[bsm-step]"
+#: Steps of a process that speed figures leave out: allocator warm-up and compile. Shared by the
+#: in-job check, summary.json's medians, `bsm calibrate` and `bsm report`.
+WARMUP_STEPS = 2
 
 # field in the log line -> SageMaker metric name
 METRIC_FIELDS: dict[str, str] = {

@@ -19,8 +19,9 @@ import statistics
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from blackwell_sm.calibrate_sources import WARMUP_STEPS, job_files, run_files
+from blackwell_sm.calibrate_sources import job_files, run_files
 from blackwell_sm.errors import BsmError
+from blackwell_sm.metrics import WARMUP_STEPS
 from blackwell_sm.opt_ml import COMPLETE_MARKER, OptMl
 from blackwell_sm.planner.plan import Plan
 
@@ -119,7 +120,7 @@ def comparisons(data: RunData) -> list[Comparison]:
         meas["memory_kind"] = steady[-1].get("memory_kind")
     kind = meas.get("memory_kind") or ""
     cuda = kind.startswith("cuda")
-    mem_pred = plan.memory_gib.allocator_reserved if cuda else plan.memory_gib.total
+    mem_pred = plan.predicted_memory_gib()
     lo, hi = t.tokens_per_s_per_gpu_range or (None, None)
     rng = f"range {lo:,.0f}-{hi:,.0f} ({t.evidence})" if lo is not None else ""
     return [

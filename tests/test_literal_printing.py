@@ -42,8 +42,10 @@ def test_spec_paths_and_values_with_brackets(
     missing = folder / "[" / "x]" / "missing.yaml"  # .../[/x]/missing.yaml
     code, out, err = _cli(["run-local", str(missing)], capsys)
     assert code == 2 and str(missing) in err, err
-    code, out, err = _cli(["run-local", str(spec), "--channel", f"[train]={folder}"], capsys)
-    assert code == 2
+    valid = folder / "[ok].yaml"
+    valid.write_text("model: tiny\ntraining: {data: {source: synthetic}}\n")
+    code, out, err = _cli(["run-local", str(valid), "--channel", f"[train]={folder}"], capsys)
+    assert code == 2 and "--channel [train]" in err and "MarkupError" not in err, err
 
 
 @pytest.mark.slow

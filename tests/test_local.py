@@ -169,3 +169,18 @@ def test_the_speed_line_gives_the_checks_range_and_verdict():
     check = {"pred_tok_s_gpu_low": 2911.3, "pred_tok_s_gpu_high": 6046.5, "speed": "below_range"}
     assert _speed_note({"check": check}) == "  (range 2911.3-6046.5: below range)"
     assert "matmul rate" in _speed_note({})  # no check ran (a run shorter than its window)
+
+
+def test_the_channels_a_spec_reads_include_init_for_s3_weights():
+    """--channel is checked against what the run reads: its data channels, and `init` when
+    training.init_from is on S3 (a synthetic run that starts from S3 weights is legitimate)."""
+    from blackwell_sm.cli.local import _channels_read
+    from blackwell_sm.spec import parse_spec
+
+    synthetic = {"model": "tiny", "training": {"data": {"source": "synthetic"}}}
+    assert _channels_read(parse_spec(synthetic)) == set()
+    synthetic["training"]["init_from"] = "s3://bucket/weights/"
+    assert _channels_read(parse_spec(synthetic)) == {"init"}
+    shards = {"model": "tiny", "training": {"data": {"source": "channel", "train_channel": "train",
+                                                     "validation_channel": "val"}}}  # fmt: skip
+    assert _channels_read(parse_spec(shards)) == {"train", "val"}

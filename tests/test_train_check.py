@@ -140,9 +140,9 @@ def test_cuda_plan_compares_against_the_allocator_reserved_figure():
     mem = plan.memory_gib.model_copy(update={"allocator_reserved": 3.0, "total": 4.0})
     inst = plan.instance.model_copy(update={"device": "cuda"})
     cuda = plan.model_copy(update={"memory_gib": mem, "instance": inst})
-    assert C.predicted_memory_gib(cuda) == 3.0
+    assert cuda.predicted_memory_gib() == 3.0
     assert C.memory_high_gib(cuda) == pytest.approx(3.3)
-    assert C.predicted_memory_gib(plan) == plan.memory_gib.total
+    assert plan.predicted_memory_gib() == plan.memory_gib.total
 
 
 def test_the_window_waits_for_warm_up_and_a_resume_moves_it():

@@ -195,7 +195,8 @@ def test_metrics_lines_and_summary(base):
 def test_check_line_then_the_eta_on_every_logged_step(base):
     """After 2 warm-up steps, 2 timed and 1 profiled: one [bsm-check] line after step 5, and
     every step line from then on carries eta_s (0 at the last step)."""
-    from blackwell_sm.train.check import PROFILE_STEPS, WARMUP_STEPS
+    from blackwell_sm.metrics import WARMUP_STEPS
+    from blackwell_sm.train.check import PROFILE_STEPS
 
     at = WARMUP_STEPS + PROFILE_STEPS
     out = (base / "stdout-rank0.log").read_text().splitlines()

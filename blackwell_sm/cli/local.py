@@ -40,6 +40,18 @@ def _fmt(x: Any, spec: str = ".4g") -> str:
     return "-" if x is None else format(x, spec)
 
 
+def _channels_read(spec: Any) -> set[str]:
+    """The channels a run of `spec` reads: its data channels, and `init` for an s3://
+    training.init_from (run-local maps it to a local folder)."""
+    from blackwell_sm.job.request_checks import INIT_CHANNEL
+
+    data, init = spec.training.data, spec.training.init_from
+    names = {data.train_channel, data.validation_channel} if data.source == "channel" else set()
+    if init is not None and init.startswith("s3://"):
+        names.add(INIT_CHANNEL)
+    return {n for n in names if n}
+
+
 def _speed_note(summary: dict[str, Any]) -> str:
     """The in-job check's verdict on speed (its range and where the run fell), else where the
     prediction comes from."""
@@ -89,12 +101,15 @@ def run_local(
     spec = load_spec(spec_path)
     out = out or Path(f"bsm-local-{spec_path.stem}")
     channels = _channels(channel)
-    if channels and spec.training.data.source == "synthetic":
+    unread = sorted(set(channels) - _channels_read(spec))
+    if unread:
+        data = spec.training.data
+        why = ("training.data.source is synthetic" if data.source == "synthetic"
+               else f"the spec reads {', '.join(sorted(_channels_read(spec)))}")  # fmt: skip
         raise SpecError(
-            f"--channel {', '.join(channels)}: the spec's training.data.source is synthetic, "
-            "so no channel would be read",
+            f"--channel {', '.join(unread)}: no such channel would be read ({why})",
             hint="set training.data.source: channel (and training.data.train_channel) to train "
-            "on the directory, or drop --channel",
+            "on the directory, name a channel the spec reads, or drop --channel",
             field="--channel",
         )
     info(f"run-local: {spec.model.name} on {nproc} local process(es), directory {out}")

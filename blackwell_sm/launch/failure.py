@@ -202,13 +202,8 @@ def failure_reason(
         err = _error_file_message(Path(efile)) if efile != "<N/A>" else None
         if err and err[0]:
             return f"{who}: {err[0]}" + (f"\nat {err[1]}" if err[1] else "")
-        if code < 0:
-            try:
-                what = f"was killed by signal {signal.Signals(-code).name}"
-            except ValueError:
-                what = f"was killed by signal {-code}"
-        else:
-            what = f"exited with code {code}"
+        sig = signal_name(-code).removeprefix("signal ")
+        what = f"was killed by signal {sig}" if code < 0 else f"exited with code {code}"
         tail = _stderr_tail(log_dir, local_rank) if log_dir is not None else ""
         return f"{who} {what}" + (f"; its last stderr lines:\n{tail}" if tail else "")
     if log_dir is not None:
@@ -221,6 +216,14 @@ def failure_reason(
             return f"rank {rank} (host {host}, local rank {local_rank}): {msg}{where}"
     lines = [ln for ln in stderr_tail if ln.strip()][-12:]
     return f"torchrun on host {host} exited with code {rc}; last stderr lines:\n" + "\n".join(lines)
+
+
+def signal_name(signum: int) -> str:
+    """SIGKILL for 9; "signal N" for a number with no name."""
+    try:
+        return signal.Signals(signum).name
+    except ValueError:
+        return f"signal {signum}"
 
 
 def write_failure(opt_ml: Path, reason: str) -> bool:

@@ -22,6 +22,7 @@ from blackwell_sm.launch.failure import (
     RankFailure,
     failure_reason,
     failure_timeline,
+    signal_name,
     torchrun_failures,
     write_failure,
 )
@@ -153,7 +154,9 @@ def completed_before_teardown(
 ) -> dict | None:
     """The run's summary if this launch wrote a `completed` summary.json and every rank torchrun
     reports failed died of a signal (an abort in process teardown, after everything was written);
-    else None. Such a run is a success: the work is on disk, and a retry would only redo it."""
+    else None. Such a run is a success: the work is on disk, and a retry would only redo it.
+    Only the first host has summary.json (rank 0 writes it): on the others a teardown abort is
+    still a failure, and the clean exit (train/main.py exit_now) is what prevents it."""
     path = OptMl(opt_ml).summary
     if not failures or any(f.exitcode >= 0 for f in failures):
         return None
@@ -196,7 +199,7 @@ def run(spec: LaunchSpec, opt_ml: Path, log_dir: Path) -> int:
         else completed_before_teardown(opt_ml, started, failures)
     )
     if done is not None:
-        who = ", ".join(f"rank {f.rank} by {_signal_name(-f.exitcode)}" for f in failures)
+        who = ", ".join(f"rank {f.rank} by {signal_name(-f.exitcode)}" for f in failures)
         log(
             f"the run completed (summary.json: status completed at step {done.get('final_step')}), "
             f"then worker(s) died in process teardown ({who}); counted as a success, exit 0"
@@ -208,18 +211,11 @@ def run(spec: LaunchSpec, opt_ml: Path, log_dir: Path) -> int:
         rc, topo=topo, log_dir=log_dir, stderr_tail=tail, exit_times=sup.exit_watch.exits
     )
     if sup.stop_signal is not None:
-        reason = f"stopped by {signal.Signals(sup.stop_signal).name}; " + reason
+        reason = f"stopped by {signal_name(sup.stop_signal)}; " + reason
     write_failure(opt_ml, reason)
     log(f"FAILED (exit {rc}): {reason.splitlines()[0]}")
     log(f"reason written to {OptMl(opt_ml).failure}")
     return rc
-
-
-def _signal_name(signum: int) -> str:
-    try:
-        return signal.Signals(signum).name
-    except ValueError:
-        return f"signal {signum}"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -233,6 +229,9 @@ def main(argv: list[str] | None = None) -> int:
             spec = build_launch(args.plan, opt_ml, start_unix=start)
             sys.stdout.write(spec.model_dump_json(indent=2) + "\n")
             return 0
+        # A previous attempt's reason (a SageMaker retry, a rerun of run-local) must not outlive
+        # this one, whatever ends it.
+        OptMl(opt_ml).failure.unlink(missing_ok=True)
         log_dir = Path(tempfile.mkdtemp(prefix="bsm-torchrun-"))
         spec = build_launch(args.plan, opt_ml, log_dir=log_dir, start_unix=start)
         topo = spec.topology
@@ -249,9 +248,6 @@ def main(argv: list[str] | None = None) -> int:
         for line in check_before_launch(Path(spec.plan_path), opt_ml, topo.current_host):
             log(line)
         wait_for_master(topo, float(os.environ.get(ENV_DNS_WAIT_S, "300")))
-        stale = OptMl(opt_ml).failure
-        if stale.exists():
-            stale.unlink()  # a previous attempt's reason must not outlive a good run
         return run(spec, opt_ml, log_dir)
     except BsmError as e:
         msg = f"launcher on {os.environ.get('HOSTNAME', socket.gethostname())}: {e.message}"

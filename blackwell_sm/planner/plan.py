@@ -224,6 +224,14 @@ class Plan(_Out):
         None, description="The calibration profile applied; None: calibration.py's constants."
     )
 
+    def predicted_memory_gib(self) -> float:
+        """What a run's peak-memory reading is compared with: the caching allocator's reserved
+        bytes on CUDA (the total minus the runtime outside it), the total elsewhere (CPU RSS)."""
+        m = self.memory_gib
+        if self.instance.device == "cuda" and m.allocator_reserved is not None:
+            return m.allocator_reserved
+        return m.total
+
     def to_json(self) -> str:
         return self.model_dump_json(indent=2)
 

@@ -32,12 +32,12 @@ import torch.distributed as dist
 from blackwell_sm.metrics import (
     MEMORY_ADVICE,
     OVERRUN_ADVICE,
+    WARMUP_STEPS,
     format_alert_line,
     format_check_line,
 )
 from blackwell_sm.planner.plan import Plan
 
-WARMUP_STEPS = 2  # steps of this process before timing: allocator warm-up, compile
 PROFILE_STEPS = 3  # steps timed with a device sync each; the last one is profiled, not timed
 #: The plan's memory range above its point estimate: the planner's fragmentation term is fitted
 #: within 6% on the torchtitan rows (planner/calibration.py); 10% leaves room for that spread.
@@ -82,18 +82,9 @@ def overrun_s(now: float, eta: float, deadline: float) -> float:
     return now + eta - deadline
 
 
-def predicted_memory_gib(plan: Plan) -> float:
-    """The plan's point estimate of what peak_memory reads: the caching allocator's reserved
-    bytes on CUDA (total minus the runtime outside it), the process's RSS (the total) on CPU."""
-    m = plan.memory_gib
-    if plan.instance.device == "cuda" and m.allocator_reserved is not None:
-        return m.allocator_reserved
-    return m.total
-
-
 def memory_high_gib(plan: Plan) -> float:
     """The high end of the plan's memory range."""
-    return predicted_memory_gib(plan) * (1.0 + MEMORY_RANGE_ABOVE)
+    return plan.predicted_memory_gib() * (1.0 + MEMORY_RANGE_ABOVE)
 
 
 def speed_verdict(measured: float, low: float, high: float) -> str:
@@ -245,7 +236,7 @@ class RunCheck:
         exposed = step_time * frac_exposed if frac_exposed is not None else 0.0
         bd = th.breakdown_s
         flops = plan.spec.model.flops_per_token(plan.config.seq_len)
-        pred_mem = predicted_memory_gib(plan)
+        pred_mem = plan.predicted_memory_gib()
         eta = eta_s(self.total_steps - step_done, step_time)
         return {
             "tok_s_gpu": tok,
@@ -305,7 +296,7 @@ class RunCheck:
             usable = self.plan.memory_gib.usable or self.plan.memory_gib.limit
             self._alert(step, "memory", "mem_over_gib", mem_gib - high,
                         f"peak reserved memory {mem_gib:.2f} GiB is above the plan's range "
-                        f"(predicted {predicted_memory_gib(self.plan):.2f} GiB, high end "
+                        f"(predicted {self.plan.predicted_memory_gib():.2f} GiB, high end "
                         f"{high:.2f} GiB, usable {usable:.2f} GiB): {MEMORY_ADVICE}")  # fmt: skip
 
     def _alert(self, step: int, kind: str, key: str, value: float, message: str) -> None:

@@ -48,10 +48,6 @@ def main(argv: list[str] | None = None) -> int:
         raise
 
 
-# Test-only hook: after a completed run, abort (SIGABRT) instead of exiting, as the rare
-# teardown abort did; the launcher must still count the run as a success (tests/test_launch.py).
-
-
 def exit_now(rc: int) -> None:
     """Leave the worker with `rc` without interpreter teardown, after flushing our streams.
 
@@ -68,6 +64,8 @@ def exit_now(rc: int) -> None:
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(OSError, ValueError):
             stream.flush()
+    # Test-only hook: abort after a completed run, as the rare teardown abort did; the launcher
+    # must still count the run a success (tests/test_launch_exits.py).
     if rc == 0 and os.environ.get(ENV_TEST_ABORT_AT_EXIT) == os.environ.get("RANK", "0"):
         os.abort()
     os._exit(rc)

@@ -12,7 +12,7 @@ from typing import Any
 
 import torch
 
-from blackwell_sm.metrics import format_step_line, format_val_line
+from blackwell_sm.metrics import WARMUP_STEPS, format_step_line, format_val_line
 from blackwell_sm.opt_ml import METRICS_FILE
 from blackwell_sm.planner.plan import Plan
 from blackwell_sm.train.check import RunCheck
@@ -114,9 +114,9 @@ class MetricsLog:
 
     def summary(self, *, status: str, final_step: int, resumed_from: int | None) -> dict[str, Any]:
         """Measured figures beside the plan's predictions. Step-time statistics skip the first
-        two steps of this process (allocator warm-up, compile)."""
+        WARMUP_STEPS steps of this process (allocator warm-up, compile)."""
         train = [r for r in self.records if r["kind"] == "train"]
-        steady = train[2:] or train
+        steady = train[WARMUP_STEPS:] or train
         alloc, reserved, kind = peak_memory(self.device)
         med = statistics.median([r["step_time_s"] for r in steady]) if steady else None
         tok = statistics.median([r["tok_s_gpu"] for r in steady]) if steady else None
@@ -143,14 +143,14 @@ class MetricsLog:
                 "step_time_s": pred.step_time_s,
                 "tokens_per_s_per_gpu": pred.tokens_per_s_per_gpu,
                 "mfu": pred.mfu,
-                "memory_gib": self.plan.memory_gib.total,
+                "memory_gib": self.plan.predicted_memory_gib(),
             },
             "ratio_measured_over_predicted": {
                 "tokens_per_s_per_gpu": None
                 if tok is None or not pred.tokens_per_s_per_gpu
                 else tok / pred.tokens_per_s_per_gpu,
-                "peak_memory": reserved / self.plan.memory_gib.total
-                if self.plan.memory_gib.total
+                "peak_memory": reserved / self.plan.predicted_memory_gib()
+                if self.plan.predicted_memory_gib()
                 else None,
             },
             # train/check.py: the [bsm-check] figures, the latest ETA against the deadline, and

@@ -70,3 +70,4 @@ def test_consecutive_runs_never_fail_spuriously(tmp_path: Path) -> None:
         f"abort, {wall:.0f} s wall ({wall / N_RUNS:.1f} s per run)"
     )
     assert not failures, "\n\n".join(failures)
+    assert teardown_aborts == 0  # the guard would hide them; the clean exit must not need it
