@@ -193,16 +193,16 @@ def read_records(text: str) -> list[dict[str, Any]]:
 
 def run_files(run_dir: Path) -> tuple[Plan, dict[str, Any] | None, list[dict[str, Any]]]:
     """(plan, summary or None, metrics records) of a run directory."""
-    from blackwell_sm.safe_load import read_text
+    from blackwell_sm.safe_load import load_mapping, read_text
 
     tree = OptMl(run_dir)
     plan_path = run_dir / PLAN_FILE
     if not plan_path.is_file():
         raise SpecError(f"{run_dir} has no {PLAN_FILE}: not a run directory", field="SOURCE")
-    plan = Plan.from_json(read_text(plan_path, field="SOURCE", label="plan file"))
+    plan = Plan.read(plan_path)
     summary = None
     if tree.summary.is_file():
-        summary = json.loads(read_text(tree.summary, field="SOURCE", label="summary"))
+        summary = load_mapping(tree.summary, field="SOURCE", fmt="json", label="summary")
     records: list[dict[str, Any]] = []
     if tree.metrics.is_file():
         big = 256 * 1024 * 1024
@@ -222,20 +222,6 @@ def run_rows(run_dir: str | Path) -> list[Row]:
 # ---------------------------------------------------------------------------------------------
 
 
-def _s3_get(s3: Any, uri: str) -> bytes | None:
-    from blackwell_sm.aws.s3 import split_s3_uri
-
-    bucket, key = split_s3_uri(uri)
-    try:
-        return s3.get_object(Bucket=bucket, Key=key)["Body"].read()
-    except s3.exceptions.NoSuchKey:
-        return None
-    except Exception as e:  # botocore ClientError: a missing key reads as 404 on some paths
-        if getattr(e, "response", {}).get("Error", {}).get("Code") in ("404", "NoSuchKey"):
-            return None
-        raise
-
-
 def _tar_member(data: bytes, names: tuple[str, ...]) -> bytes | None:
     with tarfile.open(fileobj=io.BytesIO(data), mode="r:*") as tar:
         for m in tar.getmembers():
@@ -248,63 +234,78 @@ def _tar_member(data: bytes, names: tuple[str, ...]) -> bytes | None:
 def step_record(line: str) -> dict[str, Any] | None:
     """A `[bsm-step]` log line as a metrics.jsonl-like train record (through the metric regexes
     of `blackwell_sm.metrics`), or None when it carries no speed."""
-    import re
-
-    from blackwell_sm.metrics import METRIC_FIELDS, parse_line
+    from blackwell_sm.metrics import METRIC_FIELDS, line_step, parse_line
 
     values = parse_line(line)
-    m = re.search(r"\bstep=(\d+)", line)
-    rec: dict[str, Any] = {"kind": "train", "step": int(m.group(1)) if m else None}
+    rec: dict[str, Any] = {"kind": "train", "step": line_step(line)}
     rec.update({k: values[name] for k, name in METRIC_FIELDS.items() if name in values})
     return rec if rec.get("tok_s_gpu") and rec["step"] is not None else None
 
 
+def _plan_from_bytes(raw: bytes, where: str) -> Plan:
+    """A plan read out of an archive: invalid fields named by path, as `Plan.read` names them."""
+    from pydantic import ValidationError
+
+    from blackwell_sm.spec.run import spec_error
+
+    try:
+        return Plan.model_validate_json(raw)
+    except ValidationError as e:
+        raise spec_error(e, root=Plan, source=f"plan in {where}") from None
+
+
+def _summary_from_bytes(raw: bytes, name: str) -> dict[str, Any]:
+    try:
+        summary = json.loads(raw)
+    except ValueError as e:
+        raise SpecError(f"job {name}: its summary.json is not JSON ({e})", field="SOURCE") from None
+    if not isinstance(summary, dict):
+        raise SpecError(f"job {name}: its summary.json is not a mapping", field="SOURCE")
+    return summary
+
+
 def job_files(aws: Any, name: str) -> tuple[Plan, dict[str, Any] | None, list[dict[str, Any]]]:
     """(plan, summary or None, step records) of a training job."""
-    from blackwell_sm.aws.errors import translate
+    from blackwell_sm.aws.jobs import describe_raw
+    from blackwell_sm.aws.s3 import get_object_or_none
     from blackwell_sm.job.bundle import BUNDLE_FILE
     from blackwell_sm.metrics import STEP_PREFIX
     from blackwell_sm.opt_ml import plan_file_for
 
-    try:
-        d = aws.sagemaker.describe_training_job(TrainingJobName=name)
-        code = next(
-            (c["DataSource"]["S3DataSource"]["S3Uri"] for c in d.get("InputDataConfig", [])
-             if c["DataSource"].get("S3DataSource", {}).get("S3Uri", "").endswith(BUNDLE_FILE)),
-            None,
-        )  # fmt: skip
-        if code is None:
-            raise SpecError(f"job {name} has no blackwell_sm code bundle", field="SOURCE")
-        bundle = _s3_get(aws.s3, code)
-        if bundle is None:
-            raise SpecError(f"job {name}: its code bundle {code} is gone", field="SOURCE")
-        itype = d.get("ResourceConfig", {}).get("InstanceType", "")
-        raw = _tar_member(bundle, (plan_file_for(itype), PLAN_FILE))
-        if raw is None:
-            raise SpecError(f"job {name}: no plan in its code bundle", field="SOURCE")
-        plan = Plan.from_json(raw.decode())
-        out_uri = d.get("OutputDataConfig", {}).get("S3OutputPath", "").rstrip("/")
-        summary = None
-        records: list[dict[str, Any]] = []
-        if out_uri:
-            tar = _s3_get(aws.s3, f"{out_uri}/{name}/output/output.tar.gz")
-            if tar is not None:
-                s = _tar_member(tar, (SUMMARY_FILE, f"data/{SUMMARY_FILE}"))
-                summary = json.loads(s) if s else None
-                m = _tar_member(tar, (METRICS_FILE, f"data/{METRICS_FILE}"))
-                records = read_records(m.decode()) if m else []
-        if summary is None and not records:
-            from blackwell_sm.aws.logs import iter_logs
+    d = describe_raw(aws.sagemaker, name)
+    code = next(
+        (c["DataSource"]["S3DataSource"]["S3Uri"] for c in d.get("InputDataConfig", [])
+         if c["DataSource"].get("S3DataSource", {}).get("S3Uri", "").endswith(BUNDLE_FILE)),
+        None,
+    )  # fmt: skip
+    if code is None:
+        raise SpecError(f"job {name} has no blackwell_sm code bundle", field="SOURCE")
+    bundle = get_object_or_none(aws.s3, code)
+    if bundle is None:
+        raise SpecError(f"job {name}: its code bundle {code} is gone", field="SOURCE")
+    itype = d.get("ResourceConfig", {}).get("InstanceType", "")
+    raw = _tar_member(bundle, (plan_file_for(itype), PLAN_FILE))
+    if raw is None:
+        raise SpecError(f"job {name}: no plan in its code bundle", field="SOURCE")
+    plan = _plan_from_bytes(raw, f"job {name}'s bundle")
+    out_uri = d.get("OutputDataConfig", {}).get("S3OutputPath", "").rstrip("/")
+    summary = None
+    records: list[dict[str, Any]] = []
+    if out_uri:
+        tar = get_object_or_none(aws.s3, f"{out_uri}/{name}/output/output.tar.gz")
+        if tar is not None:
+            s = _tar_member(tar, (SUMMARY_FILE, f"data/{SUMMARY_FILE}"))
+            summary = _summary_from_bytes(s, name) if s else None
+            m = _tar_member(tar, (METRICS_FILE, f"data/{METRICS_FILE}"))
+            records = read_records(m.decode()) if m else []
+    if summary is None and not records:
+        from blackwell_sm.aws.logs import iter_logs
 
-            for ev in iter_logs(aws.sagemaker, aws.logs, name, follow=False):
-                if ev.host == "algo-1" and STEP_PREFIX in ev.message:
-                    rec = step_record(ev.message)
-                    if rec is not None:
-                        records.append(rec)
-    except SpecError:
-        raise
-    except Exception as e:
-        raise translate(e, f"reading job {name}") from None
+        for ev in iter_logs(aws.sagemaker, aws.logs, name, follow=False):
+            if ev.host == "algo-1" and STEP_PREFIX in ev.message:
+                rec = step_record(ev.message)
+                if rec is not None:
+                    records.append(rec)
     return plan, summary, records
 
 

@@ -342,3 +342,17 @@ def test_a_profile_without_the_plans_gpu_changes_nothing_and_says_so(tmp_path):
     assert p.calibration.gpu == "" and p.calibration.changed == {}
     assert p.throughput == base.throughput
     assert any("has no entry for B200" in w and "cpu" in w for w in p.warnings)
+
+
+def test_a_job_source_that_is_not_there_is_an_aws_error_not_a_crash(aws, tmp_path):
+    """The job reader's calls go through the AWS layer (describe_raw, get_object_or_none): a job
+    that does not exist is `not_found`, and a run directory with a broken plan names the field."""
+    from blackwell_sm.calibrate_sources import job_files, run_files
+    from blackwell_sm.errors import AwsError, SpecError
+
+    with pytest.raises(AwsError) as e:
+        job_files(aws, "bsm-no-such-job")
+    assert e.value.code == "not_found"
+    (tmp_path / "plan.json").write_text('{"schema_version": 1}')
+    with pytest.raises(SpecError, match="required field is missing"):
+        run_files(tmp_path)

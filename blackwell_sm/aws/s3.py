@@ -38,6 +38,9 @@ def split_s3_uri(uri: str) -> tuple[str, str]:
     return bucket, key
 
 
+_NOT_FOUND = {"404", "NoSuchKey", "NotFound"}
+
+
 def _head(s3: Any, bucket: str, key: str) -> dict[str, Any] | None:
     from botocore.exceptions import ClientError
 
@@ -45,7 +48,21 @@ def _head(s3: Any, bucket: str, key: str) -> dict[str, Any] | None:
         try:
             return s3.head_object(Bucket=bucket, Key=key)
         except ClientError as e:
-            if e.response.get("Error", {}).get("Code") in {"404", "NoSuchKey", "NotFound"}:
+            if e.response.get("Error", {}).get("Code") in _NOT_FOUND:
+                return None
+            raise
+
+
+def get_object_or_none(s3: Any, uri: str) -> bytes | None:
+    """The bytes of the S3 object `uri`, or None when there is no such object."""
+    from botocore.exceptions import ClientError
+
+    bucket, key = split_s3_uri(uri)
+    with translate(f"reading {uri}", service="s3"):
+        try:
+            return s3.get_object(Bucket=bucket, Key=key)["Body"].read()
+        except ClientError as e:
+            if e.response.get("Error", {}).get("Code") in _NOT_FOUND:
                 return None
             raise
 
