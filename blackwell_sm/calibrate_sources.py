@@ -157,17 +157,10 @@ def plan_row(
         plan.spec.model, inst, cfg.seq_len, cand.global_batch_seqs, None, 1, None,
         packed=tr.task == "finetune",
     )  # fmt: skip
-    measured = (summary or {}).get("measured") or {}
+    measured = measured_figures(summary, records)
     tps = measured.get("tokens_per_s_per_gpu")
     mem = measured.get("peak_memory_reserved_gib")
     kind = measured.get("memory_kind")
-    if tps is None:
-        train = [r for r in records if r.get("kind") == "train" and r.get("tok_s_gpu")]
-        steady = train[WARMUP_STEPS:] or train
-        if steady:
-            tps = statistics.median(r["tok_s_gpu"] for r in steady)
-            mem = max((r.get("mem_reserved_gib") or 0.0) for r in steady) or None
-            kind = steady[-1].get("memory_kind")
     if not tps:
         raise SpecError(
             f"{ref}: no measured step (no summary.json, no timed steps)", field="SOURCE"
@@ -189,6 +182,33 @@ def read_records(text: str) -> list[dict[str, Any]]:
         if isinstance(rec, dict):
             out.append(rec)
     return out
+
+
+def measured_figures(
+    summary: dict[str, Any] | None, records: list[dict[str, Any]]
+) -> dict[str, Any]:
+    """A run's measured figures: summary.json's `measured`, else the medians of its timed step
+    records (the first WARMUP_STEPS left out) and their peak memory. Shared by `bsm calibrate`
+    and `bsm report`."""
+    measured = dict((summary or {}).get("measured") or {})
+    if measured.get("tokens_per_s_per_gpu") is not None:
+        return measured
+    train = [r for r in records if r.get("kind", "train") == "train" and r.get("tok_s_gpu")]
+    steady = train[WARMUP_STEPS:] or train
+    if not steady:
+        return measured
+
+    def median(key: str) -> float | None:
+        vals = [r[key] for r in steady if r.get(key) is not None]
+        return statistics.median(vals) if vals else None
+
+    mems = [r["mem_reserved_gib"] for r in steady if r.get("mem_reserved_gib") is not None]
+    measured.update(
+        step_time_s=median("step_time_s"), tokens_per_s_per_gpu=median("tok_s_gpu"),
+        mfu=median("mfu"), peak_memory_reserved_gib=max(mems) if mems else None,
+        memory_kind=steady[-1].get("memory_kind"),
+    )  # fmt: skip
+    return measured
 
 
 def run_files(run_dir: Path) -> tuple[Plan, dict[str, Any] | None, list[dict[str, Any]]]:

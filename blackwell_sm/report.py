@@ -15,13 +15,11 @@ from __future__ import annotations
 import html
 import io
 import json
-import statistics
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from blackwell_sm.calibrate_sources import job_files, run_files
+from blackwell_sm.calibrate_sources import job_files, measured_figures, run_files
 from blackwell_sm.errors import BsmError
-from blackwell_sm.metrics import WARMUP_STEPS
 from blackwell_sm.opt_ml import COMPLETE_MARKER, OptMl
 from blackwell_sm.planner.plan import Plan
 
@@ -109,15 +107,7 @@ class Comparison(NamedTuple):
 def comparisons(data: RunData) -> list[Comparison]:
     """The table's rows: the summary's measured figures (else the steady records' medians)."""
     plan, t = data.plan, data.plan.throughput
-    meas = dict((data.summary or {}).get("measured") or {})
-    train = train_records(data)
-    steady = train[WARMUP_STEPS:] or train
-    if meas.get("tokens_per_s_per_gpu") is None and steady:
-        meas["step_time_s"] = statistics.median(r["step_time_s"] for r in steady)
-        meas["tokens_per_s_per_gpu"] = statistics.median(r["tok_s_gpu"] for r in steady)
-        meas["mfu"] = statistics.median(r["mfu"] for r in steady)
-        meas["peak_memory_reserved_gib"] = max(r.get("mem_reserved_gib", 0.0) for r in steady)
-        meas["memory_kind"] = steady[-1].get("memory_kind")
+    meas = measured_figures(data.summary, train_records(data))
     kind = meas.get("memory_kind") or ""
     cuda = kind.startswith("cuda")
     mem_pred = plan.predicted_memory_gib()

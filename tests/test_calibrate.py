@@ -356,3 +356,24 @@ def test_a_job_source_that_is_not_there_is_an_aws_error_not_a_crash(aws, tmp_pat
     (tmp_path / "plan.json").write_text('{"schema_version": 1}')
     with pytest.raises(SpecError, match="required field is missing"):
         run_files(tmp_path)
+
+
+def test_measured_figures_from_step_records_skip_warm_up_and_missing_values():
+    """No summary: medians of the timed step records (warm-up left out); a record without a
+    figure (None or absent) is skipped, not a crash; with a summary, its figures stand."""
+    from blackwell_sm.calibrate_sources import measured_figures
+    from blackwell_sm.metrics import WARMUP_STEPS
+
+    recs = [
+        {"kind": "train", "step": i, "tok_s_gpu": 1.0, "step_time_s": 9.0}
+        for i in range(WARMUP_STEPS)
+    ]
+    recs += [{"kind": "train", "step": 10, "tok_s_gpu": 100.0, "step_time_s": 2.0, "mem_reserved_gib": None},
+             {"kind": "train", "step": 11, "tok_s_gpu": 300.0, "mfu": 0.5, "mem_reserved_gib": 3.0},
+             {"kind": "val", "step": 11, "loss": 1.0}]  # fmt: skip
+    m = measured_figures(None, recs)
+    assert m["tokens_per_s_per_gpu"] == 200.0 and m["step_time_s"] == 2.0 and m["mfu"] == 0.5
+    assert m["peak_memory_reserved_gib"] == 3.0
+    assert measured_figures({"measured": {"tokens_per_s_per_gpu": 7.0}}, recs) == {
+        "tokens_per_s_per_gpu": 7.0
+    }
