@@ -179,10 +179,12 @@ def plan_local(spec: RunSpec, *, nproc: int, peak_tflops: float | None = None) -
     the measured per-worker matmul rate (`measure_cpu_peak`); None: a nominal 0.1."""
     from blackwell_sm.hardware import local_instance
     from blackwell_sm.planner.api import make_plan
+    from blackwell_sm.planner.profile import profile_for
 
     if nproc < 1:
         raise SpecError(f"--nproc must be at least 1, not {nproc}", field="--nproc")
-    plan = make_plan(spec, instance=local_instance(nproc=nproc, peak_tflops=peak_tflops))
+    inst = local_instance(nproc=nproc, peak_tflops=peak_tflops)
+    plan = make_plan(spec, instance=inst, calibration=profile_for(spec))
     if not plan.feasible:
         raise InfeasiblePlanError(
             f"no configuration of {spec.model.name} fits {nproc} local CPU process(es)",

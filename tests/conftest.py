@@ -21,3 +21,10 @@ def aws(monkeypatch, tmp_path):
         # a module extending this fixture can still set their configuration (AWS_MAX_ATTEMPTS).
         boto3.client("s3", region_name=REGION).create_bucket(Bucket=BUCKET)
         yield AwsContext(REGION)
+
+
+@pytest.fixture(autouse=True)
+def _no_calibration_from_the_environment(monkeypatch):
+    """A developer's $BSM_CALIBRATION must not change what the tests plan (tests that mean it
+    set it themselves)."""
+    monkeypatch.delenv("BSM_CALIBRATION", raising=False)

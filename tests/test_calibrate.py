@@ -182,16 +182,18 @@ def test_precedence_flag_over_spec_over_environment(tmp_path, monkeypatch):
     )
     with_spec = parse_spec({"model": "llama-3.1-8b", "training": {"precision": "bf16", "pins": {"compile": False}},
                             "compute": {"calibration": str(spec_p)}})  # fmt: skip
+    from blackwell_sm.planner.profile import profile_for
+
     monkeypatch.delenv(ENV_CALIBRATION, raising=False)
-    assert make_plan(bare).calibration is None
+    assert profile_for(bare) is None
     monkeypatch.setenv(ENV_CALIBRATION, str(env_p))
-    assert make_plan(bare).calibration.name == "env"
-    p = make_plan(with_spec)
+    assert make_plan(bare).calibration is None  # the planner reads no variable or file itself
+    assert make_plan(bare, calibration=profile_for(bare)).calibration.name == "env"
+    p = make_plan(with_spec, calibration=profile_for(with_spec))
     assert (p.calibration.name, p.calibration.origin) == ("spec", "spec")
-    applied = resolve_profile(str(flag), with_spec.compute.calibration)
-    p = make_plan(with_spec, calibration=applied)
+    p = make_plan(with_spec, calibration=profile_for(with_spec, str(flag)))
     assert (p.calibration.name, p.calibration.origin) == ("flag", "flag")
-    assert make_plan(with_spec, calibration=False).calibration is None
+    assert make_plan(with_spec).calibration is None
     speeds = [make_plan(bare, calibration=resolve_profile(str(x), None, {})) for x in (flag, env_p)]
     assert speeds[0].throughput.tokens_per_s_per_gpu < speeds[1].throughput.tokens_per_s_per_gpu
 
@@ -200,7 +202,7 @@ def test_a_profile_describes_a_power_capped_part_and_a_gpu_the_catalog_lacks(tmp
     spec = parse_spec(
         {"model": "llama-3.1-8b", "training": {"precision": "bf16", "pins": {"compile": False}}}
     )
-    base = make_plan(spec, calibration=False)
+    base = make_plan(spec)
     capped = _profile(tmp_path / "cap.yaml", "cap", 0.58, peak_scale=0.8, memory_gib=150.0)
     p = make_plan(spec, calibration=resolve_profile(str(capped), None, {}))
     assert p.instance.peak_flops_bf16 == pytest.approx(0.8 * base.instance.peak_flops_bf16)
@@ -338,7 +340,7 @@ def test_a_profile_without_the_plans_gpu_changes_nothing_and_says_so(tmp_path):
     )  # fmt: skip
     (tmp_path / "cpu.yaml").write_text(prof.to_yaml())
     p = make_plan(spec, calibration=resolve_profile(str(tmp_path / "cpu.yaml"), None, {}))
-    base = make_plan(spec, calibration=False)
+    base = make_plan(spec)
     assert p.calibration.gpu == "" and p.calibration.changed == {}
     assert p.throughput == base.throughput
     assert any("has no entry for B200" in w and "cpu" in w for w in p.warnings)
@@ -377,3 +379,29 @@ def test_measured_figures_from_step_records_skip_warm_up_and_missing_values():
     assert measured_figures({"measured": {"tokens_per_s_per_gpu": 7.0}}, recs) == {
         "tokens_per_s_per_gpu": 7.0
     }
+
+
+def test_calibration_reaches_every_preferences_plan(tmp_path, capsys):
+    """`plan(spec, calibration=...)` and `bsm plan --calibration` with instance preferences: each
+    preference's plan applies the profile, named as the flag's (the B200 entry changes the B200
+    plan only)."""
+    from aws_support import spec_dict
+
+    from blackwell_sm.planner.api import plan
+
+    prof = _profile(tmp_path / "b200.yaml", "b200-fit", 0.40)
+    d = spec_dict("llama-3.1-8b")
+    d["training"] = {"total_tokens": 2_000_000_000, "precision": "bf16", "pins": {"compile": False}}
+    d["compute"] = {"instance_preferences": [
+        {"instance_type": "ml.p6-b200.48xlarge", "instance_count": 1},
+        {"instance_type": "ml.p5en.48xlarge", "instance_count": 1},
+    ]}  # fmt: skip
+    plans = plan(d, calibration=str(prof)).plans
+    assert [p.calibration.origin for p in plans] == ["flag", "flag"]
+    assert plans[0].calibration.changed and not plans[1].calibration.changed
+    (tmp_path / "spec.yaml").write_text(json.dumps(d))
+    code, out, _ = run(["plan", str(tmp_path / "spec.yaml"), "--calibration", str(prof),
+                        "--output", "json"], capsys)  # fmt: skip
+    assert code == 0
+    got = json.loads(out)
+    assert [p["plan"]["calibration"]["origin"] for p in got["preferences"]] == ["flag", "flag"]

@@ -69,6 +69,7 @@ def prepare(
     from blackwell_sm.job.request import build_job_request
     from blackwell_sm.job.wheels import fetch_for
     from blackwell_sm.planner.api import make_plan
+    from blackwell_sm.planner.profile import profile_for
     from blackwell_sm.spec.run import with_overrides
 
     rs = as_spec(spec)
@@ -78,12 +79,12 @@ def prepare(
     if rs.compute.instance_preferences:
         from blackwell_sm.planner.preferences import plan_preferences
 
-        plans = plan_preferences(rs)
+        plans = plan_preferences(rs, profile_for(rs))
         plans.require_feasible()  # exit 3 naming each preference that cannot fit
         wheels = fetch_for(rs, plans.primary, plans.plans[1:])
         jr = build_job_request(rs, plans, new=new, region=_region(rs), wheelhouse=wheels, **run)
         return rs, plans, jr
-    plan = make_plan(rs)
+    plan = make_plan(rs, calibration=profile_for(rs))
     if not plan.feasible:
         raise InfeasiblePlanError(
             f"no configuration of {rs.model.name} fits {plan.instance.count} x "

@@ -158,14 +158,13 @@ def plan(
     overrides.update(sets_parsed)
     if overrides:
         spec = with_overrides(spec, overrides)
-    if spec.compute.instance_preferences:
-        if calibration:  # each preference's plan reads it from the spec
-            spec = with_overrides(spec, {"compute.calibration": calibration})
-        _plan_preferences(spec, output)
-        return
-    from blackwell_sm.planner.profile import resolve_profile
+    from blackwell_sm.planner.profile import profile_for
 
-    p = make_plan(spec, calibration=resolve_profile(calibration, spec.compute.calibration))
+    applied = profile_for(spec, calibration)
+    if spec.compute.instance_preferences:
+        _plan_preferences(spec, output, applied)
+        return
+    p = make_plan(spec, calibration=applied)
     if output != "json":
         render(p)
     elif p.feasible:
@@ -187,12 +186,12 @@ def plan(
         raise InfeasiblePlanError(msg, plan=p, hint="; ".join(p.advice) or None)
 
 
-def _plan_preferences(spec: Any, output: str) -> None:
+def _plan_preferences(spec: Any, output: str, calibration: Any) -> None:
     """One plan per instance preference: a row each (or JSON with every plan); exit 3 if any
     preference cannot fit."""
     from blackwell_sm.planner.preferences import plan_preferences
 
-    plans = plan_preferences(spec)
+    plans = plan_preferences(spec, calibration)
     if output == "json":
         if plans.feasible:
             emit_json(plans)

@@ -45,10 +45,11 @@ def capacity_for(
         from blackwell_sm.aws.training_plans import RECLAIM_HOURS
         from blackwell_sm.job.request import STARTUP_HOURS
         from blackwell_sm.planner.preferences import plan_for_type
+        from blackwell_sm.planner.profile import profile_for
         from blackwell_sm.spec import load_spec
 
         spec = load_spec(spec_path)
-        plan = plan_for_type(spec, instance_type)
+        plan = plan_for_type(spec, instance_type, profile_for(spec))
         instance_type = instance_type or plan.instance.type
         count = count or plan.instance.count
         if hours is None:
@@ -241,8 +242,10 @@ def extend(
 def _plan_on(spec: Any, info: Any) -> Any:
     """SPEC's plan on the training plan's instance type (its preference's, with preferences)."""
     from blackwell_sm.planner.preferences import plan_for_type
+    from blackwell_sm.planner.profile import profile_for
 
-    return plan_for_type(spec, info.instance_types[0] if len(info.instance_types) == 1 else None)
+    only = info.instance_types[0] if len(info.instance_types) == 1 else None
+    return plan_for_type(spec, only, profile_for(spec))
 
 
 def _fits_after(info: Any, offer: Any, spec_path: str) -> bool:

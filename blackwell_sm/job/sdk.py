@@ -107,8 +107,9 @@ def model_trainer_and_request(
         )
     if plan is None:
         from blackwell_sm.planner.api import make_plan
+        from blackwell_sm.planner.profile import profile_for
 
-        plan = make_plan(run)
+        plan = make_plan(run, calibration=profile_for(run))
     if sagemaker_session is None:
         import boto3
 

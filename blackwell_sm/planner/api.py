@@ -29,7 +29,7 @@ from blackwell_sm.planner.plan import (
     Plan,
 )
 from blackwell_sm.planner.precision import lowp_ineligible
-from blackwell_sm.planner.profile import AppliedProfile, for_instance, resolve_profile
+from blackwell_sm.planner.profile import AppliedProfile, for_instance, profile_for
 from blackwell_sm.planner.search import (
     MAX_INSTANCES,
     TRAINING_PLAN_COUNTS,
@@ -60,16 +60,6 @@ def _pins(spec: RunSpec) -> Pins:
         compile=p.compile,
         reshard_after_forward=p.reshard_after_forward,
     )
-
-
-def _calibration(spec: RunSpec, calibration: AppliedProfile | bool | None) -> AppliedProfile | None:
-    """The profile to apply: the one given, else the spec's `compute.calibration`, else
-    `$BSM_CALIBRATION`; `False`: none at all (the uncalibrated planner)."""
-    if calibration is False:
-        return None
-    if calibration is None or calibration is True:
-        return resolve_profile(None, spec.compute.calibration)
-    return calibration
 
 
 def _context(
@@ -118,16 +108,16 @@ def make_plan(
     spec: RunSpec,
     *,
     instance: InstanceType | None = None,
-    calibration: AppliedProfile | bool | None = None,
+    calibration: AppliedProfile | None = None,
 ) -> Plan:
     """Choose the configuration for `spec` and predict its memory, speed, time and cost.
 
     Pure given its inputs. Never raises for infeasibility: returns `feasible=False` with the
     candidate needing the least memory and `advice`. Raises SpecError for pins or capacity that
     cannot be honoured. `instance=None` uses `spec.compute.instance_type` and `instance_count`;
-    a local instance (`hardware.local_instance`) is one machine. `calibration`: a loaded profile
-    (`profile.resolve_profile`); None reads the spec's `compute.calibration` or
-    `$BSM_CALIBRATION` (that file is the only input read); False applies none.
+    a local instance (`hardware.local_instance`) is one machine. `calibration`: the profile to
+    apply, loaded by the caller (`profile.profile_for(spec)` at the edges: the CLI, `plan()`,
+    submit, run-local); None plans with calibration.py's constants. Reads nothing.
     """
     tr, comp, model = spec.training, spec.compute, spec.model
     if comp.instance_preferences and instance is None:  # never the default type in their place
@@ -136,7 +126,7 @@ def make_plan(
             "(planner.preferences.plan_preferences, or bsm.plan(spec))",
             field="compute.instance_preferences",
         )
-    ctx, local, warnings, cal_ref = _context(spec, instance, _calibration(spec, calibration))
+    ctx, local, warnings, cal_ref = _context(spec, instance, calibration)
     inst, price = ctx.instance, ctx.price_per_hour
     reasons: list[str] = []
     advice: list[str] = []
@@ -237,7 +227,7 @@ def pinned_plan(
     *,
     instance: InstanceType | None = None,
     instance_count: int | None = None,
-    calibration: AppliedProfile | bool | None = None,
+    calibration: AppliedProfile | None = None,
 ) -> Plan:
     """The plan for exactly `config` (PlanConfig keys but `seq_len`, which comes from the spec),
     predicted by the same models as `make_plan`, for tests and benchmarks that need a
@@ -245,7 +235,7 @@ def pinned_plan(
 
     `instance_count` defaults to the spec's (1 for a local instance or `auto`).
     """
-    ctx, local, warnings, cal_ref = _context(spec, instance, _calibration(spec, calibration))
+    ctx, local, warnings, cal_ref = _context(spec, instance, calibration)
     if instance_count is None:
         n = spec.compute.instance_count
         instance_count = 1 if local or not isinstance(n, int) else n
@@ -290,9 +280,10 @@ def plan(spec: RunSpec | str | Path | dict[str, Any], **overrides: Any) -> Plan:
         )
     if overrides:
         rs = with_overrides(rs, overrides)
+    applied = cal if isinstance(cal, AppliedProfile) else profile_for(rs, cal)
     if rs.compute.instance_preferences and instance is None:
         from blackwell_sm.planner.preferences import plan_preferences
 
-        return plan_preferences(rs)  # type: ignore[return-value]  # a plan per preference
-    applied = resolve_profile(cal, rs.compute.calibration) if isinstance(cal, (str, Path)) else cal
+        # a plan per preference
+        return plan_preferences(rs, calibration=applied)  # type: ignore[return-value]
     return make_plan(rs, instance=instance, calibration=applied)

@@ -14,6 +14,7 @@ from blackwell_sm.errors import InfeasiblePlanError, SpecError
 from blackwell_sm.opt_ml import plan_file_for
 from blackwell_sm.planner.api import make_plan
 from blackwell_sm.planner.plan import Plan
+from blackwell_sm.planner.profile import AppliedProfile
 from blackwell_sm.spec import ComputeSpec, InstancePreference, RunSpec
 
 
@@ -88,7 +89,7 @@ def preference_spec(spec: RunSpec, pref: InstancePreference) -> RunSpec:
     return spec.model_copy(update={"compute": compute})
 
 
-def plan_preferences(spec: RunSpec) -> PreferencePlans:
+def plan_preferences(spec: RunSpec, calibration: AppliedProfile | None = None) -> PreferencePlans:
     """Plan every entry of `spec.compute.instance_preferences` (pure; infeasible ones included,
     `require_feasible` refuses them). SpecErrors name the preference's field."""
     prefs = spec.compute.instance_preferences
@@ -99,7 +100,7 @@ def plan_preferences(spec: RunSpec) -> PreferencePlans:
     out = []
     for i, pref in enumerate(prefs):
         try:
-            plan = make_plan(preference_spec(spec, pref))
+            plan = make_plan(preference_spec(spec, pref), calibration=calibration)
         except SpecError as e:
             field = e.field or "compute"
             if field.startswith("compute."):
@@ -122,17 +123,19 @@ def plan_preferences(spec: RunSpec) -> PreferencePlans:
     return PreferencePlans(preferences=out)
 
 
-def plan_for_type(spec: RunSpec, instance_type: str | None) -> Plan:
+def plan_for_type(
+    spec: RunSpec, instance_type: str | None, calibration: AppliedProfile | None = None
+) -> Plan:
     """The plan of `spec` on `instance_type`: with instance preferences, that preference's plan
     (a spec with preferences has no single plan: `instance_type` must name one); without, the
     spec's own plan (`instance_type` ignored, as the caller's flags already override the spec)."""
     prefs = spec.compute.instance_preferences
     if not prefs:
-        return make_plan(spec)
+        return make_plan(spec, calibration=calibration)
     types = ", ".join(p.instance_type for p in prefs)
     for pref in prefs:
         if pref.instance_type == instance_type:
-            return make_plan(preference_spec(spec, pref))
+            return make_plan(preference_spec(spec, pref), calibration=calibration)
     raise SpecError(
         f"the spec has instance preferences ({types}) and each has its own plan: "
         + (f"{instance_type} is not one of them" if instance_type else "name one"),

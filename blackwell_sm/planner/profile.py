@@ -207,6 +207,12 @@ def resolve_profile(
     return None
 
 
+def profile_for(spec: Any, flag: str | Path | None = None) -> AppliedProfile | None:
+    """The profile a plan of `spec` applies (`resolve_profile` with the spec's own path): what
+    every edge that plans a spec calls, so the planner itself reads no file or variable."""
+    return resolve_profile(flag, spec.compute.calibration)
+
+
 def apply_constants(base: C.Constants, entry: GpuProfile | None) -> C.Constants:
     """`base` with what `entry` changes (evidence 'calibrated' when it changes any constant)."""
     if entry is None:
