@@ -160,8 +160,8 @@ def test_no_streams_yet(aws):
         for _ in range(2):
             stub_job(sm, jr.request, **running(jr))
         sm.add_client_error("describe_training_job", **not_found_error(f"{jr.job_name}-r2"))
-        stub_job(sm, jr.request, **running(jr))
         code, out, err = run("status", jr.job_name)
+        sm.assert_no_pending_responses()
     assert code == 0, err
     assert "no log stream yet" in out and "tokens/s/GPU" not in out  # only why, no empty rows
 
@@ -178,8 +178,9 @@ def test_bsm_status_shows_speed_eta_and_max_runtime_and_json_carries_them(aws):
             sm.add_client_error(
                 "describe_training_job", **not_found_error(f"{name}-r2")
             )  # ...alone
-            stub_job(sm, jr.request, **running(jr))  # progress
-            return run("status", name, *args)
+            got = run("status", name, *args)
+            sm.assert_no_pending_responses()  # one describe for the status and the progress
+            return got
 
     code, out, err = stubbed()
     assert code == 0, err
@@ -194,3 +195,19 @@ def test_bsm_status_shows_speed_eta_and_max_runtime_and_json_carries_them(aws):
     assert prog["step"] == 40 and prog["eta_s"] == 600.0 and prog["tokens_per_s_per_gpu"] == 9000.0
     assert prog["ends_before_max_runtime"] is True
     assert prog["predicted_tokens_per_s_per_gpu"] == 10000.0
+
+
+def test_bsm_status_stands_when_the_logs_cannot_be_read(aws):
+    """A role that may describe jobs but not read their logs: status still shows the job, and
+    says why there is no progress."""
+    _rs, _plan, jr = prepare(make_spec())
+    name = jr.job_name
+    with Stubber(aws.sagemaker) as sm, Stubber(aws.logs) as logs:
+        stub_job(sm, jr.request, **running(jr))
+        stub_job(sm, jr.request, **running(jr))
+        sm.add_client_error("describe_training_job", **not_found_error(f"{name}-r2"))
+        logs.add_client_error("describe_log_streams", service_error_code="AccessDeniedException",
+                              service_message="not authorized to perform logs:DescribeLogStreams")  # fmt: skip
+        code, out, err = run("status", name)
+    assert code == 0, err
+    assert "InProgress" in out and "progress unavailable" in out

@@ -9,6 +9,7 @@ import click
 from blackwell_sm.cli import submit as submit_cli
 from blackwell_sm.cli.output import OUTPUT_OPTION, emit_json
 from blackwell_sm.cli.submit import Interrupted, print_log_event, reattach_hint, say
+from blackwell_sm.errors import AwsError
 
 REGION_OPTION = click.option(
     "--region", metavar="REGION", help="Default: AWS_REGION / AWS_DEFAULT_REGION / the profile."
@@ -109,7 +110,13 @@ def status(name: str, wait: bool, region: str | None, output: str) -> None:
     from blackwell_sm.aws.run import run_summary
 
     run = run_summary(job.aws, name)
-    progress = job.progress(described)
+    try:
+        progress = job.progress(described)
+    except AwsError as e:  # the status stands without it (a role without logs access, say)
+        from blackwell_sm.aws.progress import Progress
+
+        progress = Progress(job_name=name, status=info.status,
+                            notes=[f"progress unavailable: {e.message}"])  # fmt: skip
     if output == "json":
         emit_json({**info.model_dump(mode="json"), "running_plan": info.running_plan,
                    "region": job.region, "run": run and run.model_dump(mode="json"),

@@ -38,8 +38,8 @@ def published_ceiling(
     FLOP/s than the 8k record). The row at this precision applies; without one, the best row at a
     precision whose peak is at least this one's does (bf16 never beats the fp8 record).
     """
-    gpu_key = gpu.name.split()[0] if gpu.name else ""
-    rows = [(k, v) for k, v in C.PUBLISHED_BEST.items() if k[0] == gpu_key and k[1] == model.name]
+    key = C.gpu_key(gpu.name)
+    rows = [(k, v) for k, v in C.PUBLISHED_BEST.items() if k[0] == key and k[1] == model.name]
     same = [(k, v) for k, v in rows if k[2] == precision]
     if not same and precision in gpu.peak_tflops:
         peak = gpu.peak_tflops[precision]
