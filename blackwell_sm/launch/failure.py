@@ -35,13 +35,6 @@ def _read_error_files(log_dir: Path) -> list[tuple[int, float, str, str]]:
     return sorted(found, key=lambda x: (x[1], x[0]))
 
 
-_ROOT_CAUSE = re.compile(
-    r"Root Cause.*?rank\s*:\s*(?P<rank>\d+)\s*\(local_rank\s*:\s*(?P<local>\d+)\)"
-    r".*?exitcode\s*:\s*(?P<code>-?\d+).*?error_file\s*:\s*(?P<file>\S+)",
-    re.S,
-)
-
-
 def _stderr_tail(log_dir: Path, local_rank: int, lines: int = 12) -> str:
     files = sorted(log_dir.glob(f"*/attempt_*/{local_rank}/stderr.log"))
     if not files:
@@ -82,22 +75,25 @@ _FAILURE_ENTRY = re.compile(
 )
 
 
+def _entry(m: re.Match[str]) -> RankFailure:
+    return RankFailure(int(m["rank"]), int(m["local"]), int(m["code"]),
+                       int(m["pid"]) if m["pid"] else None, m["file"])  # fmt: skip
+
+
+def root_cause(text: str) -> RankFailure | None:
+    """torchrun's "Root Cause (first observed failure)" entry of its last failure summary."""
+    at = text.rfind("Root Cause")
+    m = _FAILURE_ENTRY.search(text, at) if at >= 0 else None
+    return _entry(m) if m else None
+
+
 def torchrun_failures(stderr_tail: list[str]) -> list[RankFailure]:
     """Every failed rank of torchrun's last failure summary ("Failures:" and "Root Cause")."""
     text = "\n".join(stderr_tail)
     start = text.rfind("Failures:")
     if start < 0:
         return []
-    return [
-        RankFailure(
-            int(m["rank"]),
-            int(m["local"]),
-            int(m["code"]),
-            int(m["pid"]) if m["pid"] else None,
-            m["file"],
-        )
-        for m in _FAILURE_ENTRY.finditer(text, start)
-    ]
+    return [_entry(m) for m in _FAILURE_ENTRY.finditer(text, start)]
 
 
 def _failed_at(f: RankFailure, exit_times: Mapping[int, float]) -> float | None:
@@ -180,24 +176,12 @@ def failure_reason(
     """
     host = topo.current_host
     text = "\n".join(stderr_tail)
-    first = first_failure(torchrun_failures(stderr_tail), exit_times or {})
-    m = _ROOT_CAUSE.search(text, max(0, text.rfind("Root Cause")))
-    if first is not None or m:
-        if first is not None:
-            rank, local_rank, code, efile = (
-                first.rank,
-                first.local_rank,
-                first.exitcode,
-                first.error_file,
-            )
-        else:
-            assert m is not None
-            rank, local_rank, code, efile = (
-                int(m["rank"]),
-                int(m["local"]),
-                int(m["code"]),
-                m["file"],
-            )
+    failures = torchrun_failures(stderr_tail)
+    chosen = first_failure(failures, exit_times or {}) or root_cause(text)
+    if chosen is not None:
+        rank, local_rank, code, efile = (
+            chosen.rank, chosen.local_rank, chosen.exitcode, chosen.error_file
+        )  # fmt: skip
         who = f"rank {rank} (host {host}, local rank {local_rank})"
         err = _error_file_message(Path(efile)) if efile != "<N/A>" else None
         if err and err[0]:
