@@ -44,7 +44,7 @@ LAYERS: dict[str, Layer] = {
     "errors": Layer(("errors",), "the error classes and their exit codes", _l(), TRAINING_STACK | AWS_STACK),
     "opt_ml": Layer(("opt_ml",), "the container contract: /opt/ml paths, files, env variables", _l(), TRAINING_STACK | AWS_STACK),
     "metrics": Layer(("metrics",), "the metric line format and SageMaker's regexes", _l(), TRAINING_STACK | AWS_STACK),
-    "safe_load": Layer(("safe_load", "_yaml12"), "one guarded reader for every file: specs, plans, manifests, profiles (PyYAML only in _yaml12, loaded for YAML files)", _l("errors"), TRAINING_STACK | AWS_STACK),
+    "safe_load": Layer(("safe_load", "_yaml12", "atomic_write"), "one guarded reader for every file: specs, plans, manifests, profiles (PyYAML only in _yaml12, loaded for YAML files); one atomic writer for every output", _l("errors"), TRAINING_STACK | AWS_STACK),
     "spec": Layer(("spec",), "the user's words as validated data; presets", _l("errors", "safe_load"), TRAINING_STACK | AWS_STACK, _l("yaml")),
     "hardware": Layer(("hardware",), "instance catalog: GPUs, memory, peak FLOP/s, links, prices", _l("errors", "opt_ml"), TRAINING_STACK | AWS_STACK),
     "plan": Layer(("planner.plan",), "the Plan schema: the planner's output, the container's input", _l("spec", "safe_load"), TRAINING_STACK | AWS_STACK),
@@ -58,6 +58,7 @@ LAYERS: dict[str, Layer] = {
     "cli": Layer(("cli",), "thin click commands, loaded lazily", _l("package", "spec", "hardware", "plan", "planner", "job", "aws", "data", "local", "calibrate", "report", "metrics", "errors", "opt_ml", "safe_load"), TRAINING_STACK, HEAVY | {"rich", "yaml"}),
     "package": Layer(("__init__", "__main__"), "the notebook API (lazy) and `python -m blackwell_sm`", _l("spec", "plan", "planner", "job", "aws", "cli", "errors"), TRAINING_STACK | AWS_STACK),
     "launch": Layer(("launch",), "container: reads /opt/ml, sets NCCL/EFA, supervises torchrun", _l("plan", "errors", "opt_ml", "safe_load"), AWS_STACK | {"click"}, _l("torch")),
+    "entrypoints": Layer(("entrypoints",), "container: the bundle's entry script and its stdlib-only bootstrap (run as scripts)", _l("launch"), AWS_STACK | TRAINING_STACK | {"click", "pydantic"}),
     "train": Layer(("train",), "container: model, data order, FSDP2, checkpoints, metrics, loop", _l("spec", "plan", "data", "metrics", "errors", "opt_ml", "safe_load"), AWS_STACK | {"click"}),
 }  # fmt: skip
 

@@ -23,6 +23,7 @@ from typing import Any, Literal, NamedTuple
 
 import numpy as np
 
+from blackwell_sm.atomic_write import write_text
 from blackwell_sm.data.manifest import (
     FINETUNE_FORMAT_NAME,
     MANIFEST_FILE,
@@ -254,5 +255,5 @@ def prepare_finetune(
             truncated=st.truncated,
             dropped=st.dropped,
         )
-        (tmp / MANIFEST_FILE).write_text(manifest.model_dump_json(indent=2) + "\n")
+        write_text(tmp / MANIFEST_FILE, manifest.model_dump_json(indent=2) + "\n", flag=None)
     return manifest
