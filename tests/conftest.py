@@ -28,3 +28,10 @@ def _no_calibration_from_the_environment(monkeypatch):
     """A developer's $BSM_CALIBRATION must not change what the tests plan (tests that mean it
     set it themselves)."""
     monkeypatch.delenv("BSM_CALIBRATION", raising=False)
+
+
+@pytest.fixture(autouse=True)
+def _purchase_state_in_tmp(monkeypatch, tmp_path_factory):
+    """Purchase locks and records (`aws/purchases.py`) go to a folder of the test's own, never
+    the developer's ~/.local/state."""
+    monkeypatch.setenv("BSM_STATE_DIR", str(tmp_path_factory.mktemp("bsm-state")))

@@ -90,7 +90,9 @@ def test_request_fields(built):
     _spec, _plan, r = built
     q = r.request
     assert q["AlgorithmSpecification"]["ContainerEntrypoint"] == CONTAINER_ENTRYPOINT
-    assert "exec python blackwell_sm/entrypoints/launch.py --plan plan.json" in CONTAINER_ENTRYPOINT[2]
+    assert (
+        "exec python blackwell_sm/entrypoints/launch.py --plan plan.json" in CONTAINER_ENTRYPOINT[2]
+    )
     assert q["AlgorithmSpecification"]["MetricDefinitions"] == [
         {"Name": k, "Regex": v} for k, v in METRIC_REGEXES.items()
     ]
@@ -314,7 +316,9 @@ def test_plan_must_fit_the_spec():
         build_job_request(no_job, plan_for(no_job))
 
 
-TEMPLATES = sorted(p for p in (ROOT / "blackwell_sm" / "templates").glob("*.yaml") if "job:" in p.read_text())
+TEMPLATES = sorted(
+    p for p in (ROOT / "blackwell_sm" / "templates").glob("*.yaml") if "job:" in p.read_text()
+)
 
 
 @pytest.mark.parametrize("path", TEMPLATES, ids=[p.stem for p in TEMPLATES])

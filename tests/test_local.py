@@ -73,7 +73,9 @@ def test_the_local_plan_uses_the_measured_matmul_rate():
 def test_channel_with_a_synthetic_source_is_refused(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    demo = str(REPO / "blackwell_sm" / "templates" / "demo-tiny.yaml")  # training.data.source: synthetic
+    demo = str(
+        REPO / "blackwell_sm" / "templates" / "demo-tiny.yaml"
+    )  # training.data.source: synthetic
     code, err = run([demo, "--out", str(tmp_path / "o"), "--channel", f"train={tmp_path}"], capsys)
     assert code == 2 and "--channel train" in err and "training.data.source" in err
     assert not (tmp_path / "o").exists()

@@ -97,9 +97,25 @@ def test_the_offerings_are_shown_with_fee_currency_and_new_end(plans, tmp_path):
     assert fits["ext-7d"] is True and fits["ext-1d"] is False
 
 
+def _before_buying(st, history: list | None = None) -> None:
+    """What `extend` reads before it buys: the plan, again under the lock, its extension
+    history and the offerings."""
+    _describe(st)
+    st.add_response(
+        "describe_training_plan",
+        plan_response(start=START, hours=24),
+        {"TrainingPlanName": PLAN_NAME},
+    )
+    st.add_response(
+        "describe_training_plan_extension_history",
+        {"TrainingPlanExtensions": history or []},
+        {"TrainingPlanArn": PLAN_ARN},
+    )
+    st.add_response("search_training_plan_offerings", OFFERS, SEARCH)
+
+
 def test_no_consent_no_purchase_then_yes_extends(plans):
-    _describe(plans)
-    plans.add_response("search_training_plan_offerings", OFFERS, SEARCH)
+    _before_buying(plans)
     code, out, err = run("plans", "extend", PLAN_NAME, "--days", "3", "--output", "json")
     assert code == 5
     error = json.loads(out)["error"]
@@ -107,21 +123,25 @@ def test_no_consent_no_purchase_then_yes_extends(plans):
     assert "8300.00 USD" in error["message"] and "(offering ext-3d)" in error["message"]
     plans.assert_no_pending_responses()  # searched, never extended
 
-    _describe(plans)
-    plans.add_response("search_training_plan_offerings", OFFERS, SEARCH)
+    _before_buying(plans)
     plans.add_response(
         "extend_training_plan",
         {"TrainingPlanExtensions": [BOUGHT]},
         {"TrainingPlanExtensionOfferingId": "ext-3d"},
     )
+    plans.add_response(
+        "describe_training_plan_extension_history",
+        {"TrainingPlanExtensions": [BOUGHT]},
+        {"TrainingPlanArn": PLAN_ARN},
+    )
     code, out, err = run("plans", "extend", PLAN_NAME, "--days", "3", "--yes")
     assert code == 0, err
     assert "extended bsm-test-plan-0001: " in out and "Pending" in out
+    assert "key extension-" in out and "recorded: " in out
 
 
 def test_an_offering_that_is_not_offered_is_exit_2(plans):
-    _describe(plans)
-    plans.add_response("search_training_plan_offerings", OFFERS, SEARCH)
+    _before_buying(plans)
     code, out, _ = run("plans", "extend", PLAN_NAME, "--days", "2", "--yes", "--output", "json")
     assert code == 2
     error = json.loads(out)["error"]

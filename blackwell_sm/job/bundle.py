@@ -8,7 +8,7 @@ the folder (keys, notebooks, logs, data) is ever packed.
 Same inputs give the same bytes (sorted members, zero mtimes/uids, fixed modes, gzip header
 without a name or time), so the bundle's sha256 addresses it in S3 and it is uploaded once.
 Its members add up to at most `MAX_BUNDLE_BYTES` (64 MiB), checked before any file is read: a
-larger bundle is refused, naming its largest members.
+larger bundle is refused (exit 2), naming its largest members.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from blackwell_sm.errors import BsmError
+from blackwell_sm.errors import BsmError, SpecError
 from blackwell_sm.job.names import sha256_hex
 from blackwell_sm.job.package_files import PackageFiles, package_files
 from blackwell_sm.job.wheels import CarriedWheel, Requirement, Wheelhouse
@@ -139,7 +139,7 @@ def _check_size(members: list[tuple[str, int]], source: str) -> None:
     if total <= MAX_BUNDLE_BYTES:
         return
     largest = sorted(members, key=lambda m: -m[1])[:_LARGEST_SHOWN]
-    raise BsmError(
+    raise SpecError(
         f"the code bundle would hold {total / 2**20:.1f} MiB, over its limit of "
         f"{MAX_BUNDLE_BYTES / 2**20:.0f} MiB; largest members: "
         + ", ".join(f"{name} ({size / 2**20:.1f} MiB)" for name, size in largest),

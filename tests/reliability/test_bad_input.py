@@ -666,7 +666,9 @@ def test_long_mode_fuzz_python_api():
     from blackwell_sm.spec import load_spec
 
     rng = random.Random(11)
-    templates = [load_mapping(p) for p in sorted((ROOT / "blackwell_sm" / "templates").glob("*.yaml"))]
+    templates = [
+        load_mapping(p) for p in sorted((ROOT / "blackwell_sm" / "templates").glob("*.yaml"))
+    ]
     nasty: list[Any] = [
         None, True, False, 0, -1, 1, 2, 3, 7, 64, 2**31, 2**32, 2**53 + 1, 10**30, 0.0, -0.5,
         0.5, 1.0, 1e-12, 1e30, float("inf"), float("-inf"), float("nan"), "yes", "on", "", "auto",

@@ -212,10 +212,10 @@ def test_the_bundle_holds_only_what_a_wheel_holds(monkeypatch, tmp_path):
     shutil.copytree(real, pkg, ignore=shutil.ignore_patterns("__pycache__"))
     shutil.copy(ROOT / "pyproject.toml", checkout / "pyproject.toml")
     # what a developer's checkout and home hold next to the code
-    for junk in (".env", ".git/config", ".aws/credentials", "tests/test_x.py",
-                 "__pycache__/m.cpython-311.pyc", "x.egg-info/PKG-INFO", ".DS_Store",
-                 "credentials.json", "tls/server.key", "notes.ipynb", "runs/tracker.log",
-                 "entrypoints/.env", "templates/secret.txt"):  # fmt: skip
+    junks = [".env", ".git/config", ".aws/credentials", "tests/test_x.py", ".DS_Store"]
+    junks += ["__pycache__/m.cpython-311.pyc", "x.egg-info/PKG-INFO", "credentials.json"]
+    junks += ["tls/server.key", "notes.ipynb", "runs/tracker.log", "entrypoints/.env"]
+    for junk in [*junks, "templates/secret.txt"]:
         (pkg / junk).parent.mkdir(parents=True, exist_ok=True)
         (pkg / junk).write_text(f"AWS_SECRET_ACCESS_KEY={ENV_SECRET}\n")
     home_aws = tmp_path / "home" / ".aws"
