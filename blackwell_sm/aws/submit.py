@@ -220,6 +220,8 @@ def _submit_locked(
                 )
             info = JobInfo.from_describe(existing)
             _require_same_capacity(existing, jr, rs.compute.training_plan)
+            if info.training_plan_arn and jr.training_plan_arn is None:  # 'auto' or a name
+                jr = jr.model_copy(update={"training_plan_arn": info.training_plan_arn})
             say(f"reattached to {jr.job_name} ({info.status}): the same spec was submitted before")
             if info.status in ("Failed", "Stopped"):
                 say(

@@ -61,6 +61,7 @@ def load_flag_spec(path: str, flag: str) -> Any:
         return load_spec(path)
     except SpecError as e:
         e.message = f"{flag} {path}: {e.message}"
+        e.field = flag if e.field in (None, "SPEC") else f"{flag}: {e.field}"
         raise
 
 
