@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from blackwell_sm.calibrate_sources import csv_row, job_rows
+from blackwell_sm.runs.calibrate_sources import csv_row, job_rows
 from blackwell_sm.cli import main
 from blackwell_sm.planner import calibration as C
 from blackwell_sm.planner.api import make_plan
@@ -296,7 +296,7 @@ def test_a_job_source_for_calibrate_and_report(aws, tmp_path):
 
     from blackwell_sm.aws.s3 import split_s3_uri
     from blackwell_sm.aws.submit import submit
-    from blackwell_sm.report import read_plot_data, write_report
+    from blackwell_sm.runs.report import read_plot_data, write_report
 
     job = submit(spec_dict(), aws=aws)
     d = aws.sagemaker.describe_training_job(TrainingJobName=job.name)
@@ -349,7 +349,7 @@ def test_a_profile_without_the_plans_gpu_changes_nothing_and_says_so(tmp_path):
 def test_a_job_source_that_is_not_there_is_an_aws_error_not_a_crash(aws, tmp_path):
     """The job reader's calls go through the AWS layer (describe_raw, get_object_or_none): a job
     that does not exist is `not_found`, and a run directory with a broken plan names the field."""
-    from blackwell_sm.calibrate_sources import job_files, run_files
+    from blackwell_sm.runs.calibrate_sources import job_files, run_files
     from blackwell_sm.errors import AwsError, SpecError
 
     with pytest.raises(AwsError) as e:
@@ -363,7 +363,7 @@ def test_a_job_source_that_is_not_there_is_an_aws_error_not_a_crash(aws, tmp_pat
 def test_measured_figures_from_step_records_skip_warm_up_and_missing_values():
     """No summary: medians of the timed step records (warm-up left out); a record without a
     figure (None or absent) is skipped, not a crash; with a summary, its figures stand."""
-    from blackwell_sm.calibrate_sources import measured_figures
+    from blackwell_sm.runs.calibrate_sources import measured_figures
     from blackwell_sm.metrics import WARMUP_STEPS
 
     recs = [

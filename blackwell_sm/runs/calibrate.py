@@ -20,7 +20,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from blackwell_sm.calibrate_sources import load_rows
+from blackwell_sm.runs.calibrate_sources import load_rows
 from blackwell_sm.planner.fit import GpuFit, Row, fit
 from blackwell_sm.planner.profile import (
     CalibrationProfile,

@@ -18,7 +18,7 @@ import json
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from blackwell_sm.calibrate_sources import job_files, measured_figures, run_files
+from blackwell_sm.runs.calibrate_sources import job_files, measured_figures, run_files
 from blackwell_sm.errors import BsmError
 from blackwell_sm.opt_ml import COMPLETE_MARKER, OptMl
 from blackwell_sm.planner.plan import Plan
