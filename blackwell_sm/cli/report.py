@@ -1,5 +1,5 @@
 """`bsm report RUN_DIR|JOB [--out report.html]`: one self-contained HTML file of a run
-(blackwell_sm/report.py)."""
+(blackwell_sm/runs/report.py)."""
 
 from __future__ import annotations
 
