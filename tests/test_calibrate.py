@@ -13,7 +13,6 @@ from pathlib import Path
 
 import pytest
 
-from blackwell_sm.runs.calibrate_sources import csv_row, job_rows
 from blackwell_sm.cli import main
 from blackwell_sm.planner import calibration as C
 from blackwell_sm.planner.api import make_plan
@@ -25,6 +24,7 @@ from blackwell_sm.planner.profile import (
     ProfileConstants,
     resolve_profile,
 )
+from blackwell_sm.runs.calibrate_sources import csv_row, job_rows
 from blackwell_sm.spec import parse_spec
 
 FIELDS = ["id", "model", "gpu", "num_gpus", "precision", "seq_len", "micro_batch", "global_batch",
