@@ -193,8 +193,8 @@ def test_report_of_the_demo_run_plots_what_metrics_jsonl_holds(reference: dict) 
         plan["throughput"]["tokens_per_s_per_gpu"]
     }
     assert set(data["memory"]["usable limit"]["y"]) == {plan["memory_gib"]["usable"]}
-    # Both checkpoints kept on disk (steps 30 and 40) are marked on the time axis.
-    assert data["timeline"]["checkpoint save"]["y"] == [30.0, 40.0]
+    # Every save, from the log's save records: keep_last 2 left only 30 and 40 on disk.
+    assert data["timeline"]["checkpoint save"]["y"] == [10.0, 20.0, 30.0, 40.0]
 
 
 def test_report_marks_the_stop_and_the_resume(history: History, tmp_path: Path) -> None:

@@ -59,7 +59,7 @@ CSV_MODEL = {"llama-3-8b": "llama-3.1-8b"}  # same shape; 3.1 only changes RoPE 
 
 def is_upper_bound(row: dict[str, str]) -> bool:
     """Rows of other stacks (Megatron): upper bounds, never fitted."""
-    notes = row.get("notes", "")
+    notes = row.get("notes") or ""
     return "upper bound" in notes or "not FSDP" in notes
 
 
