@@ -338,7 +338,7 @@ def test_a_mode_the_profile_did_not_fit_is_not_called_calibrated(tmp_path):
         "    speed_range: [0.05, 0.05]\n    fitted: [matmul_efficiency.bf16]\n"
     )
 
-    def plan(precision: str) -> dict:
+    def plan(precision: str, compile: bool = True) -> dict:
         args = [
             "plan",
             "--model",
@@ -346,7 +346,7 @@ def test_a_mode_the_profile_did_not_fit_is_not_called_calibrated(tmp_path):
             "--set",
             f"precision={precision}",
             "--set",
-            "compile=true",
+            f"compile={str(compile).lower()}",
             "--calibration",
             str(prof),
             "-o",
@@ -356,27 +356,13 @@ def test_a_mode_the_profile_did_not_fit_is_not_called_calibrated(tmp_path):
         assert code == 0, err
         return json.loads(out)
 
-    bf16, fp8 = plan("bf16"), plan("fp8")
-    assert bf16["calibration"]["fitted"] == ["matmul_efficiency.bf16"]
-    assert fp8["calibration"]["fitted"] == ["matmul_efficiency.bf16"]
+    bf16, fp8, eager = plan("bf16"), plan("fp8"), plan("bf16", compile=False)
+    assert (
+        bf16["calibration"]["fitted"] == fp8["calibration"]["fitted"] == ["matmul_efficiency.bf16"]
+    )
     # compile=true: the bf16 key the profile fitted is the eager one.
     assert "matmul_efficiency.bf16+compile" in bf16["calibration"]["defaults"]
     assert bf16["throughput"]["evidence"] != "calibrated"
-    eager = json.loads(
-        run(
-            "plan",
-            "--model",
-            "llama-3.1-8b",
-            "--set",
-            "precision=bf16",
-            "--set",
-            "compile=false",
-            "--calibration",
-            str(prof),
-            "-o",
-            "json",
-        )[1]
-    )
     assert eager["throughput"]["evidence"] == "calibrated"
     assert "matmul_efficiency.bf16" not in eager["calibration"]["defaults"]
     lo, hi = eager["throughput"]["tokens_per_s_per_gpu_range"]
