@@ -210,3 +210,24 @@ def test_bsm_status_stands_when_the_logs_cannot_be_read(aws):
         code, out, err = run("status", name)
     assert code == 0, err
     assert "InProgress" in out and "progress unavailable" in out
+
+
+def test_a_metric_line_that_does_not_read_is_a_note_not_a_zero(aws):
+    """The newest step line lost a figure (a user's print, a cut line): `bsm status` shows the
+    newest step that reads, and says which line it could not read; a bad check line likewise."""
+    _rs, _plan, jr = prepare(make_spec())
+    write_run(aws, jr.job_name, last_step=20, eta=100.0)
+    cut = format_step_line(21, **STEP).replace(" tok_s_gpu=9000", "")
+    put(
+        aws,
+        f"{jr.job_name}/algo-1-1700000000",
+        [cut, check_line(22).replace("mfu=0.4", "mfu=x")],
+        at=NOW,
+    )
+    with Stubber(aws.sagemaker) as sm:
+        stub_job(sm, jr.request, **running(jr))
+        p = TrainingJob(jr.job_name, aws=aws).progress()
+    assert p.step == 20 and p.tokens_per_s_per_gpu == 9000.0  # not step 21 at 0 tokens/s
+    assert p.total_steps == 1000 and p.check["check:mfu"] == 0.4  # the earlier check line
+    assert any("tok_s_gpu" in n and "not read" in n for n in p.notes)
+    assert any("mfu" in n and "not read" in n for n in p.notes)

@@ -175,8 +175,9 @@ ABSENT = object()
         ({"tok_s_gpu": ABSENT}, "tok_s_gpu", "required field is missing"),  # absent is not 0
         ({"tok_s_gpu": None}, "tok_s_gpu", "valid number"),  # nor is null
         ({"tok_s_gpu": "1234"}, "tok_s_gpu", "valid number"),  # text
-        ({"tok_s_gpu": -5.0}, "tok_s_gpu", "greater than or equal to 0"),
+        ({"tok_s_gpu": -5.0}, "tok_s_gpu", "greater than 0"),
         ({"step_time_s": 0}, "step_time_s", "greater than 0"),
+        ({"tok_s_gpu": 0}, "tok_s_gpu", "greater than 0"),  # a logged step moved tokens
         ({"loss": math.nan}, "loss", "finite number"),  # a NaN token (Python's json writes it)
         ({"loss": True}, "loss", "valid number"),
         ({"step": 2.0}, "step", "valid integer"),

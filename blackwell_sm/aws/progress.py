@@ -111,7 +111,7 @@ def _record(e: dict[str, Any], notes: list[str]) -> Record | None:
     try:
         return record_from_line(e["message"], time=e["timestamp"] / 1000.0)
     except SpecError as err:
-        notes.append(f"a log line was not read: {err.message.splitlines()[0]}")
+        notes.append(f"a log line was not read: {' '.join(err.message.split())}")
         return None
 
 

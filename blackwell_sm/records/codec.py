@@ -14,6 +14,7 @@ from blackwell_sm.errors import SpecError
 from blackwell_sm.metrics import (
     ALERT_PREFIX,
     CHECK_PREFIX,
+    METRIC_FIELDS,
     STEP_PREFIX,
     VAL_PREFIX,
     format_alert_line,
@@ -64,18 +65,7 @@ def to_json(model: BaseModel, *, indent: int | None = None) -> str:
 def record_line(rec: Record) -> str | None:
     """The record's `[bsm-*]` log line (SageMaker's metric regexes read it), or None."""
     if isinstance(rec, TrainRecord):
-        figures = rec.model_dump(
-            include={
-                "loss",
-                "lr",
-                "grad_norm",
-                "tok_s_gpu",
-                "mfu",
-                "step_time_s",
-                "mem_alloc_gib",
-                "mem_reserved_gib",
-            }
-        )
+        figures = rec.model_dump(include=set(METRIC_FIELDS))
         return format_step_line(rec.step, eta_s=rec.eta_s, **figures)
     if isinstance(rec, ValRecord):
         return format_val_line(rec.step, rec.loss)

@@ -46,7 +46,7 @@ class TrainRecord(_Record):
     loss: Num
     lr: NonNeg
     grad_norm: NonNeg
-    tok_s_gpu: NonNeg
+    tok_s_gpu: Positive
     mfu: NonNeg
     step_time_s: Positive = Field(description="Mean wall time per step since the last logged one.")
     mem_alloc_gib: NonNeg
