@@ -370,3 +370,14 @@ def test_a_mode_the_profile_did_not_fit_is_not_called_calibrated(tmp_path):
     assert fp8["throughput"]["evidence"] == "carried"
     assert "matmul_efficiency.fp8+compile" in fp8["calibration"]["defaults"]
     assert any("not the fp8+compile matmul efficiency" in w for w in fp8["warnings"])
+
+
+def test_calibrate_without_scipy_says_which_extra_before_reading_anything(tmp_path, monkeypatch):
+    import sys
+
+    monkeypatch.setitem(sys.modules, "scipy", None)  # `import scipy.optimize` now fails
+    monkeypatch.setitem(sys.modules, "scipy.optimize", None)
+    missing = tmp_path / "not-there.csv"  # never read: the extra is checked first
+    code, out, _ = run("calibrate", str(missing), "--out", str(tmp_path / "p.yaml"), "-o", "json")
+    e = json.loads(out)["error"]
+    assert code == 1 and e["code"] == "missing_extra" and "blackwell-sm[calibrate]" in e["hint"]
