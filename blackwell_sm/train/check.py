@@ -273,24 +273,20 @@ class RunCheck:
         """Rank 0, at the check and each logged step after it: the deadline and memory alerts."""
         now = self.clock()
         if eta is not None:
-            self.last_eta = Eta(step=step, eta_s=eta, projected_end_unix=now + eta)
+            fields: dict[str, Any] = {"step": step, "eta_s": eta, "projected_end_unix": now + eta}
+            over, at, what = None, 0.0, ""
             if self.deadline is not None:
                 at, what = self.deadline
                 over = overrun_s(now, eta, at)
-                self.last_eta = self.last_eta.model_copy(
-                    update=dict(
-                        deadline_unix=at,
-                        deadline=what,
-                        overrun_s=over,
-                        ends_before_deadline=over <= 0,
-                    )
-                )
-                if over > 0:
-                    end = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(at))
-                    self._alert(step, "overrun", "overrun_s", over,
-                                f"at the measured rate the run ends {over / 3600:.2f} h after the "
-                                f"{what} ({end}): {OVERRUN_ADVICE}; the loop saves a checkpoint "
-                                f"ahead of the {what}")  # fmt: skip
+                fields.update(deadline_unix=at, deadline=what, overrun_s=over)
+                fields.update(ends_before_deadline=over <= 0)
+            self.last_eta = Eta(**fields)
+            if over is not None and over > 0:
+                end = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(at))
+                self._alert(step, "overrun", "overrun_s", over,
+                            f"at the measured rate the run ends {over / 3600:.2f} h after the "
+                            f"{what} ({end}): {OVERRUN_ADVICE}; the loop saves a checkpoint "
+                            f"ahead of the {what}")  # fmt: skip
         high = memory_high_gib(self.plan)
         if mem_gib > high:
             usable = self.plan.memory_gib.usable or self.plan.memory_gib.limit
