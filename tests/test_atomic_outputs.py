@@ -174,7 +174,7 @@ def _finished(procs: list[subprocess.Popen]) -> list[dict]:
 @pytest.mark.parametrize("command", sorted(COMMANDS))
 def test_concurrent_writers_never_show_a_reader_a_partial_file(command, run_dir, tmp_path):
     from blackwell_sm.planner.profile import parse_profile
-    from blackwell_sm.report import read_plot_data
+    from blackwell_sm.runs.report import read_plot_data
     from blackwell_sm.safe_load import parse_yaml
 
     out = tmp_path / ("profile.yaml" if command == "calibrate" else "report.html")

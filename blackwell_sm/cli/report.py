@@ -1,5 +1,5 @@
 """`bsm report RUN_DIR|JOB [--out report.html]`: one self-contained HTML file of a run
-(blackwell_sm/report.py)."""
+(blackwell_sm/runs/report.py)."""
 
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ def report(run: str, out: str | None, region: str | None, output: str) -> None:
     from pathlib import Path
 
     from blackwell_sm.atomic_write import check_out_path
-    from blackwell_sm.report import write_report
+    from blackwell_sm.runs.report import write_report
 
     if out is not None:
         check_out_path(out, flag="--out")  # before drawing: a bad --out is refused at once

@@ -214,7 +214,7 @@ def test_the_bundle_holds_only_what_a_wheel_holds(monkeypatch, tmp_path):
     # what a developer's checkout and home hold next to the code
     junks = [".env", ".git/config", ".aws/credentials", "tests/test_x.py", ".DS_Store"]
     junks += ["__pycache__/m.cpython-311.pyc", "x.egg-info/PKG-INFO", "credentials.json"]
-    junks += ["tls/server.key", "notes.ipynb", "runs/tracker.log", "entrypoints/.env"]
+    junks += ["tls/server.key", "notes.ipynb", "logs/tracker.log", "entrypoints/.env"]
     for junk in [*junks, "templates/secret.txt"]:
         (pkg / junk).parent.mkdir(parents=True, exist_ok=True)
         (pkg / junk).write_text(f"AWS_SECRET_ACCESS_KEY={ENV_SECRET}\n")
@@ -233,7 +233,7 @@ def test_the_bundle_holds_only_what_a_wheel_holds(monkeypatch, tmp_path):
         assert name == "plan.json" or name.startswith("blackwell_sm/"), name
         parts = name.split("/")
         assert not any(p.startswith(".") for p in parts), name
-        assert not {"tests", "__pycache__", "aws_home", "tls", "runs"} & set(parts), name
+        assert not {"tests", "__pycache__", "aws_home", "tls", "logs"} & set(parts), name
         assert name.endswith((".py", ".yaml", "py.typed")) or name == "plan.json", name
     assert all(leaks(d) == [] for d in members.values())
     # and every .py of the real package is there (nothing wanted was dropped)
