@@ -50,8 +50,8 @@ print(json.dumps(results))
 
 @pytest.fixture(scope="module")
 def run_dir(tmp_path_factory) -> Path:
-    """A finished run's folder: plan.json, metrics.jsonl and summary.json (what run-local
-    leaves), with figures of its own."""
+    """A finished run's folder: plan.json and metrics.jsonl (what run-local leaves; the
+    measured figures come from the step records), with figures of its own."""
     d = tmp_path_factory.mktemp("run")
     plan = plan_for(parse_spec(spec_dict("tiny")))
     (d / "plan.json").write_text(plan.to_json())
@@ -75,15 +75,6 @@ def run_dir(tmp_path_factory) -> Path:
         for s in range(1, 30)
     ]
     tree.metrics.write_text("".join(json.dumps(r) + "\n" for r in records))
-    summary = {
-        "status": "completed",
-        "measured": {
-            "tokens_per_s_per_gpu": 1020.0,
-            "peak_memory_reserved_gib": 12.0,
-            "memory_kind": "cuda_max_allocated_reserved",
-        },
-    }
-    tree.summary.write_text(json.dumps(summary))
     return d
 
 
