@@ -12,11 +12,9 @@ from datetime import UTC, datetime, timedelta
 import pytest
 import yaml
 from aws_support import P6, PLAN_ARN, PLAN_NAME, offering, plan_response, spec_dict
-from botocore.stub import Stubber
 from cli_support import run
 
 from blackwell_sm.aws.purchases import purchases
-from blackwell_sm.cli import submit as submit_cli
 
 START = (datetime.now(UTC) - timedelta(hours=1)).replace(microsecond=0)
 END = START + timedelta(hours=24)
@@ -57,14 +55,6 @@ def bought(oid: str, days: int, *, at: datetime, status: str = "Active") -> dict
         "UpfrontFee": "1.00",
         "CurrencyCode": "USD",
     }
-
-
-@pytest.fixture
-def plans(aws, monkeypatch):
-    monkeypatch.setattr(submit_cli, "aws_context", lambda region: aws)
-    with Stubber(aws.plans) as st:
-        yield st
-        st.assert_no_pending_responses()
 
 
 def reads(st, *, history: list, hours: float = 24) -> None:

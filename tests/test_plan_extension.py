@@ -16,7 +16,6 @@ from cli_support import run
 
 from blackwell_sm.aws.submit import submit
 from blackwell_sm.aws.training_plans import fmt_time
-from blackwell_sm.cli import submit as submit_cli
 from blackwell_sm.errors import InfeasiblePlanError
 
 START = (datetime.now(UTC) - timedelta(hours=1)).replace(microsecond=0)
@@ -56,14 +55,6 @@ BOUGHT = {
     "UpfrontFee": "8300.00",
     "CurrencyCode": "USD",
 }
-
-
-@pytest.fixture
-def plans(aws, monkeypatch):
-    monkeypatch.setattr(submit_cli, "aws_context", lambda region: aws)
-    with Stubber(aws.plans) as st:
-        yield st
-        st.assert_no_pending_responses()
 
 
 def _describe(st) -> None:
