@@ -126,6 +126,7 @@ def extension_advice(sm: Any, info: TrainingPlanInfo, fit: PlanFit) -> str | Non
         return None
     return (
         f"extend the plan by the {fit.extension_hours} h it lacks: bsm plans extend {info.name} "
-        f"--offering {best.offering_id} ({best.describe()}); or submit with --allow-partial to "
-        "run until the plan ends and resume on the next one"
+        f"--to-fit SPEC.yaml (buys the shortest offering that makes the run fit; a retry buys "
+        f"nothing), here --offering {best.offering_id} ({best.describe()}); or submit with "
+        "--allow-partial to run until the plan ends and resume on the next one"
     )
