@@ -170,8 +170,7 @@ def test_submit_on_a_plan_too_short_names_the_command_with_the_best_offering(aws
         (o for o in OFFERS["TrainingPlanExtensionOfferings"] if o["DurationHours"] >= missing),
         key=lambda o: o["DurationHours"],
     )
-    assert f"bsm plans extend {PLAN_NAME} --offering {best['TrainingPlanExtensionOfferingId']}" in (
-        e.value.hint
-    )
+    assert f"bsm plans extend {PLAN_NAME} --to-fit SPEC.yaml" in e.value.hint
+    assert f"--offering {best['TrainingPlanExtensionOfferingId']}" in e.value.hint
     assert "--allow-partial" in e.value.hint
     assert aws.sagemaker.list_training_jobs()["TrainingJobSummaries"] == []
