@@ -48,6 +48,7 @@ class TrainingJob:
         plan_fit: PlanFit | None = None,
         warnings: list[str] | None = None,
         preference_plans: Any = None,
+        region_source: str | None = None,
     ) -> None:
         self.name = name
         self.region = region or (aws.region if aws else None)
@@ -63,7 +64,7 @@ class TrainingJob:
         # With compute.instance_preferences: the PreferencePlans (`plan` is the first one's).
         self.preference_plans = preference_plans
         self.warnings = list(warnings or [])
-        self.region_source = (
+        self.region_source = region_source or (
             aws.region_choice.source if aws is not None and hasattr(aws, "region_choice") else None
         )
 

@@ -185,6 +185,7 @@ def submit(
             return TrainingJob(
                 jr.job_name, aws=aws, plan=plan, job_request=jr, reattached=True,
                 warnings=jr.warnings, preference_plans=prefs,
+                region_source=_region_source(rs, aws),
             )  # fmt: skip
 
     from blackwell_sm.aws.cost import confirm_cost
@@ -235,7 +236,14 @@ def submit(
         plan_fit=fit,
         warnings=warnings,
         preference_plans=prefs,
+        region_source=_region_source(rs, aws),
     )
+
+
+def _region_source(rs: RunSpec, aws: AwsContext) -> str:
+    """Where the job's region came from, told the same way as a dry run tells it."""
+    choice = region_choice(rs)
+    return choice.source if choice.region == aws.region else aws.region_choice.source
 
 
 def resolve_preference_plans(aws: AwsContext, prefs: Any) -> dict[int, TrainingPlanInfo]:

@@ -7,7 +7,7 @@ from typing import Any
 import click
 
 from blackwell_sm.cli import submit as submit_cli
-from blackwell_sm.cli.output import OUTPUT_OPTION, emit_json
+from blackwell_sm.cli.output import OUTPUT_OPTION, emit_json, snake_keys
 from blackwell_sm.cli.submit import Interrupted, print_log_event, reattach_hint, say
 from blackwell_sm.errors import AwsError
 
@@ -118,7 +118,9 @@ def status(name: str, wait: bool, region: str | None, output: str) -> None:
         progress = Progress(job_name=name, status=info.status,
                             notes=[f"progress unavailable: {e.message}"])  # fmt: skip
     if output == "json":
-        emit_json({**info.model_dump(mode="json"), "running_plan": info.running_plan,
+        described_json = info.model_dump(mode="json")
+        described_json["instance_preferences"] = snake_keys(info.instance_preferences)
+        emit_json({**described_json, "running_plan": info.running_plan,
                    "region": job.region, "run": run and run.model_dump(mode="json"),
                    "progress": progress.model_dump(mode="json")})  # fmt: skip
     else:
@@ -262,7 +264,7 @@ def list_jobs(
         only_ours=not all_jobs,
     )
     if output == "json":
-        emit_json(rows)
+        emit_json(snake_keys(rows))
         return
     if not rows:
         say(f"no {'' if all_jobs else 'bsm '}training jobs in {aws.region}")

@@ -144,6 +144,7 @@ def submit(
         confirm=consent_prompt(),
         notify=say,
     )
+    job.region_source = choice.source  # as printed above: --region counts as the flag
     if dry_run:
         _show_dry_run(job, output)
         return
