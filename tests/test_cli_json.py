@@ -119,3 +119,23 @@ def test_every_command_prints_snake_case_json(aws, tmp_path):
     outputs["data verify"] = json_of("data", "verify", str(tmp_path / "s"))
     found = {cmd: bad_keys(obj) for cmd, obj in outputs.items()}
     assert {cmd: keys for cmd, keys in found.items() if keys} == {}
+
+
+@pytest.mark.parametrize(
+    ("spec_region", "flag", "source"),
+    [(True, False, "job.region"), (True, True, "--region"), (False, False, "AWS_REGION")],
+)
+def test_a_dry_run_and_a_submit_tell_the_same_region_source(
+    aws, tmp_path, spec_region, flag, source
+):
+    d = spec_dict()
+    if not spec_region:
+        del d["job"]["region"]  # the fixture's AWS_REGION decides
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(yaml.safe_dump(d))
+    args = [str(spec), *(["--region", aws.region] if flag else [])]
+    dry = json_of("submit", *args, "--dry-run")
+    real = json_of("submit", *args)
+    assert dry["region_source"] == real["region_source"] == source
+    again = json_of("submit", *args)  # a reattach tells it the same way
+    assert again["reattached"] and again["region_source"] == source
