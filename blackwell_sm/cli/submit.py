@@ -103,9 +103,10 @@ def submit(
 ) -> None:
     """Submit SPEC.yaml as a SageMaker training job, or reattach to the one it already made.
 
-    The job name is <model>-<spec hash>: running the same spec again (e.g. a CI rerun) returns
-    the existing job instead of creating a second one; --new forces a fresh job, which resumes
-    from the spec's checkpoints.
+    The job name is bsm-<model>-<hash>, the hash over the spec, the plan's configuration and
+    the capacity (instance type and count, the training plan as written): running the same
+    spec on the same capacity again (e.g. a CI rerun) returns the existing job instead of
+    creating a second one; --new forces a fresh job, which resumes from the spec's checkpoints.
     """
     from blackwell_sm.aws.session import check_settings
     from blackwell_sm.aws.submit import region_choice
