@@ -20,7 +20,7 @@ from blackwell_sm.cli import cli
 # where an invocation starts: `bsm` then a space, at a line/segment start or after $( ` " (
 _START = re.compile(r"(?:^|(?<=[\s(`\"']))bsm\s+(?=\S)")
 # where the shell (or prose) around it takes over again
-_END = re.compile(r"\s+#\s|\s\|\s(?!bsm\b)|\s*[;)`\"]|\s&&\s|\s[<>]|\s2>")
+_END = re.compile(r"\s+#\s|\s\|\s(?!bsm\b)|\s*[;)`]|\s&&\s|\s[<>]|\s2>")
 
 
 def invocations(text: str) -> Iterator[str]:
@@ -38,7 +38,7 @@ def invocations(text: str) -> Iterator[str]:
 def _tokens(line: str) -> list[str]:
     out = []
     for tok in line.split()[1:]:
-        tok = tok.strip("[]").removesuffix("...").rstrip(",")
+        tok = tok.strip("[]\"'").removesuffix("...").rstrip(",")
         if tok:
             out.append(tok)
     return out
