@@ -63,6 +63,7 @@ def prepare(
     new: bool = False,
     run_index: int = 1,
     done_steps: int = 0,
+    progress: Callable[..., None] | None = None,
 ) -> tuple[RunSpec, Any, Any]:
     """(spec, plan, JobRequest) without any AWS call: what a dry run shows. With
     `compute.instance_preferences` the plan is a PreferencePlans (a plan per type)."""
@@ -81,7 +82,7 @@ def prepare(
 
         plans = plan_preferences(rs, profile_for(rs))
         plans.require_feasible()  # exit 3 naming each preference that cannot fit
-        wheels = fetch_for(rs, plans.primary, plans.plans[1:])
+        wheels = fetch_for(rs, plans.primary, plans.plans[1:], progress=progress)
         jr = build_job_request(rs, plans, new=new, region=_region(rs), wheelhouse=wheels, **run)
         return rs, plans, jr
     plan = make_plan(rs, calibration=profile_for(rs))
@@ -92,7 +93,7 @@ def prepare(
             plan=plan,
             hint="; ".join(plan.advice) or "see `bsm plan SPEC`",
         )
-    wheels = fetch_for(rs, plan)  # the container's wheels: downloaded once, then cached
+    wheels = fetch_for(rs, plan, progress=progress)  # the container's: fetched once, cached
     jr = build_job_request(rs, plan, new=new, region=_region(rs), wheelhouse=wheels, **run)
     return rs, plan, jr
 
@@ -110,6 +111,7 @@ def submit(
     notify: Notify | None = None,
     run_index: int = 1,
     done_steps: int = 0,
+    progress: Callable[..., None] | None = None,
 ) -> TrainingJob:
     """Submit `spec` as a SageMaker training job and return its handle.
 
@@ -121,10 +123,8 @@ def submit(
     `done_steps` make the N-th job of a run longer than one job (`aws/run.py`).
     """
     say = notify or (lambda _msg: None)
-    rs, plan, jr = prepare(
-        spec, training_plan=training_plan, new=new, run_index=run_index, done_steps=done_steps
-    )
     run = {"run_index": run_index, "done_steps": done_steps}
+    rs, plan, jr = prepare(spec, training_plan=training_plan, new=new, progress=progress, **run)
     prefs = None
     if rs.compute.instance_preferences:
         prefs, plan = plan, plan.primary
@@ -185,7 +185,7 @@ def submit(
             return TrainingJob(
                 jr.job_name, aws=aws, plan=plan, job_request=jr, reattached=True,
                 warnings=jr.warnings, preference_plans=prefs,
-                region_source=_region_source(rs, aws),
+                region_source=aws.region_source_for(rs.job.region if rs.job else None),
             )  # fmt: skip
 
     from blackwell_sm.aws.cost import confirm_cost
@@ -214,7 +214,9 @@ def submit(
         warnings = list(jr.warnings) + fit.warnings
 
     check_bucket_region(aws.s3, jr.bundle_s3_uri, aws.region)
-    upload = upload_bundle(aws.s3, jr.bundle.data, jr.bundle_s3_uri, sha256=jr.bundle.sha256)
+    upload = upload_bundle(
+        aws.s3, jr.bundle.data, jr.bundle_s3_uri, sha256=jr.bundle.sha256, progress=progress
+    )
     say(
         ("uploaded" if upload.uploaded else "reusing")
         + f" code bundle {jr.bundle_s3_uri} ({upload.size_bytes} bytes)"
@@ -236,14 +238,8 @@ def submit(
         plan_fit=fit,
         warnings=warnings,
         preference_plans=prefs,
-        region_source=_region_source(rs, aws),
+        region_source=aws.region_source_for(rs.job.region if rs.job else None),
     )
-
-
-def _region_source(rs: RunSpec, aws: AwsContext) -> str:
-    """Where the job's region came from, told the same way as a dry run tells it."""
-    choice = region_choice(rs)
-    return choice.source if choice.region == aws.region else aws.region_choice.source
 
 
 def resolve_preference_plans(aws: AwsContext, prefs: Any) -> dict[int, TrainingPlanInfo]:

@@ -8,6 +8,7 @@ import click
 
 from blackwell_sm.cli import submit as submit_cli
 from blackwell_sm.cli.output import OUTPUT_OPTION, emit_json, snake_keys
+from blackwell_sm.cli.progress import ProgressDisplay, wait_poller
 from blackwell_sm.cli.submit import Interrupted, print_log_event, reattach_hint, say
 from blackwell_sm.errors import AwsError
 
@@ -98,10 +99,12 @@ def status(name: str, wait: bool, region: str | None, output: str) -> None:
     described = None  # one DescribeTrainingJob serves the status and the progress
     if wait:
         try:
-            info = job.wait(
-                on_status=lambda i: say(f"{i.name}: {i.status} / {i.secondary_status}"),
-                raise_on_failure=False,
-            )
+            with ProgressDisplay(output) as display:
+                info = job.wait(
+                    on_status=lambda i: say(f"{i.name}: {i.status} / {i.secondary_status}"),
+                    raise_on_failure=False,
+                    on_poll=wait_poller(job, display),
+                )
         except KeyboardInterrupt:
             raise Interrupted("stopped waiting", hint=reattach_hint(name)) from None
     else:

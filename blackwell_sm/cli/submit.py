@@ -9,6 +9,7 @@ from typing import Any
 import click
 
 from blackwell_sm.cli.output import OUTPUT_OPTION, emit_json, say
+from blackwell_sm.cli.progress import ProgressDisplay, wait_poller
 from blackwell_sm.errors import BsmError
 
 
@@ -134,17 +135,19 @@ def submit(
              aws=aws_context(region or (spec.job.region if spec.job else None)),
              output=output)  # fmt: skip
         return
-    job = do_submit(
-        spec,
-        training_plan=training_plan,
-        new=new,
-        yes=yes,
-        dry_run=dry_run,
-        allow_partial=allow_partial,
-        aws=None if dry_run else aws_context(region or (spec.job.region if spec.job else None)),
-        confirm=consent_prompt(),
-        notify=say,
-    )
+    with ProgressDisplay(output) as progress:
+        job = do_submit(
+            spec,
+            training_plan=training_plan,
+            new=new,
+            yes=yes,
+            dry_run=dry_run,
+            allow_partial=allow_partial,
+            aws=None if dry_run else aws_context(region or (spec.job.region if spec.job else None)),
+            confirm=consent_prompt(),
+            notify=say,
+            progress=progress,
+        )
     job.region_source = choice.source  # as printed above: --region counts as the flag
     if dry_run:
         _show_dry_run(job, output)
@@ -161,9 +164,11 @@ def submit(
                         say(f"{event.host} | {event.message.rstrip()}")
                     else:
                         print_log_event(event, output="table")
-            final = job.wait(
-                on_status=lambda i: say(f"{i.name}: {i.status} / {i.secondary_status}"),
-            )
+            with ProgressDisplay(output) as display:
+                final = job.wait(
+                    on_status=lambda i: say(f"{i.name}: {i.status} / {i.secondary_status}"),
+                    on_poll=wait_poller(job, display),
+                )
         except KeyboardInterrupt:
             raise Interrupted("stopped waiting", hint=reattach_hint(job.name)) from None
         result["status"] = final.model_dump(mode="json")
