@@ -28,3 +28,15 @@ def _no_calibration_from_the_environment(monkeypatch):
     """A developer's $BSM_CALIBRATION must not change what the tests plan (tests that mean it
     set it themselves)."""
     monkeypatch.delenv("BSM_CALIBRATION", raising=False)
+
+
+@pytest.fixture(scope="module")
+def moto_server():
+    """A moto server on 127.0.0.1 (a free port) for `bsm` processes: its URL."""
+    from moto.server import ThreadedMotoServer
+
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    yield f"http://{host}:{port}"
+    server.stop()

@@ -14,7 +14,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 import yaml
-from aws_support import PLAN_ARN, PLAN_NAME, offering, plan_response, spec_dict
+from aws_support import PLAN_NAME, plan_response, spec_dict, stub_plan_commands
 from botocore.stub import Stubber
 from cli_support import run
 
@@ -86,15 +86,8 @@ def test_every_command_prints_snake_case_json(aws, tmp_path):
         outputs["stop"] = json_of("stop", name)
     now = datetime.now(UTC) + timedelta(hours=1)
     with Stubber(aws.plans) as st:
-        offer = offering(OFFER, start=now, hours=24, fee="100.00")
-        st.add_response("search_training_plan_offerings", {"TrainingPlanOfferings": [offer]})
-        st.add_response("search_training_plan_offerings", {"TrainingPlanOfferings": [offer]})
-        st.add_response("create_training_plan", {"TrainingPlanArn": PLAN_ARN})
-        st.add_response("describe_training_plan", plan_response(status="Scheduled", start=now))
         summary = {k: v for k, v in plan_response().items() if k != "ReservedCapacitySummaries"}
-        st.add_response("list_training_plans", {"TrainingPlanSummaries": [summary]})
-        st.add_response("describe_training_plan", plan_response())
-        st.add_response("describe_training_plan_extension_history", {"TrainingPlanExtensions": []})
+        stub_plan_commands(st, OFFER, start=now, listed=[summary])
         cap = ["--instance-type", "ml.p6-b200.48xlarge", "--hours", "24"]
         outputs["plans search"] = json_of("plans", "search", *cap)
         reserve = ("plans", "reserve", OFFER, "--name", PLAN_NAME, *cap, "--yes")
@@ -117,19 +110,17 @@ def test_every_command_prints_snake_case_json(aws, tmp_path):
     corpus.write_text("hello world\n" * 50)
     outputs["data prepare"] = json_of("data", "prepare", str(corpus), "--out", str(tmp_path / "s"))
     outputs["data verify"] = json_of("data", "verify", str(tmp_path / "s"))
+    sources = {outputs[k]["region_source"] for k in ("submit --dry-run", "submit")}
+    assert outputs["submit"]["created"] and sources == {"job.region"}  # one region_source
     found = {cmd: bad_keys(obj) for cmd, obj in outputs.items()}
     assert {cmd: keys for cmd, keys in found.items() if keys} == {}
 
 
-@pytest.mark.parametrize(
-    ("spec_region", "flag", "source"),
-    [(True, False, "job.region"), (True, True, "--region"), (False, False, "AWS_REGION")],
-)
-def test_a_dry_run_and_a_submit_tell_the_same_region_source(
-    aws, tmp_path, spec_region, flag, source
-):
+@pytest.mark.parametrize(("flag", "source"), [(True, "--region"), (False, "AWS_REGION")])
+def test_a_dry_run_and_a_submit_tell_the_same_region_source(aws, tmp_path, flag, source):
+    """(`job.region` in the spec: the test above checks it on its dry run and submit.)"""
     d = spec_dict()
-    if not spec_region:
+    if not flag:
         del d["job"]["region"]  # the fixture's AWS_REGION decides
     spec = tmp_path / "spec.yaml"
     spec.write_text(yaml.safe_dump(d))
@@ -137,5 +128,3 @@ def test_a_dry_run_and_a_submit_tell_the_same_region_source(
     dry = json_of("submit", *args, "--dry-run")
     real = json_of("submit", *args)
     assert dry["region_source"] == real["region_source"] == source
-    again = json_of("submit", *args)  # a reattach tells it the same way
-    assert again["reattached"] and again["region_source"] == source

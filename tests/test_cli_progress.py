@@ -14,9 +14,9 @@ import zipfile
 from pathlib import Path
 
 import boto3
-import pytest
 import yaml
 from aws_support import BUCKET, FAKE_KEY_ID, FAKE_SECRET, REGION, spec_dict
+from cli_support import run
 
 from blackwell_sm.aws.s3 import upload_bundle
 from blackwell_sm.job.images import TARGETS
@@ -71,24 +71,13 @@ def test_the_wheel_download_reports_each_wheel(tmp_path, monkeypatch):
     assert {a[0] for a in heard} == {"wheels"}
 
 
-@pytest.fixture(scope="module")
-def moto_url():
-    from moto.server import ThreadedMotoServer
-
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
-    yield f"http://{host}:{port}"
-    server.stop()
-
-
-def _env(moto_url: str, tmp_path: Path) -> dict[str, str]:
+def _env(moto_server: str, tmp_path: Path) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
     env.update(
         AWS_ACCESS_KEY_ID=FAKE_KEY_ID,
         AWS_SECRET_ACCESS_KEY=FAKE_SECRET,
         AWS_REGION=REGION,
-        AWS_ENDPOINT_URL=moto_url,
+        AWS_ENDPOINT_URL=moto_server,
         AWS_CONFIG_FILE=str(tmp_path / "none"),
         AWS_SHARED_CREDENTIALS_FILE=str(tmp_path / "none"),
         PYTHONPATH=str(ROOT),
@@ -128,22 +117,28 @@ def _spec(tmp_path: Path, model: str) -> Path:
     return path
 
 
-def test_submit_wait_draws_progress_on_a_terminal_only(moto_url, tmp_path):
-    env = _env(moto_url, tmp_path)
+def test_submit_wait_draws_progress_on_a_terminal_only(moto_server, tmp_path):
+    env = _env(moto_server, tmp_path)
     keys = {"aws_access_key_id": FAKE_KEY_ID, "aws_secret_access_key": FAKE_SECRET}
-    s3 = boto3.client("s3", region_name=REGION, endpoint_url=moto_url, **keys)
+    s3 = boto3.client("s3", region_name=REGION, endpoint_url=moto_server, **keys)
     s3.create_bucket(Bucket=BUCKET)
-    code, drawn = _in_a_terminal(["submit", str(_spec(tmp_path, "tiny")), "--wait"], env)
+    spec = _spec(tmp_path, "tiny")
+    code, drawn = _in_a_terminal(["submit", str(spec), "--wait"], env)
     assert code == 0, drawn
     assert "uploading the code bundle" in drawn and "100%" in drawn
     assert "waiting for bsm-tiny-" in drawn and "Completed" in drawn
 
-    spec = _spec(tmp_path, "llama-3.2-1b")  # a new job, so a new upload: in a pipe now
-    cmd = [sys.executable, "-m", "blackwell_sm", "submit", str(spec), "--wait"]
-    p = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)
-    assert p.returncode == 0, p.stderr
-    assert "uploading the code bundle" not in p.stderr + p.stdout
-    assert "waiting for" not in p.stderr
     code, drawn = _in_a_terminal(["submit", str(spec), "--wait", "--output", "json"], env)
     assert code == 0 and "waiting for" not in drawn  # JSON: no progress even on a terminal
     assert json.loads(drawn[drawn.index("{") :])["reattached"] is True
+
+
+def test_no_progress_off_a_terminal(aws, tmp_path, monkeypatch):
+    """In a pipe or a CI log (here: stdout and stderr are StringIO), only the usual messages."""
+    from blackwell_sm.cli import submit as submit_cli
+
+    monkeypatch.setattr(submit_cli, "aws_context", lambda region: aws)
+    code, out, err = run("submit", str(_spec(tmp_path, "tiny")), "--wait")
+    assert code == 0, err
+    assert "submitted bsm-tiny-" in out and "uploaded code bundle" in err
+    assert "uploading the code bundle" not in out + err and "waiting for" not in err

@@ -9,6 +9,7 @@
 
 from __future__ import annotations
 
+import functools
 import itertools
 import re
 from pathlib import Path
@@ -31,7 +32,8 @@ def _plain(text: str) -> str:
     return re.sub(r"\s+", " ", text).strip().lower()
 
 
-def sentences(path: Path) -> set[str]:
+@functools.cache
+def sentences(path: Path) -> frozenset[str]:
     """The page's prose sentences of MIN_WORDS words or more, normalised."""
     prose = re.sub(r"```.*?```", " ", path.read_text(), flags=re.S)
     prose = re.sub(r"^#.*$", " ", prose, flags=re.M)  # headings are not sentences
@@ -40,14 +42,15 @@ def sentences(path: Path) -> set[str]:
         s = s.strip(" .;:")
         if len(s.split()) >= MIN_WORDS:
             out.add(s)
-    return out
+    return frozenset(out)
 
 
-def line_runs(path: Path) -> set[tuple[str, ...]]:
+@functools.cache
+def line_runs(path: Path) -> frozenset[tuple[str, ...]]:
     """Every run of MIN_LINES consecutive non-blank lines (code and tables included)."""
     lines = [_plain(ln) for ln in path.read_text().splitlines()]
     lines = [ln for ln in lines if len(ln) > 3 and not set(ln) <= set("-: ")]
-    return {tuple(lines[i : i + MIN_LINES]) for i in range(len(lines) - MIN_LINES + 1)}
+    return frozenset(tuple(lines[i : i + MIN_LINES]) for i in range(len(lines) - MIN_LINES + 1))
 
 
 def test_readme_is_one_screen_and_links_every_page():
