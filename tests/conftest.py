@@ -49,3 +49,15 @@ def plans(aws, monkeypatch):
     with Stubber(aws.plans) as st:
         yield st
         st.assert_no_pending_responses()
+
+
+@pytest.fixture(scope="module")
+def moto_server():
+    """A moto server on 127.0.0.1 (a free port) for `bsm` processes: its URL."""
+    from moto.server import ThreadedMotoServer
+
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    yield f"http://{host}:{port}"
+    server.stop()

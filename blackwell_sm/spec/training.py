@@ -5,8 +5,9 @@ from __future__ import annotations
 import math
 from typing import Literal, Self
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator, model_validator
 
+from blackwell_sm.spec.defaults import adjust_default, model_max_seq_len, was_set
 from blackwell_sm.spec.types import (
     FLOAT64_EXACT,
     INT32_MAX,
@@ -213,15 +214,26 @@ class TrainingSpec(_Strict):
         return v
 
     pins: PlannerPins = Field(default_factory=PlannerPins)
+    _notes: list[str] = PrivateAttr(default_factory=list)  # defaults adjusted (spec/defaults.py)
 
     @model_validator(mode="after")
     def _one_of_each(self) -> Self:
+        limit = model_max_seq_len()  # the model's context, while a RunSpec validates this
+        if limit is not None and self.seq_len > limit and not was_set(self, "seq_len"):
+            adjust_default(
+                self,
+                "seq_len",
+                limit,
+                notes=self._notes,
+                path="training.seq_len",
+                why="the model's max_seq_len",
+            )
         if self.global_batch_tokens is not None and self.global_batch_seqs is not None:
             raise ValueError("set global_batch_tokens or global_batch_seqs, not both")
         if self.total_tokens is not None and self.total_steps is not None:
             raise ValueError("set total_tokens or total_steps, not both")
-        if self.task == "finetune" and "lr" not in self.optimizer.model_fields_set:
-            self.optimizer.lr = FINETUNE_LR
+        if self.task == "finetune" and not was_set(self.optimizer, "lr"):
+            object.__setattr__(self.optimizer, "lr", FINETUNE_LR)  # a default; stays unset
         if self.epochs is not None:
             if self.data.sequences is None:
                 raise ValueError(
@@ -236,6 +248,17 @@ class TrainingSpec(_Strict):
             object.__setattr__(self, "total_steps", n)
         steps = self.run_steps
         if steps is not None and self.schedule.warmup_steps > steps:
+            if not was_set(self.schedule, "warmup_steps"):
+                why = f"the run has {steps} step" + ("s" if steps != 1 else "")
+                adjust_default(
+                    self.schedule,
+                    "warmup_steps",
+                    steps,
+                    notes=self._notes,
+                    path="training.schedule.warmup_steps",
+                    why=why,
+                )
+                return self
             raise ValueError(
                 f"schedule.warmup_steps {self.schedule.warmup_steps} is longer than the run's "
                 f"{steps} steps: the learning rate would never reach its peak; allowed: 0..{steps}"
