@@ -37,6 +37,7 @@ def to_config(c: Candidate, seq_len: int) -> PlanConfig:
         activation_checkpointing=c.activation_checkpointing,
         compile=c.compile,
         reshard_after_forward=c.reshard_after_forward,
+        cp_degree=c.cp_degree,
     )
 
 

@@ -40,6 +40,7 @@ class Candidate(NamedTuple):
     activation_checkpointing: str
     compile: bool
     reshard_after_forward: bool
+    cp_degree: int = 1  # context parallelism: ranks of a shard group sharing each sequence
 
     @property
     def world(self) -> int:
@@ -47,7 +48,7 @@ class Candidate(NamedTuple):
 
     @property
     def global_batch_seqs(self) -> int:
-        return self.micro_batch_size * self.grad_accum_steps * self.world
+        return self.micro_batch_size * self.grad_accum_steps * self.world // self.cp_degree
 
 
 class Pins(NamedTuple):
