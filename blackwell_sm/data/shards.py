@@ -81,10 +81,10 @@ class ShardWriter:
         self._f = self._flags = None
 
     def __enter__(self) -> ShardWriter:
-        self._f = open(self.tmp, "wb")  # noqa: SIM115 (closed in __exit__)
+        self._f = open(self.tmp, "wb")
         self._f.write(HEADER.pack(MAGIC, 0, 0, 0, 0))
         if self.flags_tmp is not None:
-            self._flags = open(self.flags_tmp, "w+b")  # noqa: SIM115
+            self._flags = open(self.flags_tmp, "w+b")
         return self
 
     def append(self, tokens: np.ndarray | list[int], flags: np.ndarray | None = None) -> None:
