@@ -113,8 +113,9 @@ def main(argv: list[str] | None = None) -> int:
         note(f"loss memory: {n} tokens x d {h} x vocab {v}, {dtype}")
         r = measure(n, h, v, dtype)
         size = 4 if dtype == "float32" else 2
-        # What the measured peak holds besides the loss's own term: the two gradients it returns.
-        grads = (n * h + v * h) * size
+        # What the measured peak holds besides the loss's term: the weight gradient it returns
+        # (the planner counts it in grads_unsharded; the input gradient is in the term).
+        grads = v * h * size
         for impl in ("full-logits", "chunked"):
             m = r[impl]
             pre = f"loss.{dtype}.{impl}"

@@ -193,3 +193,18 @@ def test_gloo_sharded_head_and_context_parallel_equal_the_unsharded_model(tmp_pa
     unsharded full-logits reference, then context parallelism (cp 2) equals the unsharded model:
     logits at global positions, the loss summed over the CP ranks, every gradient."""
     spawn(equivalence_worker, 1e-6, tmp=tmp_path)
+
+
+def test_the_long_context_benchmarks_run(capsys):
+    """Smoke: both scripts print valid figures on tiny settings (the figures are measurements)."""
+    import json
+
+    import long_context_envelope
+    import loss_memory
+
+    assert loss_memory.main(["--tokens", "300", "--d-model", "16", "--vocab", "500"]) == 0
+    assert long_context_envelope.main(["--only", "llama-3.2-1b"]) == 0
+    recs = {r["name"]: r for r in map(json.loads, capsys.readouterr().out.splitlines())}
+    assert recs["loss.float32.rel_err.loss"]["ok"] is True
+    assert recs["envelope.llama-3.2-1b.no_cp.seq_len"]["value"] == 131072
+    assert recs["envelope.stretch.llama-3.1-70b.32768.memory_gib"]["feasible"] is True
