@@ -17,7 +17,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _common import emit, note  # noqa: E402
+from _common import emit, note
 
 STEP = 1024
 
