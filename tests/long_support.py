@@ -79,7 +79,68 @@ def equivalence_worker(tol: float) -> None:
     env = init_distributed()
     check_sharded_head(env, tol)
     check_context_parallel(env, tol)
+    check_cp_saved_bytes(env)
     dist.destroy_process_group()
+
+
+def _saved_bytes(model, tokens: torch.Tensor, mode: str) -> int:
+    """Bytes of the distinct storages autograd holds for backward once the forward is done
+    (saved-tensor hooks; weak references drop what a freed graph node had saved, so a reused
+    address is not mistaken for a kept tensor); parameters and buffers excluded."""
+    import weakref
+
+    from blackwell_sm.train.activation_checkpoint import apply_activation_checkpointing
+
+    apply_activation_checkpointing(model, mode)
+    exclude = {t.untyped_storage().data_ptr() for t in [*model.parameters(), *model.buffers()]}
+    refs: list[weakref.ref] = []
+
+    def pack(t):
+        refs.append(weakref.ref(t))
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        out = model(tokens)
+    alive = [t for t in (r() for r in refs) if t is not None]
+    storages = {t.untyped_storage().data_ptr(): t.untyped_storage().nbytes() for t in alive}
+    out.float().sum().backward()
+    return sum(n for p, n in storages.items() if p not in exclude)
+
+
+def check_cp_saved_bytes(env) -> None:
+    """What a context-parallel rank keeps for backward equals the planner's terms, to the byte
+    (bf16; CPU's composite norm): the activations of its seq/cp tokens, the attention mask (a
+    (1, 1, s/cp, s) causal-by-position mask: dense on CPU; its bf16 additive copy per block
+    without checkpointing) and, without checkpointing, every block's gathered K/V and their
+    expansion to all heads (`memory.context_parallel_bytes`, `memory.attention_mask_bytes`);
+    plus the RoPE rows of its positions (a gathered copy; without CP a view of the shared table)."""
+    from torch.distributed.device_mesh import init_device_mesh
+
+    from blackwell_sm.planner import memory
+    from blackwell_sm.train.context_parallel import CpGroup
+    from blackwell_sm.train.model import Transformer
+
+    mesh = init_device_mesh("cpu", (1, env.world_size), mesh_dim_names=("dp", "cp"))
+    cp = CpGroup.from_mesh(mesh)
+    b, seq = 2, 64
+    local = seq // cp.degree
+    model = Transformer(SPEC, max_seq_len=seq)
+    model.init_weights(0)
+    model.to(torch.bfloat16)
+    model.set_context_parallel(cp)
+    g = torch.Generator().manual_seed(2)
+    tokens = torch.randint(0, SPEC.vocab_size, (b, local), generator=g)
+    for mode in ("none", "full"):
+        got = _saved_bytes(model, tokens, mode)
+        want = memory.saved_activation_bytes(SPEC, b, local, mode, fused_norm=False)
+        want += (
+            memory.context_parallel_bytes(SPEC, b, seq, cp.degree, mode) if mode == "none" else 0
+        )
+        want += memory.attention_mask_bytes(
+            SPEC, b, seq, mode, packed=False, cp_degree=cp.degree, kind="cpu"
+        )
+        want += 2 * local * SPEC.head_dim * 2  # the RoPE rows of this rank's positions (bf16)
+        assert got == want, (mode, got, want, got - want)
 
 
 def check_sharded_head(env, tol: float) -> None:

@@ -247,7 +247,13 @@ def attention_mask_bytes(
         return 0.0
     if form == "block":  # kv_num_blocks, kv_indices, and their full-block twins (int32)
         return float(micro_batch * 2 * 4 * (-(-q_len // 128)) * (1 + -(-seq_len // 128)))
-    return float(arch.document_mask_bytes(model.spec, micro_batch, seq_len, mode, q_len=q_len))
+    # Without packing the mask is the same for every row: (1, 1, q, kv), broadcast over the batch.
+    rows = micro_batch if packed else 1
+    return float(
+        arch.document_mask_bytes(
+            model.spec, micro_batch, seq_len, mode, q_len=q_len, mask_rows=rows
+        )
+    )
 
 
 def fp8_extra_bytes(model: ModelSpec | Shape, precision: str) -> float:

@@ -187,12 +187,14 @@ class Transformer(nn.Module):
         """
         b, s = tokens.shape
         device = tokens.device
+        cp = self.cp
+        if positions is None and cp is not None:  # this rank's share of the whole sequence
+            positions = cp.positions(s * cp.degree, device)
         if positions is None:
             positions = torch.arange(s, device=device)
             rope = self.rope[:, :s]
         else:
             rope = self.rope[:, positions]
-        cp = self.cp
         kv_pos = positions if cp is None else cp.all_positions(s * cp.degree, device)
         mask = build_mask(
             doc_ids,
@@ -203,6 +205,9 @@ class Transformer(nn.Module):
             dense_max=self.dense_mask_max,
         )
         h = self.embed_tokens(tokens)
+        # One copy of the table in the compute dtype for every block (apply_rope's casts are then
+        # views): per-call casts kept a cos and a sin for each q and k of every block.
+        rope = rope.to(h.dtype)
         for layer in self.layers:
             h = layer(h, rope, mask)
         h = self.norm(h)
