@@ -114,7 +114,7 @@ def test_chunked_loss_memory_is_the_planners_term(dtype):
     """Peak bytes of one chunked loss + backward on CPU (the allocator's counter) equal
     `chunked_loss_bytes(kind="cpu")` plus the weight gradient it returns, within 2 %; the
     full-logits peak is 12 bytes per logit."""
-    n, d, v, rows = 1024, 128, 4000, 128
+    n, d, v, rows = 768, 64, 3000, 128
     size = 4 if dtype == "float32" else 2
     g = torch.Generator().manual_seed(0)
     h = torch.randn(n, d, generator=g).to(getattr(torch, dtype)).requires_grad_()
@@ -141,9 +141,7 @@ def _cp_inputs(seq: int, cp: int, rank: int, b: int = 2, seed: int = 0):
     return q_pos, kv_pos, docs
 
 
-@pytest.mark.parametrize(
-    "seq, cp, rank", [(512, 1, 0), (1024, 2, 1), (1000, 2, 1), (768, 3, 2), (96, 1, 0)]
-)
+@pytest.mark.parametrize("seq, cp, rank", [(512, 1, 0), (1000, 2, 1), (768, 3, 2)])
 def test_block_mask_equals_the_dense_mask(seq, cp, rank):
     """FlexAttention's block mask, built from per-block ranges (never q x kv), gives the dense
     mask's attention (forward: torch 2.13 has no FlexAttention backward on CPU), and its blocks
