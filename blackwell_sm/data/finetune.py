@@ -23,6 +23,7 @@ from typing import Any, Literal, NamedTuple
 
 import numpy as np
 
+from blackwell_sm.atomic_write import write_text
 from blackwell_sm.data.manifest import (
     FINETUNE_FORMAT_NAME,
     MANIFEST_FILE,
@@ -246,16 +247,21 @@ def prepare_finetune(
         shards = []
         writer: ShardWriter | None = None
         # Streamed row by row: at 128k tokens a row is 1 MiB; the data set is never in memory.
-        for tokens, flags in iter_rows(samples, seq_len, pad, packing, counts):
-            if writer is None:
-                writer = ShardWriter(tmp / f"shard-{len(shards):05d}.bin", dtype, flags=True)
-                writer.__enter__()
-            writer.append(tokens, flags)
-            if writer.count == rows_per_shard * seq_len:
-                shards.append(_close_shard(writer, pad))
-                writer = None
-        if writer is not None:
-            shards.append(_close_shard(writer, pad))
+        try:
+            for tokens, flags in iter_rows(samples, seq_len, pad, packing, counts):
+                if writer is None:
+                    writer = ShardWriter(tmp / f"shard-{len(shards):05d}.bin", dtype, flags=True)
+                    writer.__enter__()
+                writer.append(tokens, flags)
+                if writer.count == rows_per_shard * seq_len:
+                    done, writer = writer, None
+                    shards.append(_close_shard(done, pad))
+            if writer is not None:
+                done, writer = writer, None
+                shards.append(_close_shard(done, pad))
+        finally:
+            if writer is not None:  # an error mid-shard: no partial file left behind
+                writer.__exit__(RuntimeError, None, None)
         st = PackStats(**counts)
         if st.rows == 0:
             raise SpecError("no sample with a token to learn from", field="INPUT")
@@ -281,5 +287,5 @@ def prepare_finetune(
             truncated=st.truncated,
             dropped=st.dropped,
         )
-        (tmp / MANIFEST_FILE).write_text(manifest.model_dump_json(indent=2) + "\n")
+        write_text(tmp / MANIFEST_FILE, manifest.model_dump_json(indent=2) + "\n", flag=None)
     return manifest

@@ -67,21 +67,23 @@ def write_shard(
 
 class ShardWriter:
     """One shard written piece by piece (`append`), so no more than a piece is ever in memory:
-    tokens go to `<name>.tmp` after a placeholder header, flags (version 2) to a side file; on
-    a clean exit the header gets the count, the flags follow the tokens, and the file is renamed
-    into place. On an error nothing is left at `path`."""
+    tokens go to a temporary file after a placeholder header (`atomic_write.atomic_open`), flags
+    (version 2) to a side file; on a clean exit the header gets the count, the flags follow the
+    tokens, and the file is renamed into place. On an error nothing is left at `path`."""
 
     def __init__(self, path: str | Path, dtype: np.dtype, *, flags: bool = False) -> None:
         dtype = np.dtype(dtype)
         if dtype.itemsize not in _DTYPES:
             raise ValueError(f"token dtype must be uint16 or uint32, not {dtype}")
         self.path, self.dtype, self.count = Path(path), _DTYPES[dtype.itemsize], 0
-        self.tmp = self.path.with_name(self.path.name + ".tmp")
-        self.flags_tmp = self.path.with_name(self.path.name + ".flags.tmp") if flags else None
-        self._f = self._flags = None
+        self.flags_tmp = self.path.with_name(f".{self.path.name}.flags.tmp") if flags else None
+        self._f = self._flags = self._open = None
 
     def __enter__(self) -> ShardWriter:
-        self._f = open(self.tmp, "wb")
+        from blackwell_sm.atomic_write import atomic_open
+
+        self._open = atomic_open(self.path, "wb", flag=None)
+        self._f = self._open.__enter__()
         self._f.write(HEADER.pack(MAGIC, 0, 0, 0, 0))
         if self.flags_tmp is not None:
             self._flags = open(self.flags_tmp, "w+b")
@@ -111,15 +113,14 @@ class ShardWriter:
                 f.seek(0)
                 version = VERSION if fl is None else VERSION_FLAGS
                 f.write(HEADER.pack(MAGIC, version, self.dtype.itemsize, self.count, 0))
+        except BaseException as e:
+            exc_type, exc, tb = type(e), e, e.__traceback__
+            raise
         finally:
-            f.close()
             if fl is not None:
                 fl.close()
                 self.flags_tmp.unlink(missing_ok=True)
-        if exc_type is None:
-            self.tmp.replace(self.path)
-        else:
-            self.tmp.unlink(missing_ok=True)
+            self._open.__exit__(exc_type, exc, tb)  # renamed into place, or removed
 
 
 def read_shard(path: str | Path) -> np.ndarray:
