@@ -86,9 +86,11 @@ class RunSpec(BaseModel):
     @model_validator(mode="after")
     def _seq_fits_model(self) -> RunSpec:
         if self.training.seq_len > self.model.max_seq_len:
-            raise ValueError(
+            raise KeyedValueError(
                 f"training.seq_len {self.training.seq_len} exceeds the model's max_seq_len "
-                f"{self.model.max_seq_len}; allowed: 1..{self.model.max_seq_len}"
+                f"{self.model.max_seq_len} (the longest its RoPE setting covers); allowed: "
+                f"1..{self.model.max_seq_len}",
+                key="training.seq_len",
             )
         return self
 

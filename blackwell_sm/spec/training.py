@@ -18,6 +18,7 @@ from blackwell_sm.spec.types import (
     SEED_MAX,
     Beta,
     Bool,
+    KeyedValueError,
     NonNegFloat,
     NonNegStepCount,
     PosFloat,
@@ -29,6 +30,7 @@ from blackwell_sm.spec.types import (
 
 Precision = Literal["bf16", "fp8", "mxfp8"]
 PrecisionChoice = Literal["auto", "bf16", "fp8", "mxfp8"]
+LossImpl = Literal["chunked", "full-logits"]
 Checkpointing = Literal["none", "selective", "selective-op", "full"]
 CheckpointingChoice = Literal["auto", "none", "selective", "selective-op", "full"]
 
@@ -124,6 +126,13 @@ class PlannerPins(_Strict):
     )
     compile: Bool | None = Field(None, description="torch.compile each block.")
     reshard_after_forward: Bool | None = Field(None, description="Free gathered params after fwd.")
+    cp_degree: PosInt | None = Field(
+        None,
+        le=MAX_GPUS,
+        description=f"Context parallelism, 1..{MAX_GPUS}: GPUs that share each sequence (each "
+        "holds 1/cp of its tokens; K and V are all-gathered); must divide the GPU count, and "
+        "2 x cp_degree must divide seq_len.",
+    )
 
 
 FINETUNE_LR = 2e-5  # the default peak lr of `task: finetune` (pretraining: OptimizerSpec's 3e-4)
@@ -169,6 +178,12 @@ class TrainingSpec(_Strict):
     precision: PrecisionChoice = Field("auto", description="Matmul precision; auto: planner picks.")
     activation_checkpointing: CheckpointingChoice = Field(
         "auto", description="auto: planner picks."
+    )
+    loss_impl: LossImpl = Field(
+        "chunked",
+        description="How the output head and cross-entropy run: chunked (default: PyTorch's "
+        "linear_cross_entropy over row chunks, never the full logits) or full-logits (the "
+        "plain cross_entropy(linear(h).float()): the reference, 12 bytes per logit).",
     )
     checkpoint: CheckpointSpec = Field(default_factory=CheckpointSpec)
     data: DataSpec = Field(default_factory=DataSpec)
@@ -262,6 +277,23 @@ class TrainingSpec(_Strict):
             raise ValueError(
                 f"schedule.warmup_steps {self.schedule.warmup_steps} is longer than the run's "
                 f"{steps} steps: the learning rate would never reach its peak; allowed: 0..{steps}"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _cp_divides_seq(self) -> Self:
+        cp = self.pins.cp_degree
+        if cp is not None and cp > 1 and self.seq_len % (2 * cp):
+            ok = [
+                c
+                for c in range(2, min(MAX_GPUS, self.seq_len // 2) + 1)
+                if self.seq_len % (2 * c) == 0
+            ][:12]
+            raise KeyedValueError(
+                f"pins.cp_degree {cp} does not split seq_len {self.seq_len}: each GPU holds two "
+                f"of 2 x cp_degree equal chunks, so 2 x cp_degree must divide seq_len; allowed "
+                f"with this seq_len: 1, {', '.join(map(str, ok))}",
+                key="pins.cp_degree",
             )
         return self
 
