@@ -3,7 +3,7 @@
 Notebook API (imports are lazy; nothing heavy loads until used)::
 
     import blackwell_sm as bsm
-    spec = bsm.load_spec("templates/llama-3.1-8b.yaml")
+    spec = bsm.load_spec("spec.yaml")  # `bsm init llama-3.1-8b > spec.yaml`
     plan = bsm.plan(spec)
     job = bsm.submit(spec)            # handle: status(), wait(), logs(), stop(), metrics()
     trainer = bsm.to_model_trainer(spec)

@@ -72,13 +72,18 @@ def _unwritable(where: str, parent: Path, flag: str | None, why: str = "") -> Sp
 
 
 @contextlib.contextmanager
-def atomic_open(path: str | Path, mode: str = "wb", *, flag: str | None = "--out") -> Iterator[IO]:
+def atomic_open(
+    path: str | Path, mode: str = "wb", *, flag: str | None = "--out", replace: bool = True
+) -> Iterator[IO]:
     """Yield a file open on a temporary name beside `path`; when the block ends without error
-    it is flushed, synced and renamed to `path`, else removed."""
+    it is flushed, synced and renamed to `path`, else removed. `replace=False` never replaces
+    an existing `path` (it is linked into place, which fails if the name exists)."""
     if mode not in ("w", "wb"):
         raise ValueError(f"atomic_open writes whole files: mode 'w' or 'wb', not {mode!r}")
     target = check_out_path(path, flag=flag)
     where = _where(flag, Path(path))
+    if not replace and os.path.lexists(path):
+        raise _exists(where, flag)
     tmp = target.with_name(f".{target.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
     try:
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)  # umask applies
@@ -91,13 +96,26 @@ def atomic_open(path: str | Path, mode: str = "wb", *, flag: str | None = "--out
             yield f
             f.flush()
             os.fsync(f.fileno())
-        os.replace(tmp, target)
+        if replace:
+            os.replace(tmp, target)
+        else:
+            os.link(tmp, path)  # no-clobber: FileExistsError if someone wrote it meanwhile
+            tmp.unlink()
+    except FileExistsError:
+        tmp.unlink(missing_ok=True)
+        raise _exists(where, flag) from None
     except OSError as e:
         tmp.unlink(missing_ok=True)
         raise _write_failed(where, e) from None
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
+
+
+def _exists(where: str, flag: str | None) -> SpecError:
+    return SpecError(
+        f"{where} exists; it is never overwritten", field=flag, hint="remove it or pick a new name"
+    )
 
 
 def _write_failed(where: str, e: OSError) -> BsmError:
@@ -115,9 +133,14 @@ def write_bytes(path: str | Path, data: bytes, *, flag: str | None = "--out") ->
     return Path(path)
 
 
-def write_text(path: str | Path, text: str, *, flag: str | None = "--out") -> Path:
-    """Write `text` (UTF-8) to `path` atomically; returns the path written."""
-    return write_bytes(path, text.encode("utf-8"), flag=flag)
+def write_text(
+    path: str | Path, text: str, *, flag: str | None = "--out", replace: bool = True
+) -> Path:
+    """Write `text` (UTF-8) to `path` atomically (never over an existing file when `replace`
+    is False); returns the path written."""
+    with atomic_open(path, "wb", flag=flag, replace=replace) as f:
+        f.write(text.encode("utf-8"))
+    return Path(path)
 
 
 # -- folders ----------------------------------------------------------------------------------

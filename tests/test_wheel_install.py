@@ -219,3 +219,19 @@ def test_a_wheel_install_submits_exactly_like_a_clone(wheel, venv, tmp_path):
     assert edited.returncode == 1 and "Traceback" not in edited.stderr
     error = json.loads(edited.stdout)["error"]
     assert error["code"] == "bundle" and str(target) in error["message"]
+
+
+def test_a_wheel_install_inits_and_plans_without_a_clone(venv, tmp_path):
+    """Issue 21: `bsm init llama-3.1-70b > s.yaml && bsm plan s.yaml` from an empty folder: the
+    templates come from the installed package's data."""
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    env = _env(tmp_path)
+    init = _bsm(venv, ["init", "llama-3.1-70b"], empty, env)
+    assert init.returncode == 0, init.stderr
+    (empty / "s.yaml").write_text(init.stdout)
+    plan = _bsm(venv, ["plan", "s.yaml", "-o", "json"], empty, env)
+    assert plan.returncode == 0, plan.stderr
+    assert json.loads(plan.stdout)["model"]["name"] == "llama-3.1-70b"
+    presets = _bsm(venv, ["presets", "-o", "json"], empty, env)
+    assert presets.returncode == 0 and "llama-3.1-70b" in presets.stdout

@@ -16,6 +16,11 @@ from blackwell_sm.errors import BsmError
 
 # command name -> "module:attribute" of its click command. Each module owns one area.
 COMMANDS: dict[str, tuple[str, str]] = {
+    "init": ("blackwell_sm.cli.init:init", "Write a commented spec for a preset or a HF folder."),
+    "presets": (
+        "blackwell_sm.cli.init:presets",
+        "List model presets: size, context, fit on one node.",
+    ),
     "plan": ("blackwell_sm.cli.plan:plan", "Choose and explain a training configuration."),
     "schema": ("blackwell_sm.cli.schema:schema", "Print the JSON schema of the spec file."),
     "submit": ("blackwell_sm.cli.submit:submit", "Submit a spec as a SageMaker training job."),

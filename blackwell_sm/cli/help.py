@@ -17,6 +17,7 @@ import click
 # command path -> (command line, what it does). A group's entry covers the group itself.
 EXAMPLES: dict[str, list[tuple[str, str]]] = {
     "": [
+        ("bsm init llama-3.1-70b > spec.yaml", "a commented spec to start from"),
         ("bsm plan --model llama-3.1-70b --seq-len 4096", "configuration, time, cost"),
         ("bsm submit spec.yaml --dry-run", "the exact CreateTrainingJob request"),
         ("bsm submit spec.yaml --wait", "submit (or reattach) and follow"),
@@ -28,6 +29,15 @@ EXAMPLES: dict[str, list[tuple[str, str]]] = {
         ("bsm plan spec.yaml --instance-count auto", "the fewest instances within the deadline"),
         ("bsm plan spec.yaml --set precision=bf16 --set micro_batch_size=2", "pin knobs"),
         ("bsm plan spec.yaml -o json | jq .run.cost_usd", "for scripts"),
+    ],
+    "init": [
+        ("bsm init llama-3.1-70b > spec.yaml", "a preset's spec on stdout"),
+        ("bsm init qwen3-8b --task finetune --out sft.yaml", "fine-tuning, to a new file"),
+        ("bsm init ./Llama-3.1-8B", "the model in a Hugging Face folder (config.json)"),
+    ],
+    "presets": [
+        ("bsm presets", "every preset: parameters, context, fit on one p6-b200"),
+        ("bsm presets -o json", "the same, for scripts"),
     ],
     "schema": [
         ("bsm schema > spec.schema.json", "the spec's JSON schema, for an editor"),

@@ -188,7 +188,7 @@ def build_job_request(
         raise SpecError(
             "the spec has no job: section; it is needed to build a SageMaker job",
             field="job",
-            hint="add job: {role_arn: ..., s3_prefix: s3://bucket/prefix} (see templates/)",
+            hint="add job: {role_arn: ..., s3_prefix: s3://bucket/prefix} (bsm init writes a spec with one)",
         )
     region = job.region or region
     if region is None:
