@@ -34,10 +34,11 @@ format: $(STAMP)
 	$(BIN)/ruff check --fix .
 
 test: lint
+	$(BIN)/python -m mypy  # the notebook API's types ([tool.mypy] in pyproject.toml)
 	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/run_all.py
 
 clean:
-	rm -rf $(VENV) demo-run .pytest_cache .ruff_cache
+	rm -rf $(VENV) demo-run .pytest_cache .ruff_cache .mypy_cache

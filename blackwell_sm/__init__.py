@@ -12,7 +12,23 @@ Notebook API (imports are lazy; nothing heavy loads until used)::
 from __future__ import annotations
 
 import importlib
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # what a type checker sees; at run time each name loads on first use
+    from blackwell_sm.aws.handle import TrainingJob as TrainingJob
+    from blackwell_sm.aws.sdk import to_model_trainer as to_model_trainer
+    from blackwell_sm.aws.submit import submit as submit
+    from blackwell_sm.errors import BsmError as BsmError
+    from blackwell_sm.errors import InfeasiblePlanError as InfeasiblePlanError
+    from blackwell_sm.errors import PlanWarning as PlanWarning
+    from blackwell_sm.planner.api import plan as plan
+    from blackwell_sm.planner.plan import Plan as Plan
+    from blackwell_sm.planner.preferences import PreferencePlans as PreferencePlans
+    from blackwell_sm.spec import ModelSpec as ModelSpec
+    from blackwell_sm.spec import RunSpec as RunSpec
+    from blackwell_sm.spec import TrainingSpec as TrainingSpec
+    from blackwell_sm.spec import load_spec as load_spec
+    from blackwell_sm.spec import parse_spec as parse_spec
 
 __version__ = "0.1.0"
 
@@ -27,6 +43,10 @@ _LAZY: dict[str, str] = {
     "submit": "blackwell_sm.aws.submit:submit",
     "to_model_trainer": "blackwell_sm.aws.sdk:to_model_trainer",
     "BsmError": "blackwell_sm.errors:BsmError",
+    "InfeasiblePlanError": "blackwell_sm.errors:InfeasiblePlanError",
+    "PlanWarning": "blackwell_sm.errors:PlanWarning",
+    "PreferencePlans": "blackwell_sm.planner.preferences:PreferencePlans",
+    "TrainingJob": "blackwell_sm.aws.handle:TrainingJob",
 }
 
 __all__ = sorted(_LAZY)

@@ -91,6 +91,14 @@ class InfeasiblePlanError(BsmError):
         return obj
 
 
+class PlanWarning(UserWarning):
+    """A warning of a plan (price source, memory near the limit, a long run), raised by
+    `blackwell_sm.plan()` through `warnings.warn` so a notebook shows it and a test can filter
+    or turn it into an error (`warnings.simplefilter("error", PlanWarning)`)."""
+
+    label = "warning"  # how the CLI prints it: `warning: ...`
+
+
 class AwsError(BsmError):
     """A call to AWS failed; the message says what to do about it."""
 

@@ -47,7 +47,7 @@ LAYERS: dict[str, Layer] = {
     "safe_load": Layer(("safe_load", "_yaml12", "atomic_write"), "one guarded reader for every file: specs, plans, manifests, profiles (PyYAML only in _yaml12, loaded for YAML files); one atomic writer for every output", _l("errors"), TRAINING_STACK | AWS_STACK),
     "spec": Layer(("spec",), "the user's words as validated data; presets", _l("errors", "safe_load"), TRAINING_STACK | AWS_STACK, _l("yaml")),
     "hardware": Layer(("hardware",), "instance catalog: GPUs, memory, peak FLOP/s, links, prices", _l("errors", "opt_ml"), TRAINING_STACK | AWS_STACK),
-    "plan": Layer(("planner.plan",), "the Plan schema: the planner's output, the container's input", _l("spec", "safe_load"), TRAINING_STACK | AWS_STACK),
+    "plan": Layer(("planner.plan", "planner.summary", "planner.units"), "the Plan schema: the planner's output, the container's input; its summary for people (units, text, HTML)", _l("spec", "safe_load"), TRAINING_STACK | AWS_STACK),
     "planner": Layer(("planner",), "memory model, step-time model, search, explanations (pure)", _l("spec", "hardware", "plan", "errors", "opt_ml", "safe_load"), TRAINING_STACK | AWS_STACK, _l("numpy", "scipy")),
     "records": Layer(("records",), "run records: each metrics.jsonl kind, summary.json, the [bsm-*] lines; their one reader", _l("spec", "metrics", "errors", "safe_load"), TRAINING_STACK | AWS_STACK),
     "job": Layer(("job",), "Plan + spec → CreateTrainingJob request, bundle (with the container's wheels), SDK view", _l("package", "spec", "hardware", "plan", "planner", "metrics", "errors", "opt_ml", "safe_load"), TRAINING_STACK | {"boto3"}, _l("botocore", "sagemaker")),
@@ -97,9 +97,13 @@ def imports(module: str, source: str, *, is_package: bool = False) -> list[tuple
     """(imported module, at module top level) for every import in `source`, lazy strings too."""
     tree = ast.parse(source)
     top = {id(n) for n in tree.body}
-    for n in tree.body:  # `if TYPE_CHECKING:` blocks and try/except at the top are top level
-        if isinstance(n, (ast.If, ast.Try)):
+    for n in tree.body:  # try/except and other `if` blocks at the top are top level;
+        # `if TYPE_CHECKING:` imports never run, so they are lazy (a type names a heavy class)
+        typing_only = isinstance(n, ast.If) and ast.unparse(n.test) == "TYPE_CHECKING"
+        if isinstance(n, (ast.If, ast.Try)) and not typing_only:
             top |= {id(c) for c in ast.walk(n)}
+        elif typing_only:
+            top -= {id(n)}
     out: list[tuple[str, bool]] = []
     for node in ast.walk(tree):
         at_top = id(node) in top

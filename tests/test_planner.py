@@ -244,6 +244,7 @@ def test_auto_finishes_within_one_job_or_says_what_would():
     assert "days)" in text  # hours over 48 also in days
     late = plan(
         "llama-3.1-70b",
+        allow_infeasible=True,
         **{"compute.instance_count": "auto", "compute.instance_type": "ml.p5.48xlarge"},
     )
     assert not late.feasible and late.memory_gib.total <= late.memory_gib.usable

@@ -15,6 +15,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from blackwell_sm.aws.errors import explain_failure, translate
+from blackwell_sm.aws.views import RowsRepr
 from blackwell_sm.errors import AwsError
 from blackwell_sm.job.names import JOB_NAME_PREFIX
 
@@ -22,10 +23,19 @@ SPEC_HASH_TAG = "bsm:spec-hash"
 TERMINAL = frozenset({"Completed", "Failed", "Stopped"})
 
 
-class JobInfo(BaseModel):
-    """What DescribeTrainingJob says about a job, in the shape this toolkit shows."""
+class JobInfo(RowsRepr, BaseModel):
+    """What DescribeTrainingJob says about a job, in the shape this toolkit shows (a notebook
+    displays it as `bsm status` prints it)."""
 
     model_config = ConfigDict(extra="forbid")
+
+    def _title(self) -> str:
+        return f"{self.name}: {self.status} / {self.secondary_status or '-'}"
+
+    def _rows(self) -> list[tuple[str, str]]:
+        from blackwell_sm.aws.views import status_rows
+
+        return status_rows(self)
 
     name: str
     arn: str | None = None

@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from blackwell_sm.aws.errors import translate
 from blackwell_sm.aws.logs import LOG_GROUP, job_streams
+from blackwell_sm.aws.views import RowsRepr
 from blackwell_sm.errors import SpecError
 from blackwell_sm.metrics import (
     ALERT_PREFIX,
@@ -29,10 +30,19 @@ from blackwell_sm.records import AlertRecord, CheckRecord, Record, TrainRecord, 
 RECENT_EVENTS = 200  # per stream: enough for the latest step line between other log lines
 
 
-class Progress(BaseModel):
-    """What `bsm status` shows under the job's status, and `TrainingJob.progress()` returns."""
+class Progress(RowsRepr, BaseModel):
+    """What `bsm status` shows under the job's status, and `TrainingJob.progress()` returns (a
+    notebook displays the same rows)."""
 
     model_config = ConfigDict(extra="forbid")
+
+    def _title(self) -> str:
+        return f"{self.job_name}: progress ({self.status})"
+
+    def _rows(self) -> list[tuple[str, str]]:
+        from blackwell_sm.aws.views import progress_rows
+
+        return progress_rows(self)
 
     job_name: str
     status: str

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from blackwell_sm.job.request import JobRequest
+    from blackwell_sm.job.sdk import ModelTrainer
     from blackwell_sm.planner.plan import Plan
     from blackwell_sm.spec.run import RunSpec
 
@@ -35,7 +36,7 @@ def model_trainer_and_request(
     training_plan_arn: str | None = None,
     sagemaker_session: Any = None,
     upload_bundle: bool = True,
-) -> tuple[Any, JobRequest]:
+) -> tuple[ModelTrainer, JobRequest]:
     """`to_model_trainer`, also returning the builder's JobRequest."""
     from blackwell_sm.job import sdk
 
@@ -55,7 +56,7 @@ def to_model_trainer(
     training_plan_arn: str | None = None,
     sagemaker_session: Any = None,
     upload_bundle: bool = True,
-) -> Any:
+) -> ModelTrainer:
     """A `sagemaker.train.ModelTrainer` that sends the builder's CreateTrainingJob (see
     `blackwell_sm.job.sdk`). `upload_bundle` puts the code bundle at its S3 address first, so
     that `trainer.train()` can run. REPLACE-ME placeholders are refused before any call."""

@@ -6,12 +6,12 @@ from typing import Any
 
 import click
 
+from blackwell_sm.aws.views import hours_of
 from blackwell_sm.cli import submit as submit_cli
 from blackwell_sm.cli.output import OUTPUT_OPTION, emit_json, snake_keys
 from blackwell_sm.cli.progress import ProgressDisplay, wait_poller
 from blackwell_sm.cli.submit import Interrupted, print_log_event, reattach_hint, say
 from blackwell_sm.errors import AwsError
-from blackwell_sm.planner.units import hours_text
 
 REGION_OPTION = click.option(
     "--region", metavar="REGION", help="Default: AWS_REGION / AWS_DEFAULT_REGION / the profile."
@@ -25,66 +25,6 @@ def _job(name: str, region: str | None) -> Any:
     check_settings()
     say(choose_region(region).describe())
     return TrainingJob(name, aws=submit_cli.aws_context(region))
-
-
-def _fmt_time(ts: Any) -> str:
-    return ts.strftime("%Y-%m-%d %H:%M:%S %Z") if ts else "-"
-
-
-def _capacity_rows(info: Any) -> list[tuple[str, str]]:
-    """Instances and plan; with instance preferences, the list, SageMaker's choice and the
-    bundle plan that runs on it."""
-    if not info.instance_preferences:
-        return [
-            ("instances", f"{info.instance_count} x {info.instance_type}"),
-            ("training plan", info.training_plan_arn or "- (on-demand capacity)"),
-        ]
-    prefs = ", ".join(
-        f"{p.get('InstanceCount')} x {p.get('InstanceType')}"
-        + (
-            f" on {p['TrainingPlanArns'][0].rsplit('/', 1)[-1]}"
-            if p.get("TrainingPlanArns")
-            else ""
-        )
-        for p in info.instance_preferences
-    )
-    if info.selected_instance_type:
-        selected = f"{info.selected_instance_count} x {info.selected_instance_type}"
-        plan = info.selected_training_plan or "- (on-demand capacity)"
-        runs = info.running_plan
-    else:
-        selected, plan, runs = "- (not chosen yet)", "-", "- (chosen when SageMaker picks a type)"
-    return [
-        ("preferences", prefs),
-        ("selected", selected),
-        ("training plan", plan),
-        ("plan run", runs),
-    ]
-
-
-def show_info(info: Any, region: str | None = None) -> None:
-    rows = [
-        ("job", info.name),
-        ("region", region or "-"),
-        ("status", f"{info.status} / {info.secondary_status or '-'}"),
-        ("message", info.status_message or "-"),
-        *_capacity_rows(info),
-        ("created", _fmt_time(info.creation_time)),
-        ("started", _fmt_time(info.training_start_time)),
-        ("ended", _fmt_time(info.training_end_time)),
-        ("billable", _hours(info.billable_seconds)),
-        ("max runtime", _hours(info.max_runtime_s)),
-        ("model", info.model_artifacts or "-"),
-    ]
-    width = max(len(k) for k, _ in rows)
-    for key, value in rows:
-        click.echo(f"{key:<{width}}  {value}")
-    if info.failure_reason:
-        click.echo(f"{'failure':<{width}}  {info.failure_reason}")
-        if info.failure_explanation:
-            click.echo(f"{'what to do':<{width}}  {info.failure_explanation}")
-    for metric, value in sorted(info.final_metrics.items()):
-        click.echo(f"{metric:<{width}}  {value:g}")
 
 
 @click.command("status")
@@ -134,60 +74,22 @@ def status(name: str, wait: bool, region: str | None, output: str) -> None:
             show_run(run)
 
 
-def _num(value: float | None, fmt: str = ",.1f") -> str:
-    return "-" if value is None else format(value, fmt)
+def show_info(info: Any, region: str | None = None) -> None:
+    """The job rows of `bsm status` (aws/views.py: the notebook's repr shows the same)."""
+    from blackwell_sm.aws.views import status_rows
 
-
-def _duration(seconds: float) -> str:
-    """A countdown to the minute (an ETA); totals take `_hours`, as the plan shows them."""
-    h, rest = divmod(round(seconds), 3600)
-    return f"{h} h {rest // 60:02d} min" if h else f"{rest // 60} min {rest % 60:02d} s"
-
-
-def _hours(seconds: float | None) -> str:
-    """A duration as the plan shows one (planner/units.py): hours, days over 48 h, minutes."""
-    return "-" if not seconds else hours_text(seconds / 3600)
-
-
-def _in_time(ok: bool | None, end: Any) -> str:
-    if end is None:
-        return "-"
-    verdict = "" if ok is None else ("  (ends before it)" if ok else "  (the run ends AFTER it)")
-    return _fmt_time(end) + verdict
+    _echo_rows(status_rows(info, region))
 
 
 def show_progress(p: Any) -> None:
-    """The progress rows of `bsm status`: the latest step, the check's measured against
-    predicted, the ETA against the deadlines, the alerts."""
-    if p.step is None and not p.check:
-        for note in p.notes:  # nothing logged yet: only why
-            click.echo(f"{'note':<15}  {note}")
-        return
-    of = f" of {p.total_steps:,}" if p.total_steps else ""
-    rows = [("step", "-" if p.step is None else f"{p.step:,}{of}  at {_fmt_time(p.as_of)}"),
-            ("tokens", _num(p.tokens, ",d"))]  # fmt: skip
-    speed = f"{_num(p.tokens_per_s_per_gpu)} tokens/s/GPU"
-    if p.predicted_tokens_per_s_per_gpu is not None:
-        rng = (f", range {_num(p.predicted_range[0])}-{_num(p.predicted_range[1])}"
-               if p.predicted_range else "")  # fmt: skip
-        speed += f"  (predicted {_num(p.predicted_tokens_per_s_per_gpu)}{rng})"
-    rows += [("speed", speed), ("mfu", _num(p.mfu, ".3f"))]
-    mem = f"{_num(p.mem_reserved_gib, '.2f')} GiB peak reserved"
-    if p.predicted_mem_high_gib is not None:
-        mem += f"  (plan's range up to {p.predicted_mem_high_gib:.2f} GiB)"
-    rows.append(("memory", mem))
-    c = p.check
-    if c:
-        rows.append(("check", f"step time {_num(c.get('check:step_time_s'), '.3f')} s = compute "
-                     f"{_num(c.get('check:compute_s'), '.3f')} s + exposed communication "
-                     f"{_num(c.get('check:exposed_comm_s'), '.3f')} s + other"))  # fmt: skip
-    eta = "-" if p.eta_s is None else f"{_duration(p.eta_s)} (ends {_fmt_time(p.projected_end)})"
-    rows += [("eta", eta),
-             ("max runtime end", _in_time(p.ends_before_max_runtime, p.max_runtime_end))]  # fmt: skip
-    if p.training_plan:
-        rows.append(("plan end", _in_time(p.ends_before_plan_end, p.training_plan_end)))
-    rows += [("alert", a) for a in p.alerts] + [("note", n) for n in p.notes]
+    """The progress rows of `bsm status`, after a blank line."""
+    from blackwell_sm.aws.views import progress_rows
+
     click.echo("")
+    _echo_rows(progress_rows(p))
+
+
+def _echo_rows(rows: list[tuple[str, str]]) -> None:
     width = max(len(k) for k, _ in rows)
     for key, value in rows:
         click.echo(f"{key:<{width}}  {value}")
@@ -199,10 +101,10 @@ def show_run(run: Any) -> None:
     for j in run.jobs:
         why = f" ({j.failure_reason})" if j.failure_reason else ""
         click.echo(f"  {j.index}. {j.name}  {j.status} / {j.secondary_status or '-'}  "
-                   f"{j.instance}  {_hours(j.billable_seconds)} billable{why}")  # fmt: skip
+                   f"{j.instance}  {hours_of(j.billable_seconds)} billable{why}")  # fmt: skip
     steps = "-" if run.steps_done is None else f"{run.steps_done:,}"
     tokens = "-" if run.tokens_done is None else f"{run.tokens_done:,}"
-    click.echo(f"  so far: {steps} steps, {tokens} tokens, {_hours(run.billable_seconds)} "
+    click.echo(f"  so far: {steps} steps, {tokens} tokens, {hours_of(run.billable_seconds)} "
                f"billable job time; checkpoint {run.checkpoint or '-'}")  # fmt: skip
 
 

@@ -7,7 +7,7 @@ from typing import Any
 import click
 
 from blackwell_sm.cli.output import OUTPUT_OPTION, emit_json
-from blackwell_sm.errors import InfeasiblePlanError, SpecError
+from blackwell_sm.errors import SpecError
 from blackwell_sm.planner.units import count_text, hours_text, seconds_text, usd_text
 
 
@@ -170,20 +170,9 @@ def plan(
     elif p.feasible:
         emit_json(p)
     if not p.feasible:  # under --output json the error object carries the plan
-        m = p.memory_gib
-        usable = m.usable if m.usable is not None else m.limit
-        if m.total <= usable:
-            msg = (
-                f"{p.model.name} on {p.instance.count} x {p.instance.type} takes "
-                f"{hours_text(p.run.hours)}, past the deadline (compute.deadline_hours, or one "
-                "SageMaker job's 28 days)"
-            )
-        else:
-            msg = (
-                f"{p.model.name} does not fit on {p.instance.count} x {p.instance.type}: the "
-                f"best candidate needs {m.total:.1f} GiB per GPU of the usable {usable:.1f} GiB"
-            )
-        raise InfeasiblePlanError(msg, plan=p, hint="; ".join(p.advice) or None)
+        from blackwell_sm.planner.api import infeasible_error
+
+        raise infeasible_error(p)
 
 
 def _plan_preferences(spec: Any, output: str, calibration: Any) -> None:

@@ -20,12 +20,15 @@ import os
 import warnings
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from blackwell_sm.errors import BsmError, SpecError
 from blackwell_sm.job.request import JobRequest, build_job_request
 from blackwell_sm.planner.plan import Plan
 from blackwell_sm.spec.run import RunSpec
+
+if TYPE_CHECKING:
+    from sagemaker.train import ModelTrainer
 
 # Request fields that the hook sets because ModelTrainer has no way to.
 HOOKED_FIELDS = (
@@ -83,7 +86,7 @@ def model_trainer_and_request(
     training_plan_arn: str | None = None,
     sagemaker_session: Any = None,
     upload: Uploader | None = None,
-) -> tuple[Any, JobRequest]:
+) -> tuple[ModelTrainer, JobRequest]:
     """`to_model_trainer`, also returning the builder's JobRequest it was configured from.
 
     `upload` puts the code bundle in S3 (the AWS layer passes its verified upload; this module
@@ -248,7 +251,7 @@ def to_model_trainer(
     training_plan_arn: str | None = None,
     sagemaker_session: Any = None,
     upload: Uploader | None = None,
-) -> Any:
+) -> ModelTrainer:
     """A `sagemaker.train.ModelTrainer` whose CreateTrainingJob equals the builder's request
     (plan ARN, instance, image, entrypoint, environment, checkpoints, stopping condition,
     metric definitions, tags, channels); see the module docstring for the two exceptions.

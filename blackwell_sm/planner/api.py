@@ -6,10 +6,11 @@ The search over one count is `search.py`, over counts `counts.py`; the words are
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from blackwell_sm.errors import SpecError
+from blackwell_sm.errors import InfeasiblePlanError, PlanWarning, SpecError
 from blackwell_sm.hardware import InstanceType, get_instance
 from blackwell_sm.opt_ml import is_local_run
 from blackwell_sm.planner import calibration as C
@@ -41,8 +42,12 @@ from blackwell_sm.planner.search import (
     evaluate,
 )
 from blackwell_sm.planner.timing import scale_warnings, time_limit_notes
+from blackwell_sm.planner.units import hours_text
 from blackwell_sm.spec import RunSpec
 from blackwell_sm.spec.job import MAX_RUNTIME_HOURS
+
+if TYPE_CHECKING:
+    from blackwell_sm.planner.preferences import PreferencePlans
 
 DEFAULT_TOKENS_PER_PARAM = 20
 
@@ -72,7 +77,7 @@ def _context(
     tr, comp, model = spec.training, spec.compute, spec.model
     local = instance is not None and is_local_run(instance.name)
     inst = instance or get_instance(comp.instance_type)
-    inst, constants, changed = for_instance(applied and applied.profile, inst)
+    inst, constants, changed = for_instance(applied.profile if applied else None, inst)
     ref = None
     warnings: list[str] = []
     if applied is not None:
@@ -89,6 +94,7 @@ def _context(
                 f"{', '.join(held) or 'none'}): the default constants are used"
             )
 
+    total_tokens: int | None
     if tr.total_steps is None and tr.total_tokens is None:
         total_tokens = DEFAULT_TOKENS_PER_PARAM * model.n_params
         warnings.append(
@@ -152,7 +158,7 @@ def make_plan(
     if pins.precision:
         check_pins(
             ctx,
-            1 if count == "auto" else count,
+            count if isinstance(count, int) else 1,
             pins._replace(shard_degree=None, replicate_degree=None),
         )
     # Time is a constraint: the user's deadline, else one SageMaker job's 28 days.
@@ -165,7 +171,7 @@ def make_plan(
             (warnings if note.startswith("no instance") else reasons).append(note)
         late = res.feasible and res.best.hours > deadline
     else:
-        n = count
+        n = int(count)
         check_pins(ctx, n, pins)
         res, prec_reasons = search_precisions(ctx, n, pins)
     if res.feasible and not local:
@@ -264,12 +270,42 @@ def pinned_plan(
                      advice=[], constants=ctx.constants, calibration=cal_ref)  # fmt: skip
 
 
-def plan(spec: RunSpec | str | Path | dict[str, Any], **overrides: Any) -> Plan:
+def infeasible_error(p: Plan) -> InfeasiblePlanError:
+    """The error for a plan that does not fit or misses the deadline: why, the advice as its
+    hint, and the plan itself (the CLI's exit 3, `plan()`'s exception)."""
+    m = p.memory_gib
+    usable = m.usable if m.usable is not None else m.limit
+    where = f"{p.model.name} on {p.instance.count} x {p.instance.type}"
+    if m.total <= usable:
+        msg = (
+            f"{where} takes {hours_text(p.run.hours)}, past the deadline "
+            "(compute.deadline_hours, or one SageMaker job's 28 days)"
+        )
+    else:
+        msg = (
+            f"{p.model.name} does not fit on {p.instance.count} x {p.instance.type}: the best "
+            f"candidate needs {m.total:.1f} GiB per GPU of the usable {usable:.1f} GiB"
+        )
+    return InfeasiblePlanError(msg, plan=p, hint="; ".join(p.advice) or None)
+
+
+def plan(
+    spec: RunSpec | str | Path | dict[str, Any],
+    *,
+    allow_infeasible: bool = False,
+    **overrides: Any,
+) -> Plan | PreferencePlans:
     """Notebook entry: a RunSpec, a YAML path, a mapping, or a preset name; `overrides` are
     `--set` style keys (plan config keys or dotted spec paths), e.g. `plan("llama-3.1-8b",
     seq_len=8192, precision="bf16")`. `instance=` takes an InstanceType (e.g. local_instance);
     `calibration=` a profile path (docs/calibration.md).
-    A spec with `compute.instance_preferences` gives a PreferencePlans: a plan per type."""
+    A spec with `compute.instance_preferences` gives a PreferencePlans: a plan per type.
+
+    A plan that does not fit (or misses its deadline) raises InfeasiblePlanError carrying the
+    plan (`err.plan`), unless `allow_infeasible=True`. Each plan warning is also issued with
+    `warnings.warn` as a `PlanWarning`.
+    """
+    from blackwell_sm.planner.preferences import plan_preferences
     from blackwell_sm.spec import load_spec, parse_spec, with_overrides
     from blackwell_sm.spec.presets import PRESETS
 
@@ -292,8 +328,20 @@ def plan(spec: RunSpec | str | Path | dict[str, Any], **overrides: Any) -> Plan:
         rs = with_overrides(rs, overrides)
     applied = cal if isinstance(cal, AppliedProfile) else profile_for(rs, cal)
     if rs.compute.instance_preferences and instance is None:
-        from blackwell_sm.planner.preferences import plan_preferences
+        plans = plan_preferences(rs, calibration=applied)
+        for pp in plans.preferences:
+            _warn(pp.plan, f"instance_preferences[{pp.index}] {pp.instance_type}: ")
+        if not allow_infeasible:
+            plans.require_feasible()
+        return plans
+    p = make_plan(rs, instance=instance, calibration=applied)
+    _warn(p)
+    if not p.feasible and not allow_infeasible:
+        raise infeasible_error(p)
+    return p
 
-        # a plan per preference
-        return plan_preferences(rs, calibration=applied)  # type: ignore[return-value]
-    return make_plan(rs, instance=instance, calibration=applied)
+
+def _warn(p: Plan, prefix: str = "") -> None:
+    """Each of the plan's warnings as a PlanWarning (pointing at the caller of `plan()`)."""
+    for text in p.warnings:
+        warnings.warn(prefix + text, PlanWarning, stacklevel=3)

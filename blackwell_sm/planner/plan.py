@@ -23,16 +23,20 @@ class _Out(BaseModel):
 
 
 class ModelRef(_Out):
-    name: str
-    n_params: int
+    """The model the plan is for."""
+
+    name: str = Field(description="Preset name, or the name the spec gives the shape.")
+    n_params: int = Field(description="Parameters, counted by spec/arch.py's formula.")
 
 
 class InstanceRef(_Out):
-    type: str
-    count: int
-    gpus_per_instance: int
+    """The instances the plan runs on, with what the container needs from the catalog."""
+
+    type: str = Field(description="SageMaker instance type, e.g. ml.p6-b200.48xlarge.")
+    count: int = Field(description="Instances (instance_count auto resolved).")
+    gpus_per_instance: int = Field(description="GPUs (worker processes) per instance.")
     gpu: str = Field(description="GPU name from the catalog.")
-    gpu_memory_gib: float
+    gpu_memory_gib: float = Field(description="Device memory per GPU, GiB.")
     # What the container needs from the catalog travels here, so it never imports `hardware`.
     device: Literal["cuda", "cpu"] = Field(description="Torch device kind of the workers.")
     efa: bool = Field(description="Inter-node traffic over EFA: the launcher sets FI_PROVIDER=efa.")
@@ -51,11 +55,11 @@ class PlanConfig(_Out):
     replicate_degree: int = Field(description="Replica groups (HSDP); 1 = plain FSDP.")
     micro_batch_size: int = Field(description="Sequences per GPU per forward/backward.")
     grad_accum_steps: int = Field(description="Micro-batches per optimizer step.")
-    seq_len: int
-    precision: Precision
-    activation_checkpointing: Checkpointing
-    compile: bool
-    reshard_after_forward: bool
+    seq_len: int = Field(description="Tokens per sequence.")
+    precision: Precision = Field(description="Matmul precision of the block linears.")
+    activation_checkpointing: Checkpointing = Field(description="What backward recomputes.")
+    compile: bool = Field(description="torch.compile each block.")
+    reshard_after_forward: bool = Field(description="Free gathered params after forward.")
     cp_degree: int = Field(
         1,
         ge=1,
@@ -95,7 +99,7 @@ class MemoryBreakdown(_Out):
     logits_and_loss: float = Field(description="Output logits and loss intermediates.")
     overhead: float = Field(description="CUDA context, NCCL buffers, allocator fragmentation.")
     fp8_extras: float = Field(0.0, description="fp8/mxfp8 weight copies of the live blocks.")
-    total: float
+    total: float = Field(description="The sum of the terms above: predicted peak per GPU.")
     allocator_reserved: float | None = Field(
         None,
         description="total minus the runtime outside torch's caching allocator (CUDA context, "
@@ -119,15 +123,18 @@ class StepBreakdown(_Out):
 
 
 class Throughput(_Out):
-    step_time_s: float
-    tokens_per_s_per_gpu: float
+    """Predicted speed of one optimizer step."""
+
+    step_time_s: float = Field(description="Seconds per optimizer step.")
+    tokens_per_s_per_gpu: float = Field(description="Training tokens per second per GPU.")
     mfu: float = Field(description="Model FLOPs utilisation against the dense BF16 peak.")
-    flops_per_token: float
+    flops_per_token: float = Field(description="Model FLOPs per token (mfu_basis).")
     mfu_basis: str = Field(
         "6 x (all params except input embedding) + 12 x layers x d_model x seq_len "
         "FLOPs per token, over the GPU's dense BF16 peak",
+        description="How flops_per_token and mfu are counted.",
     )
-    breakdown_s: StepBreakdown | None = None
+    breakdown_s: StepBreakdown | None = Field(None, description="Where the step time goes.")
     tokens_per_s_per_gpu_range: tuple[float, float] | None = Field(
         None, description="[low, high]: the width comes from `evidence` (docs/planner.md)."
     )
@@ -139,16 +146,20 @@ class Throughput(_Out):
 
 
 class RunEstimate(_Out):
-    steps: int
-    tokens: int
-    hours: float
-    cost_usd: float | None
-    price_per_hour: float | None = None
-    price_source: str | None = None
+    """The whole run: steps, tokens, time and cost."""
+
+    steps: int = Field(description="Optimizer steps.")
+    tokens: int = Field(description="Training tokens (steps x tokens per step).")
+    hours: float = Field(description="Predicted wall hours at the predicted speed.")
+    cost_usd: float | None = Field(description="hours x instances x price; None: no price.")
+    price_per_hour: float | None = Field(None, description="USD per instance-hour.")
+    price_source: str | None = Field(None, description="Where the price comes from.")
     hours_range: tuple[float, float] | None = Field(
         None, description="[low, high] hours from the speed range (high = pessimistic)."
     )
-    cost_usd_range: tuple[float, float] | None = None
+    cost_usd_range: tuple[float, float] | None = Field(
+        None, description="[low, high] USD from hours_range."
+    )
     jobs: int = Field(
         1,
         description="SageMaker jobs the run needs at the pessimistic hours (28-day MaxRuntime "
@@ -172,7 +183,7 @@ class CheckpointEstimate(_Out):
     bytes_per_save: int = Field(
         description="fp32 params + AdamW states, summed over ranks (HSDP replicas de-duplicated)."
     )
-    gib_per_save: float
+    gib_per_save: float = Field(description="bytes_per_save in GiB.")
     max_gib_per_host: float = Field(
         description="What one host's ranks hold: the most it writes to /opt/ml/checkpoints."
     )
@@ -182,13 +193,13 @@ class CheckpointEstimate(_Out):
 class Alternative(_Out):
     """A runner-up configuration and why it lost."""
 
-    config: PlanConfig
-    instance_count: int
-    feasible: bool
-    memory_total_gib: float
-    tokens_per_s_per_gpu: float
-    hours: float
-    why_not: str
+    config: PlanConfig = Field(description="The runner-up's configuration.")
+    instance_count: int = Field(description="Its instance count.")
+    feasible: bool = Field(description="It fits in memory (and time).")
+    memory_total_gib: float = Field(description="Its predicted peak GiB per GPU.")
+    tokens_per_s_per_gpu: float = Field(description="Its predicted speed.")
+    hours: float = Field(description="Its predicted wall hours.")
+    why_not: str = Field(description="How it differs from the plan, and why it lost.")
     set: list[str] = Field(
         default_factory=list,
         description="The `bsm plan --set` flags that select this row (KEY=VALUE, config keys).",
@@ -198,15 +209,15 @@ class Alternative(_Out):
 class PlanSpec(_Out):
     """The spec the plan was made from, shipped to the container with it."""
 
-    model: ModelSpec
-    training: TrainingSpec
+    model: ModelSpec = Field(description="The model's shape.")
+    training: TrainingSpec = Field(description="The training settings.")
 
 
 class CalibrationRef(_Out):
     """The calibration profile a plan was made with (planner/profile.py, docs/calibration.md)."""
 
     profile: str = Field(description="Path of the profile file.")
-    name: str
+    name: str = Field(description="The profile's name.")
     created: str = Field(description="When the profile was written (UTC, ISO 8601).")
     origin: str = Field(description="flag (--calibration), spec (compute.calibration) or env.")
     gpu: str = Field(description="The profile entry applied (a GPU key), or '' when none.")
@@ -229,20 +240,20 @@ class CalibrationRef(_Out):
 class Plan(_Out):
     """The planner's answer: a configuration, its predictions and the reasons."""
 
-    schema_version: int = SCHEMA_VERSION
-    feasible: bool
-    model: ModelRef
-    instance: InstanceRef
-    config: PlanConfig
-    memory_gib: MemoryBreakdown
-    throughput: Throughput
-    run: RunEstimate
-    checkpoint: CheckpointEstimate | None = None
-    alternatives: list[Alternative] = Field(default_factory=list)
-    warnings: list[str] = Field(default_factory=list)
+    schema_version: int = Field(SCHEMA_VERSION, description="The plan format's version.")
+    feasible: bool = Field(description="It fits in memory and finishes within the deadline.")
+    model: ModelRef = Field(description="The model.")
+    instance: InstanceRef = Field(description="The instances.")
+    config: PlanConfig = Field(description="The configuration the loop executes.")
+    memory_gib: MemoryBreakdown = Field(description="Predicted peak memory per GPU.")
+    throughput: Throughput = Field(description="Predicted speed.")
+    run: RunEstimate = Field(description="Predicted time and cost of the whole run.")
+    checkpoint: CheckpointEstimate | None = Field(None, description="One checkpoint save.")
+    alternatives: list[Alternative] = Field(default_factory=list, description="Runner-ups.")
+    warnings: list[str] = Field(default_factory=list, description="What to look at.")
     reasons: list[str] = Field(default_factory=list, description="Why each choice was made.")
     advice: list[str] = Field(default_factory=list, description="What would make it fit.")
-    spec: PlanSpec
+    spec: PlanSpec = Field(description="The spec the plan was made from.")
     calibration: CalibrationRef | None = Field(
         None, description="The calibration profile applied; None: calibration.py's constants."
     )
@@ -260,7 +271,25 @@ class Plan(_Out):
             return m.allocator_reserved + runtime_gib
         return m.total
 
+    def summary(self, verbose: bool = False) -> str:
+        """What `bsm plan` prints: the headline, configuration, memory and top runner-ups in
+        30 lines of 80 columns; `verbose` adds warnings, reasons and every runner-up."""
+        from blackwell_sm.planner.summary import summary_text
+
+        return summary_text(self, hint="plan.summary(verbose=True)", verbose=verbose)
+
+    def _repr_pretty_(self, printer: Any, cycle: bool) -> None:
+        """IPython's plain display: the summary."""
+        printer.text("Plan(...)" if cycle else self.summary())
+
+    def _repr_html_(self) -> str:
+        """Jupyter's display: the summary as HTML tables, the details folded below."""
+        from blackwell_sm.planner.summary import summary_html
+
+        return summary_html(self)
+
     def to_json(self) -> str:
+        """The plan as indented JSON (what plan.json holds)."""
         return self.model_dump_json(indent=2)
 
     @classmethod

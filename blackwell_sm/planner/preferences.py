@@ -24,11 +24,11 @@ class PreferencePlan(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     index: int = Field(description="Position in compute.instance_preferences (0 = first).")
-    instance_type: str
+    instance_type: str = Field(description="The preference's instance type.")
     instance_count: int = Field(description="The planned count ('auto' resolved).")
     training_plan: str | None = Field(description="The preference's plan ARN or name, if any.")
     plan_file: str = Field(description="Where the code bundle carries this plan.")
-    plan: Plan
+    plan: Plan = Field(description="The plan for this preference's instances.")
 
 
 class PreferencePlans(BaseModel):
@@ -36,7 +36,7 @@ class PreferencePlans(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    preferences: list[PreferencePlan]
+    preferences: list[PreferencePlan] = Field(description="A plan per preference, in order.")
 
     @property
     def feasible(self) -> bool:

@@ -173,8 +173,8 @@ class TrainingSpec(_Strict):
         description="Passes over the data, in (0, 1000000] (with data.sequences): total_steps = "
         "ceil(epochs x sequences / sequences per step).",
     )
-    optimizer: OptimizerSpec = Field(default_factory=OptimizerSpec)
-    schedule: ScheduleSpec = Field(default_factory=ScheduleSpec)
+    optimizer: OptimizerSpec = Field(default_factory=OptimizerSpec, description="AdamW.")
+    schedule: ScheduleSpec = Field(default_factory=ScheduleSpec, description="LR schedule.")
     precision: PrecisionChoice = Field("auto", description="Matmul precision; auto: planner picks.")
     activation_checkpointing: CheckpointingChoice = Field(
         "auto", description="auto: planner picks."
@@ -185,8 +185,10 @@ class TrainingSpec(_Strict):
         "linear_cross_entropy over row chunks, never the full logits) or full-logits (the "
         "plain cross_entropy(linear(h).float()): the reference, 12 bytes per logit).",
     )
-    checkpoint: CheckpointSpec = Field(default_factory=CheckpointSpec)
-    data: DataSpec = Field(default_factory=DataSpec)
+    checkpoint: CheckpointSpec = Field(
+        default_factory=CheckpointSpec, description="When and how checkpoints are saved."
+    )
+    data: DataSpec = Field(default_factory=DataSpec, description="Where the tokens come from.")
     seed: SeedInt = Field(
         0,
         description=f"Seed for init, data order and dropout-free RNG, 0..{SEED_MAX} "
@@ -228,7 +230,9 @@ class TrainingSpec(_Strict):
             raise ValueError("expected a folder or an s3:// URI")
         return v
 
-    pins: PlannerPins = Field(default_factory=PlannerPins)
+    pins: PlannerPins = Field(
+        default_factory=PlannerPins, description="Planner knobs fixed by the user (none: searched)."
+    )
     _notes: list[str] = PrivateAttr(default_factory=list)  # defaults adjusted (spec/defaults.py)
 
     @model_validator(mode="after")

@@ -1,0 +1,223 @@
+"""The plan as a person reads it in ten seconds: a headline (instances, hours, cost with its range,
+$ per billion tokens), the configuration, memory and the top three runner-ups. One source for
+`bsm plan`'s default output and, in notebooks, `Plan.summary()`, `_repr_pretty_` and
+`_repr_html_` (the same sections as HTML tables). The table helpers (`text_block`, `html_block`)
+also render the job handle's status and progress.
+
+Part of the Plan's layer: pydantic-free, reads only the Plan's fields.
+"""
+
+from __future__ import annotations
+
+import html
+import textwrap
+from typing import TYPE_CHECKING, NamedTuple
+
+from blackwell_sm.planner.units import count_text, hours_text, usd_text
+
+if TYPE_CHECKING:
+    from blackwell_sm.planner.plan import Alternative, Plan
+
+WIDTH = 80
+RUNNER_UPS = 3
+KEY_WIDTH = 12
+#: How `bsm plan` shows what the summary leaves out.
+MORE_HINT = "bsm plan -v"
+
+
+class Section(NamedTuple):
+    """A titled table of (key, value) rows."""
+
+    title: str
+    rows: list[tuple[str, str]]
+
+
+def status_text(p: Plan) -> str:
+    """fits / does NOT fit / misses the deadline / takes longer than one job."""
+    m, r = p.memory_gib, p.run
+    if not p.feasible:
+        usable = m.usable if m.usable is not None else m.limit
+        return "misses the deadline" if m.total <= usable else "does NOT fit"
+    if r.jobs > 1:
+        return f"fits; {r.jobs} SageMaker jobs of at most 28 days (the run is longer than one)"
+    return "fits"
+
+
+def headline(p: Plan) -> str:
+    """`llama-3.1-70b (70.55B params) on 1 x ml.p6-b200.48xlarge: fits`."""
+    i = p.instance
+    return f"{p.model.name} ({count_text(p.model.n_params)} params) on {i.count} x {i.type}: " + (
+        status_text(p)
+    )
+
+
+def run_rows(p: Plan) -> list[tuple[str, str]]:
+    """Instances, hours, cost with its range and $ per billion tokens, tokens and steps."""
+    i, r = p.instance, p.run
+    rows = [("instances", f"{i.count} x {i.type} ({i.count * i.gpus_per_instance} x {i.gpu})")]
+    time = hours_text(r.hours)
+    if r.hours_range:
+        time += f", range {r.hours_range[0]:,.0f} to {r.hours_range[1]:,.0f} h"
+    rows.append(("time", time))
+    if r.cost_usd is None:
+        rows.append(("cost", "n/a (no price: a local run)"))
+    else:
+        per_b = r.cost_usd / (r.tokens / 1e9) if r.tokens else 0.0
+        cost, rng = usd_text(r.cost_usd), r.cost_usd_range
+        if rng:
+            cost += f" (range {usd_text(rng[0])} to {usd_text(rng[1])})"
+        rows.append(("cost", f"{cost}; {usd_text(per_b)} per billion tokens"))
+    rows.append(("tokens", f"{count_text(r.tokens)} in {r.steps:,} steps"))
+    rows.append(speed_row(p))
+    return rows
+
+
+def config_rows(p: Plan) -> list[tuple[str, str]]:
+    """Layout, batch and the numeric choices, in words."""
+    c = p.config
+    layout = f"shard {c.shard_degree} x replicate {c.replicate_degree}"
+    if c.cp_degree > 1:
+        layout += f", context parallel {c.cp_degree}"
+    batch = (
+        f"micro-batch {c.micro_batch_size} x accumulation {c.grad_accum_steps} x "
+        f"{c.data_parallel_size} = {c.global_batch_sequences:,} sequences of {c.seq_len:,}"
+    )
+    knobs = (
+        f"{c.precision}; checkpointing {c.activation_checkpointing}; compile "
+        f"{'on' if c.compile else 'off'}; reshard after forward "
+        f"{'on' if c.reshard_after_forward else 'off'}"
+    )
+    return [("layout", layout), ("batch", batch), ("precision", knobs)]
+
+
+def memory_rows(p: Plan) -> list[tuple[str, str]]:
+    """The total against the usable limit, and the terms in three groups."""
+    m = p.memory_gib
+    usable = m.usable if m.usable is not None else m.limit
+    state = m.params_fp32 + m.grads_fp32 + m.optimizer_states
+    gathered = m.params_unsharded + m.grads_unsharded + m.fp8_extras
+    return [
+        ("total", f"{m.total:,.1f} of {usable:,.1f} GiB usable ({m.total / usable:.0%})"),
+        ("model state", f"{state:,.1f} GiB (fp32 params, grads, AdamW states; sharded)"),
+        ("activations", f"{m.activations:,.1f} GiB, logits and loss {m.logits_and_loss:,.1f}"),
+        ("other", f"{gathered:,.1f} GiB gathered blocks, {m.overhead:,.1f} runtime"),
+    ]
+
+
+def speed_row(p: Plan) -> tuple[str, str]:
+    t = p.throughput
+    rng = t.tokens_per_s_per_gpu_range
+    speed = f"{t.tokens_per_s_per_gpu:,.0f} tokens/s/GPU"
+    if rng:
+        speed += f" (range {rng[0]:,.0f} to {rng[1]:,.0f})"
+    return ("speed", f"{speed}, MFU {t.mfu:.1%}")
+
+
+def _ranked(p: Plan) -> list[Alternative]:
+    """The runner-ups, those that fit first (the planner's order within each)."""
+    return sorted(p.alternatives, key=lambda a: not a.feasible)
+
+
+def runner_up_rows(p: Plan) -> list[tuple[str, str]]:
+    """The top three runner-ups, each with why it lost."""
+    top = _ranked(p)[:RUNNER_UPS]
+    return [(f"#{n}", f"{a.why_not}; {a.memory_total_gib:,.1f} GiB") for n, a in enumerate(top, 1)]
+
+
+def sections(p: Plan) -> list[Section]:
+    """The summary's sections (the headline is `headline(p)`)."""
+    out = [
+        Section("run", run_rows(p)),
+        Section("configuration", config_rows(p)),
+        Section("memory per GPU", memory_rows(p)),
+    ]
+    if not p.feasible and p.advice:
+        out.append(Section("to make it fit", [("-", a) for a in p.advice[:RUNNER_UPS]]))
+    if p.alternatives:
+        out.append(Section("runner-ups", runner_up_rows(p)))
+    return out
+
+
+def more_line(p: Plan, hint: str = MORE_HINT) -> str:
+    """What the summary leaves out, and how to see it."""
+    counts = [(len(p.warnings), "warning"), (len(p.reasons), "reason")]
+    shown = ", ".join(f"{n} {w}{'s' if n != 1 else ''}" for n, w in counts if n)
+    extra = len(p.alternatives) - min(len(p.alternatives), RUNNER_UPS)
+    if extra:
+        shown += f", {extra} more runner-up{'s' if extra != 1 else ''}"
+    return f"{shown.lstrip(', ')}: {hint}" if shown else ""
+
+
+def text_block(title: str, secs: list[Section], width: int = WIDTH) -> list[str]:
+    """`title`, then each section: its title and its rows, wrapped to `width` columns."""
+    lines = textwrap.wrap(title, width, subsequent_indent="  ") or [""]
+    for s in secs:
+        if s.title:
+            lines.append(s.title)
+        for key, value in s.rows:
+            head = f"  {key:<{KEY_WIDTH}} "
+            pad = " " * len(head)
+            wrapped = textwrap.wrap(value, width, initial_indent=head, subsequent_indent=pad)
+            lines += wrapped or [head.rstrip()]
+    return lines
+
+
+def detail_sections(p: Plan) -> list[Section]:
+    """What the summary leaves out: warnings, reasons, advice, every runner-up with the `--set`
+    flags that select it."""
+    out = [
+        Section(title, [("-", t) for t in items])
+        for title, items in (("warnings", p.warnings), ("reasons", p.reasons), ("advice", p.advice))
+        if items
+    ]
+    if p.alternatives:
+        rows = [
+            (f"#{n}", f"{a.why_not}; --set " + " --set ".join(a.set))
+            for n, a in enumerate(_ranked(p), 1)
+        ]
+        out.append(Section("every runner-up (with its --set flags)", rows))
+    return out
+
+
+def summary_text(
+    p: Plan, *, width: int = WIDTH, hint: str = MORE_HINT, verbose: bool = False
+) -> str:
+    """The summary as plain text, every line at most `width` columns (`verbose`: with
+    `detail_sections` after it)."""
+    lines = text_block(headline(p), sections(p), width)
+    more = more_line(p, hint)
+    if verbose:
+        lines += text_block("", detail_sections(p), width)[1:]
+    elif more:
+        lines += textwrap.wrap(more, width)
+    return "\n".join(lines)
+
+
+def html_block(title: str, secs: list[Section], extra: list[Section] | None = None) -> str:
+    """`title` and each section as an HTML table (everything escaped); `extra` sections go in a
+    closed <details> element each."""
+
+    def table(s: Section) -> str:
+        rows = "".join(
+            f"<tr><th style='text-align:left'>{html.escape(k)}</th>"
+            f"<td style='text-align:left'>{html.escape(v)}</td></tr>"
+            for k, v in s.rows
+        )
+        caption = (
+            f"<caption style='text-align:left'><b>{html.escape(s.title)}</b></caption>"
+            if s.title
+            else ""
+        )
+        return f"<table>{caption}{rows}</table>"
+
+    parts = [f"<div class='bsm'><p><b>{html.escape(title)}</b></p>"]
+    parts += [table(s) for s in secs]
+    for s in extra or []:
+        head = f"<summary>{html.escape(s.title)} ({len(s.rows)})</summary>"
+        parts.append(f"<details>{head}{table(s)}</details>")
+    return "".join(parts) + "</div>"
+
+
+def summary_html(p: Plan) -> str:
+    """The summary as HTML tables; the details folded below it."""
+    return html_block(headline(p), sections(p), detail_sections(p))

@@ -1,0 +1,35 @@
+"""Checked by mypy in `make test` ([tool.mypy] files), never run: the notebook API's types as a
+user's code sees them through `import blackwell_sm as bsm`."""
+
+from __future__ import annotations
+
+from typing import assert_type
+
+import blackwell_sm as bsm
+from blackwell_sm.aws.handle import TrainingJob
+from blackwell_sm.aws.jobs import JobInfo
+from blackwell_sm.aws.progress import Progress
+from blackwell_sm.job.sdk import ModelTrainer
+from blackwell_sm.planner.plan import Plan
+from blackwell_sm.planner.preferences import PreferencePlans
+
+
+def notebook(spec: bsm.RunSpec) -> None:
+    p = bsm.plan("llama-3.1-70b", seq_len=4096)
+    assert_type(p, Plan | PreferencePlans)
+    if isinstance(p, bsm.Plan):
+        assert_type(p.summary(), str)
+        assert_type(p._repr_html_(), str)
+        assert_type(p.run.cost_usd_range, tuple[float, float] | None)
+    assert_type(bsm.load_spec("spec.yaml"), bsm.RunSpec)
+    job = bsm.submit(spec, dry_run=True)
+    assert_type(job, TrainingJob)
+    assert_type(job.status(), JobInfo)
+    assert_type(job.progress(), Progress)
+    assert_type(bsm.to_model_trainer(spec), ModelTrainer)
+    try:
+        bsm.plan(spec, allow_infeasible=False)
+    except bsm.InfeasiblePlanError as e:
+        assert_type(e.exit_code, int)
+    w: type[Warning] = bsm.PlanWarning
+    del w
