@@ -170,7 +170,11 @@ def test_plan_names_the_profile_and_its_changes_and_narrows_the_range(tmp_path, 
     assert width(t1) < width(t0)
     assert t1["tokens_per_s_per_gpu"] < t0["tokens_per_s_per_gpu"]  # less efficient matmuls
     code, out, err = run(["plan", "--model", "llama-3.1-8b", "--calibration", str(prof)], capsys)
-    assert code == 0 and "calibration" in out and "0.58 -> 0.5" in " ".join(out.split())
+    assert code == 0 and "calibration mine (" in out and f"{prof}," in "".join(out.split())
+    code, out, err = run(
+        ["plan", "--model", "llama-3.1-8b", "--calibration", str(prof), "-v"], capsys
+    )
+    assert code == 0 and "0.58 -> 0.5" in " ".join(out.split())
 
 
 def test_precedence_flag_over_spec_over_environment(tmp_path, monkeypatch):

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from blackwell_sm.cli import main
+from blackwell_sm.spec.presets import PRESETS
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -70,9 +71,9 @@ def test_json_shape_is_stable(capsys):
     assert {"config", "instance_count", "feasible", "hours", "why_not"} <= set(alt)
 
 
-def test_table_shows_config_memory_speed_cost_and_runner_ups(capsys):
+def test_verbose_table_shows_config_memory_speed_cost_and_runner_ups(capsys):
     code, out, _ = run(
-        ["plan", str(ROOT / "blackwell_sm" / "templates" / "llama-64b.yaml")], capsys
+        ["plan", str(ROOT / "blackwell_sm" / "templates" / "llama-64b.yaml"), "-v"], capsys
     )
     out = " ".join(out.split())
     assert code == 0
@@ -180,3 +181,27 @@ def test_a_run_longer_than_one_job_is_never_a_bare_fits(capsys, tokens):
         assert need > 64 and need * 672 >= p["run"]["hours"]
     else:
         assert "compute.instance_count:" in miss[0]
+
+
+SUMMARY_SPECS = [["--model", name] for name in PRESETS] + [
+    [str(p)] for p in sorted((ROOT / "blackwell_sm" / "templates").glob("*.yaml"))
+]
+
+
+def test_the_default_plan_fits_30_lines_of_80_columns(capsys, monkeypatch):
+    """Issue 21: every preset's and template's default plan reads in ten seconds: a headline,
+    the run (hours, cost with its range, $ per billion tokens), configuration, memory, three
+    runner-ups; everything else behind -v."""
+    monkeypatch.setenv("COLUMNS", "80")
+    for args in SUMMARY_SPECS:
+        code, out, _ = run(["plan", *args], capsys)
+        lines = out.splitlines()
+        assert code == 0 and 15 <= len(lines) <= 30, (args, len(lines))
+        assert max(len(ln) for ln in lines) <= 80, args
+        flat = " ".join(out.split())
+        words = ["params) on", "instances", "time", "configuration", "memory per GPU", "usable"]
+        words += ["runner-ups", "#1", "bsm plan -v", "per billion tokens"]
+        assert [w for w in words if w not in flat] == [], args
+        assert "MFU basis" not in flat and "--set" not in flat  # behind -v
+        code, full, _ = run(["plan", *args, "-v"], capsys)
+        assert code == 0 and len(full.splitlines()) > len(lines) and "--set" in full

@@ -102,6 +102,9 @@ def check_flag_conflicts(flags: dict[str, Any], sets: dict[str, Any]) -> None:
     help="Apply a calibration profile (bsm calibrate); overrides compute.calibration and "
     "$BSM_CALIBRATION.",
 )
+@click.option(
+    "--verbose", "-v", is_flag=True, help="Everything: every term, reason, warning, runner-up."
+)
 @OUTPUT_OPTION
 def plan(
     spec_path: str | None,
@@ -113,6 +116,7 @@ def plan(
     total_tokens: int | None,
     sets: tuple[str, ...],
     calibration: str | None,
+    verbose: bool,
     output: str,
 ) -> None:
     """Choose shard degree, micro-batch, accumulation, checkpointing and precision for SPEC (or
@@ -166,7 +170,7 @@ def plan(
         return
     p = make_plan(spec, calibration=applied)
     if output != "json":
-        render(p)
+        render(p) if verbose else render_summary(p)
     elif p.feasible:
         emit_json(p)
     if not p.feasible:  # under --output json the error object carries the plan
@@ -238,6 +242,19 @@ def _gib(x: float) -> str:
 
 
 # long function: the plan output, section by section (to be shortened: issue 21 item 3)
+def render_summary(p: Any) -> None:
+    """The plan in at most 30 lines of 80 columns (planner/summary.py, as a notebook shows it):
+    headline, run, configuration, memory, top three runner-ups; -v for everything."""
+    from blackwell_sm.cli.output import out_console, text
+    from blackwell_sm.planner.summary import WIDTH, summary_text
+
+    con = out_console()
+    lines = summary_text(p, width=min(WIDTH, con.width)).splitlines()
+    con.print(text((lines[0], "bold green" if p.feasible else "bold red")))
+    for line in lines[1:]:
+        con.print(text(line))
+
+
 def render(p: Any) -> None:
     """The plan as rich tables on stdout (people); JSON has the same facts for scripts.
     Nothing is cut: long values wrap, runner-ups are lines with the flags that select them."""

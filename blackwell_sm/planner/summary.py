@@ -14,6 +14,7 @@ import textwrap
 from typing import TYPE_CHECKING, NamedTuple
 
 from blackwell_sm.planner.units import count_text, hours_text, usd_text
+from blackwell_sm.spec.job import MAX_RUNTIME_HOURS
 
 if TYPE_CHECKING:
     from blackwell_sm.planner.plan import Alternative, Plan
@@ -38,8 +39,13 @@ def status_text(p: Plan) -> str:
     if not p.feasible:
         usable = m.usable if m.usable is not None else m.limit
         return "misses the deadline" if m.total <= usable else "does NOT fit"
-    if r.jobs > 1:
-        return f"fits; {r.jobs} SageMaker jobs of at most 28 days (the run is longer than one)"
+    if r.jobs > 1:  # never a bare "fits" for a run that outlives one job
+        longer = r.hours > MAX_RUNTIME_HOURS
+        hours = r.hours if longer or not r.hours_range else r.hours_range[1]
+        return (
+            f"fits in memory, but {'takes' if longer else 'may take'} {hours_text(hours)}, "
+            f"longer than one 28-day SageMaker job ({r.jobs} jobs)"
+        )
     return "fits"
 
 
@@ -57,7 +63,8 @@ def run_rows(p: Plan) -> list[tuple[str, str]]:
     rows = [("instances", f"{i.count} x {i.type} ({i.count * i.gpus_per_instance} x {i.gpu})")]
     time = hours_text(r.hours)
     if r.hours_range:
-        time += f", range {r.hours_range[0]:,.0f} to {r.hours_range[1]:,.0f} h"
+        lo, hi = (hours_text(h) if h <= 48 else f"{h:,.0f} h" for h in r.hours_range)
+        time += f", range {lo} to {hi}"
     rows.append(("time", time))
     if r.cost_usd is None:
         rows.append(("cost", "n/a (no price: a local run)"))
@@ -67,8 +74,14 @@ def run_rows(p: Plan) -> list[tuple[str, str]]:
         if rng:
             cost += f" (range {usd_text(rng[0])} to {usd_text(rng[1])})"
         rows.append(("cost", f"{cost}; {usd_text(per_b)} per billion tokens"))
-    rows.append(("tokens", f"{count_text(r.tokens)} in {r.steps:,} steps"))
+    rows.append(
+        ("tokens", f"{count_text(r.tokens)} in {r.steps:,} step{'s' if r.steps != 1 else ''}")
+    )
     rows.append(speed_row(p))
+    cal = p.calibration
+    if cal is not None:
+        changed = f"{len(cal.changed)} constant{'s' if len(cal.changed) != 1 else ''} changed"
+        rows.append(("calibration", f"{cal.name} ({cal.profile}, {cal.origin}): {changed}"))
     return rows
 
 
@@ -148,16 +161,23 @@ def more_line(p: Plan, hint: str = MORE_HINT) -> str:
     return f"{shown.lstrip(', ')}: {hint}" if shown else ""
 
 
+def _wrap(text: str, width: int, first: str, rest: str) -> list[str]:
+    """`text` in lines of `width` columns, never broken at a hyphen (model names, paths)."""
+    return textwrap.wrap(
+        text, width, initial_indent=first, subsequent_indent=rest, break_on_hyphens=False
+    )
+
+
 def text_block(title: str, secs: list[Section], width: int = WIDTH) -> list[str]:
     """`title`, then each section: its title and its rows, wrapped to `width` columns."""
-    lines = textwrap.wrap(title, width, subsequent_indent="  ") or [""]
+    lines = _wrap(title, width, "", "  ") or [""]
     for s in secs:
         if s.title:
             lines.append(s.title)
         for key, value in s.rows:
             head = f"  {key:<{KEY_WIDTH}} "
             pad = " " * len(head)
-            wrapped = textwrap.wrap(value, width, initial_indent=head, subsequent_indent=pad)
+            wrapped = _wrap(value, width, head, pad)
             lines += wrapped or [head.rstrip()]
     return lines
 
@@ -189,7 +209,7 @@ def summary_text(
     if verbose:
         lines += text_block("", detail_sections(p), width)[1:]
     elif more:
-        lines += textwrap.wrap(more, width)
+        lines += _wrap(more, width, "", "")
     return "\n".join(lines)
 
 
