@@ -170,7 +170,8 @@ def test_plan_names_the_profile_and_its_changes_and_narrows_the_range(tmp_path, 
     assert width(t1) < width(t0)
     assert t1["tokens_per_s_per_gpu"] < t0["tokens_per_s_per_gpu"]  # less efficient matmuls
     code, out, err = run(["plan", "--model", "llama-3.1-8b", "--calibration", str(prof)], capsys)
-    assert code == 0 and "calibration mine (" in out and f"{prof}," in "".join(out.split())
+    assert code == 0 and "calibration mine (" in " ".join(out.split())
+    assert f"{prof}," in "".join(out.split())  # the path, wrapped at 80 columns
     code, out, err = run(
         ["plan", "--model", "llama-3.1-8b", "--calibration", str(prof), "-v"], capsys
     )
