@@ -47,9 +47,11 @@ def test_run_identity_names_what_differs():
 
 
 def fallback_worker(root: str) -> None:
-    """Saves at steps 4 and 8, corrupts step 8's shard of rank 0: resume moves step 8 aside and
-    loads step 4; a step 12 with a broken marker goes the same way; with step 4 corrupted too,
-    resume fails naming it."""
+    """Saves at steps 4 and 8; step 8's shard of rank 0 truncated: its checksums fail before any
+    rank loads it, it is set aside with the reason and step 4 loads. A step 12 with a broken
+    marker goes the same way. A step 16 saved without checksums (an older blackwell_sm) and
+    truncated fails in DCP's load: the warning names the real cause, not
+    `CheckpointException ranks:...`. With step 4 corrupted too, resume fails naming it."""
     import torch.distributed as dist
 
     from blackwell_sm.errors import BsmError
@@ -70,10 +72,12 @@ def fallback_worker(root: str) -> None:
     corrupt(8)
     logged: list[str] = []
     assert ckpt.resume(model, opt, log=logged.append) == (4, base / "step-00000004")
-    assert (base / "step-00000008.corrupt-step-8").is_dir()
-    assert not (base / "step-00000008").exists()
+    aside = base / "step-00000008.corrupt-step-8"
+    assert aside.is_dir() and not (base / "step-00000008").exists()
     warning = [m for m in logged if "WARNING" in m]
-    assert len(warning) == 1 and "step-00000008 failed to load (rank 0: " in warning[0]
+    assert len(warning) == 1 and "step-00000008 failed to load (rank " in warning[0]
+    assert "__0_0.distcp: " in warning[0] and "(truncated)" in warning[0], warning[0]
+    assert "__0_0.distcp" in json.loads((aside / "SET_ASIDE").read_text())["reason"]
 
     ckpt.save(model, opt, 12)  # its marker broken: moved aside the same way
     if env.rank == 0:
@@ -82,16 +86,25 @@ def fallback_worker(root: str) -> None:
     assert ckpt.resume(model, opt, log=logged.append) == (4, base / "step-00000004")
     assert "its COMPLETE marker is unreadable: JSONDecodeError" in logged[-1]
 
+    Checkpointer(base, env, keep_last=5, async_save=False, checksums=False).save(model, opt, 16)
+    corrupt(16)
+    logged.clear()
+    assert ckpt.resume(model, opt, log=logged.append) == (4, base / "step-00000004")
+    assert any("carries no checksums" in m for m in logged), logged
+    warning = next(m for m in logged if "WARNING" in m)
+    assert "CheckpointException" not in warning and "ranks:" not in warning, warning
+    assert "failed to load (rank " in warning and "Error: " in warning, warning
+
     corrupt(4)
     try:
         ckpt.resume(model, opt, log=logged.append)
         raise AssertionError("resume should have failed")
     except BsmError as e:
         assert f"no complete checkpoint in {base} could be loaded" in e.message
-        assert "step-00000004 (rank 0: " in e.message
+        assert "step-00000004 (rank " in e.message and "__0_0.distcp" in e.message
     assert sorted(p.name for p in base.iterdir()) == [
         "step-00000004.corrupt-step-4", "step-00000008.corrupt-step-8",
-        "step-00000012.corrupt-step-12",
+        "step-00000012.corrupt-step-12", "step-00000016.corrupt-step-16",
     ]  # fmt: skip
     dist.destroy_process_group()
 

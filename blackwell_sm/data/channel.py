@@ -15,8 +15,10 @@ numpy only: the client (`bsm data verify`) and the container (`train/data.py`) s
 from __future__ import annotations
 
 import hashlib
+import json
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -25,6 +27,7 @@ from blackwell_sm.data.shards import read_tokens_and_flags
 from blackwell_sm.data.tokenizer_files import tokenizer_sha256
 from blackwell_sm.errors import BsmError
 
+SAMPLE_BYTES = 4096  # of each shard's start and end, hashed into the channel's identity
 ID_CHUNK = 1 << 24  # tokens per np.max: 32-64 MiB, big enough to run at memory speed
 _SHOWN = 5  # file names listed in an error before "and N more"
 
@@ -221,3 +224,41 @@ def open_channel(
         open_shard(p, info, vocab_size=vocab_size, verify_sha256=verify_sha256) for p, info in files
     ]
     return Channel(directory, manifest, shards)
+
+
+def _sample_hash(shards: list[Shard]) -> str:
+    """sha256 over each shard's name, size and first and last `SAMPLE_BYTES` (a few KiB per
+    shard: cheap beside the token-id scan, and it sees a shard replaced behind its manifest)."""
+    h = hashlib.sha256()
+    for s in shards:
+        size = s.path.stat().st_size
+        h.update(f"{s.path.name}\0{size}\0".encode())
+        with open(s.path, "rb") as f:
+            h.update(f.read(SAMPLE_BYTES))
+            if size > 2 * SAMPLE_BYTES:
+                f.seek(size - SAMPLE_BYTES)
+                h.update(f.read(SAMPLE_BYTES))
+    return h.hexdigest()
+
+
+def channel_identity(channel: Channel) -> dict[str, Any]:
+    """What the channel's data is, for a checkpoint to record (train/run_identity.py): the
+    manifest's identity (a hash over its shard entries: names, token counts, sizes, sha256), the
+    tokenizer's identity and vocabulary, the shard and token counts, and the sampled hash."""
+    m = channel.manifest
+    out: dict[str, Any] = {
+        "shards": len(channel.shards),
+        "tokens": sum(len(s.tokens) for s in channel.shards),
+        "sample_sha256": _sample_hash(channel.shards),
+        "manifest_sha256": None,
+        "tokenizer": None,
+        "vocab_size": None,
+    }
+    if m is not None:
+        listed = [s.model_dump(mode="json") for s in m.shards]
+        out["manifest_sha256"] = hashlib.sha256(
+            json.dumps(listed, sort_keys=True, separators=(",", ":")).encode()
+        ).hexdigest()
+        out["tokenizer"] = m.tokenizer_sha256 or m.tokenizer  # byte-level has no files to hash
+        out["vocab_size"] = m.vocab_size
+    return out

@@ -54,6 +54,9 @@ def spec_hash(spec: Any, plan: Any, others: Any = ()) -> str:
     the hash (a spec without preferences hashes as before)."""
     data = spec.model_dump(mode="json")
     compute = data.pop("compute", {})
+    # Accepting changed data is an instruction to the resume, not a new run: the same job name
+    # and checkpoint location, so the run it names is the one that resumes.
+    data.get("training", {}).get("data", {}).pop("accept_changed_data", None)
     payload = {
         "spec": data,
         "capacity": capacity_identity(compute, plan),

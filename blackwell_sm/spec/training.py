@@ -104,6 +104,12 @@ class DataSpec(_Strict):
     validation_steps: StepCount = Field(
         10, description=f"Batches per validation pass, 1..{INT32_MAX}."
     )
+    accept_changed_data: Bool = Field(
+        False,
+        description="Resume a checkpoint although the train channel's data differs from the "
+        "data it was trained on (its manifest, tokenizer or shards); without it such a resume is "
+        "refused before step 0. The acceptance is kept in the checkpoint's history.",
+    )
 
 
 class PlannerPins(_Strict):

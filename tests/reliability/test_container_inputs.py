@@ -178,9 +178,13 @@ def _seeded(tmp: Path, trained: Path) -> OptMlHost:
     return host
 
 
-def _corrupt(host: OptMlHost, step: int) -> None:
-    shard = host.root / "checkpoints" / f"step-{step:08d}" / "__0_0.distcp"
-    shard.write_bytes(shard.read_bytes()[: shard.stat().st_size // 2])
+def _flip_byte(host: OptMlHost, step: int, name: str) -> None:
+    """One byte in the middle of a checkpoint file changed, its size kept: only a checksum sees
+    it (a truncated file would fail DCP's own reading too)."""
+    f = host.root / "checkpoints" / f"step-{step:08d}" / name
+    raw = bytearray(f.read_bytes())
+    raw[len(raw) // 2] ^= 0xFF
+    f.write_bytes(bytes(raw))
 
 
 def test_another_runs_checkpoint(tmp_path: Path, trained: Path) -> None:
@@ -198,26 +202,33 @@ def test_another_runs_checkpoint(tmp_path: Path, trained: Path) -> None:
 def test_corrupt_complete_checkpoint_falls_back_to_the_previous(
     tmp_path: Path, trained: Path
 ) -> None:
+    """A flipped byte inside a model shard (size unchanged): the checksums written with the save
+    catch it before any rank loads it; the checkpoint is set aside with the reason and the run
+    resumes from the previous one."""
     host = _seeded(tmp_path, trained)
-    _corrupt(host, 4)
+    _flip_byte(host, 4, "__0_0.distcp")
     run = host.start(port=free_port())
     assert run.wait(timeout=240) == 0, run.output
     assert "WARNING: complete checkpoint" in run.output
-    assert "step-00000004 failed to load (rank 0: " in run.output
+    assert "step-00000004 failed to load (rank 0: __0_0.distcp: sha256 " in run.output
     assert "resumed from step-00000002 at step 2" in run.output
     assert sorted(run.losses()) == [3, 4]  # steps 3 and 4 trained again
     ck = host.root / "checkpoints"
-    assert (ck / "step-00000004.corrupt-step-4").is_dir()
+    aside = ck / "step-00000004.corrupt-step-4"
+    assert "__0_0.distcp: sha256" in json.loads((aside / "SET_ASIDE").read_text())["reason"]
     assert (ck / "step-00000004" / COMPLETE_MARKER).is_file()  # saved anew at the end
     assert host.failure() is None
 
 
 def test_corrupt_complete_checkpoint_with_none_left(tmp_path: Path, trained: Path) -> None:
+    """Flipped bytes in the newest checkpoint's RNG file and the older one's DCP metadata: both
+    set aside, and the run fails before step 0 naming each file."""
     host = _seeded(tmp_path, trained)
-    _corrupt(host, 4)
-    _corrupt(host, 2)
+    _flip_byte(host, 4, "rng/rank-00000.pt")
+    _flip_byte(host, 2, ".metadata")
     rc, out = _launch(host)
     _assert_failed_before_step_0(
-        host, rc, out, "no complete checkpoint in", "could be loaded; tried (and moved aside): "
-        "step-00000004 (rank 0: ", "step-00000002 (rank 0: ",
+        host, rc, out, "no complete checkpoint in", "could be loaded; tried (and set aside): "
+        "step-00000004 (rank 0: rng/rank-00000.pt: sha256 ", "step-00000002 (rank 0: .metadata: "
+        "sha256 ",
     )  # fmt: skip
