@@ -159,6 +159,9 @@ def plan(
     if overrides:
         spec = with_overrides(spec, overrides)
     from blackwell_sm.planner.profile import profile_for
+    from blackwell_sm.spec.hf_files import check_init_from
+
+    check_init_from(spec)  # a local init_from's headers against the model, before planning
 
     applied = profile_for(spec, calibration)
     if spec.compute.instance_preferences:

@@ -51,9 +51,11 @@ class RunSpec(BaseModel):
             from blackwell_sm.spec.hf import from_hf_config, read_hf_config
 
             v = dict(v)
-            cfg, where = read_hf_config(v.pop("hf"))
+            source = v.pop("hf")
+            cfg, where = read_hf_config(source)
             base = {"name": where.parent.name or "hf", **from_hf_config(cfg, str(where))}
             base.update(v)
+            _check_hf_folder(base, source)
             return base
         return v
 
@@ -71,6 +73,18 @@ class RunSpec(BaseModel):
                 f"{self.model.max_seq_len}; allowed: 1..{self.model.max_seq_len}"
             )
         return self
+
+
+def _check_hf_folder(fields: dict[str, Any], source: str | Path) -> None:
+    """The `model.hf` folder's weights and tokenizer against the model it describes (headers
+    only, `spec/hf_files.py`); a shape that does not validate is left to the spec's own errors."""
+    from blackwell_sm.spec.hf_files import check_model_folder
+
+    try:
+        spec = ModelSpec.model_validate(fields)
+    except ValidationError:
+        return
+    check_model_folder(spec, source, field="model.hf")
 
 
 def _allowed_keys(model: type[BaseModel], loc: tuple[Any, ...]) -> list[str] | None:

@@ -29,7 +29,6 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
-from pydantic import ValidationError
 from torch import nn
 
 from blackwell_sm.errors import BsmError
@@ -48,12 +47,11 @@ from blackwell_sm.train.checkpoint_files import (
     describe_error,
     hash_file,
     local_world_size,
-    parse_sums,
     save_error,
     verify_share,
 )
 from blackwell_sm.train.distributed import Env
-from blackwell_sm.train.run_identity import changed_data, other_run, run_identity
+from blackwell_sm.train.run_identity import data_change, other_run, read_marker, run_identity
 
 __all__ = [
     "MARKER",
@@ -173,8 +171,9 @@ class Checkpointer:
                 writer.fs = HashingFileSystem()  # sums each file as DCP writes it
             state = self._state(model, optimizer, step)
             if self.async_save:
-                future = dcp.async_save(state, storage_writer=writer,
-                                        process_group=self._async_group)  # fmt: skip
+                future = dcp.async_save(
+                    state, storage_writer=writer, process_group=self._async_group
+                )
                 self._pending = (future, step, tmp, (writer, own))
             else:
                 dcp.save(state, storage_writer=writer)
@@ -220,9 +219,15 @@ class Checkpointer:
         dist.barrier()
         if self.env.is_main:
             files = {k: v for part in every for k, v in sorted(part.items())}
-            marker = {"step": step, "world_size": self.env.world_size, "time": _now(),
-                      "run": self.identity, "data": self.data, "history": self.history,
-                      "files": files if self.checksums else None}  # fmt: skip
+            marker = {
+                "step": step,
+                "world_size": self.env.world_size,
+                "time": _now(),
+                "run": self.identity,
+                "data": self.data,
+                "history": self.history,
+                "files": files if self.checksums else None,
+            }
             write_atomic(final / MARKER, json.dumps(marker))
             prune(self.root, self.keep_last)
         dist.barrier()
@@ -231,27 +236,6 @@ class Checkpointer:
         prune(self.root, self.keep_last)
 
     # -- load --------------------------------------------------------------------------------
-    def _read_marker(self, path: Path) -> dict[str, Any]:
-        """The marker's parts resume needs; any problem is `unreadable` (the checkpoint is then
-        set aside like one that does not load)."""
-        out: dict[str, Any] = {"differs": None, "unreadable": None, "data": [], "sums": None,
-                               "history": []}  # fmt: skip
-        try:
-            marker = json.loads((path / MARKER).read_text())
-            if not isinstance(marker, dict):
-                raise ValueError(f"not a JSON object: {type(marker).__name__}")
-            out["differs"] = other_run(marker, self.identity)
-            out["data"] = changed_data(marker, self.data)
-            if marker.get("files") is not None:
-                out["sums"] = parse_sums(marker["files"])
-            history = marker.get("history") or []
-            if not isinstance(history, list):
-                raise ValueError(f"history: expected a list, got {type(history).__name__}")
-            out["history"] = history
-        except (OSError, ValueError, ValidationError) as e:
-            out["unreadable"] = f"its {MARKER} marker is unreadable: {type(e).__name__}: {e}"
-        return out
-
     def latest_step(
         self, log=print, skip: frozenset[Path] = frozenset()
     ) -> tuple[int, Path] | None:
@@ -266,7 +250,9 @@ class Checkpointer:
         if self.env.is_main:
             found = find_latest(self.root, log=log, skip=skip)
             if found is not None:
-                choice = [(found[0], str(found[1]), self._read_marker(found[1]))]
+                choice = [
+                    (found[0], str(found[1]), read_marker(found[1], self.identity, self.data))
+                ]
         dist.broadcast_object_list(choice, src=0)
         if choice[0] is None:
             return None
@@ -279,25 +265,11 @@ class Checkpointer:
                 hint="use a fresh checkpoint location for this run, or remove the old checkpoints",
             )
         if m["data"]:
-            self._refuse_or_accept_data(Path(path).name, step, m["data"])
+            where = f"checkpoint {Path(path).name} in {self.root}"
+            self._data_note = data_change(where, step, m["data"], self.accept_changed_data)
         if m["unreadable"] is None:
             self.history = list(m["history"])
         return step, Path(path)
-
-    def _refuse_or_accept_data(self, name: str, step: int, diffs: list[str]) -> None:
-        what = "; ".join(diffs)
-        if not self.accept_changed_data:
-            raise BsmError(
-                f"checkpoint {name} in {self.root} was trained on other data than this run's "
-                f"({what}); refusing to resume on changed data before step 0",
-                hint="restore the data it was trained on; or, if the change is meant, set "
-                "training.data.accept_changed_data: true (recorded in the checkpoint's history); "
-                "or start a fresh run in an empty checkpoint location",
-                field="training.data",
-                code="data_changed",
-            )
-        self._data_note = {"event": "data_changed", "step": step, "accepted_by":
-                           "training.data.accept_changed_data", "changes": diffs}  # fmt: skip
 
     def _agree(self, err: str | None) -> list[str]:
         """Every rank's error (or None) gathered: each rank takes the same branch."""
@@ -308,8 +280,10 @@ class Checkpointer:
     def _verify(self, path: Path, log) -> list[str]:
         """Every file of `path` against its marker's sums, split over this host's ranks."""
         if self._sums is None:
-            log(f"[bsm] checkpoint {path.name} carries no checksums (saved by an older "
-                "blackwell_sm): loaded unverified")  # fmt: skip
+            log(
+                f"[bsm] checkpoint {path.name} carries no checksums (saved by an older "
+                "blackwell_sm): loaded unverified"
+            )
             return []
         local = local_world_size(self.env.world_size)
         return self._agree(verify_share(path, self._sums, self.env.local_rank, local))
@@ -355,8 +329,10 @@ class Checkpointer:
                 assert start is not None
                 self._note_data_change(log)
                 return start, path
-            log(f"[bsm] WARNING: complete checkpoint {path} failed to load ({bad[0]}); setting "
-                "it aside and trying the previous one")  # fmt: skip
+            log(
+                f"[bsm] WARNING: complete checkpoint {path} failed to load ({bad[0]}); setting "
+                "it aside and trying the previous one"
+            )
             if self.env.local_rank == 0 and path.exists():
                 set_aside(path, step, bad[0])
             dist.barrier()
@@ -366,9 +342,11 @@ class Checkpointer:
     def _note_data_change(self, log) -> None:
         if self._data_note is not None:
             self.history.append({**self._data_note, "time": _now()})
-            log("[bsm] WARNING: resuming on changed data, accepted by "
+            log(
+                "[bsm] WARNING: resuming on changed data, accepted by "
                 "training.data.accept_changed_data (kept in the checkpoint's history): "
-                + "; ".join(self._data_note["changes"]))  # fmt: skip
+                + "; ".join(self._data_note["changes"])
+            )
 
     def load(self, model: nn.Module, optimizer: torch.optim.Optimizer, path: Path) -> int:
         """Restore model, optimizer and RNG from `path`; returns the step to continue from."""

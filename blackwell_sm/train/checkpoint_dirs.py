@@ -88,8 +88,9 @@ def set_aside(path: Path, step: int, reason: str) -> Path:
             shutil.rmtree(aside)
         path.rename(aside)
     with contextlib.suppress(OSError):
-        write_atomic(aside / SET_ASIDE, json.dumps({"step": step, "reason": reason,
-                                                    "time": time.time()}))  # fmt: skip
+        write_atomic(
+            aside / SET_ASIDE, json.dumps({"step": step, "reason": reason, "time": time.time()})
+        )
     return aside
 
 

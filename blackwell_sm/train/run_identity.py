@@ -18,8 +18,13 @@ its resumption (DCP reshards); none of these is here.
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
+from pydantic import ValidationError
+
+from blackwell_sm.errors import BsmError
+from blackwell_sm.opt_ml import COMPLETE_MARKER
 from blackwell_sm.planner.plan import Plan
 
 
@@ -73,3 +78,54 @@ def changed_data(marker: dict[str, Any], data: dict[str, Any]) -> list[str]:
     if not isinstance(theirs, dict) or not data:
         return []
     return differences(theirs, data, "data")
+
+
+def data_change(where: str, step: int, diffs: list[str], accepted: bool) -> dict[str, Any]:
+    """The history entry of an accepted change of data; BsmError (before step 0) when the
+    change was not accepted, naming what changed."""
+    if not accepted:
+        raise BsmError(
+            f"{where} was trained on other data than this run's ({'; '.join(diffs)}); refusing "
+            "to resume on changed data before step 0",
+            hint="restore the data it was trained on; or, if the change is meant, set "
+            "training.data.accept_changed_data: true (recorded in the checkpoint's history); "
+            "or start a fresh run in an empty checkpoint location",
+            field="training.data",
+            code="data_changed",
+        )
+    return {
+        "event": "data_changed",
+        "step": step,
+        "accepted_by": "training.data.accept_changed_data",
+        "changes": diffs,
+    }
+
+
+def read_marker(path: Path, identity: dict[str, Any], data: dict[str, Any]) -> dict[str, Any]:
+    """What resume needs from a checkpoint's marker: `differs` (another run), `data` (what
+    changed), `sums` (its files' checksums), `history`; any problem is `unreadable` (the
+    checkpoint is then set aside like one that does not load)."""
+    from blackwell_sm.train.checkpoint_files import parse_sums
+
+    out: dict[str, Any] = {
+        "differs": None,
+        "unreadable": None,
+        "data": [],
+        "sums": None,
+        "history": [],
+    }
+    try:
+        marker = json.loads((path / COMPLETE_MARKER).read_text())
+        if not isinstance(marker, dict):
+            raise ValueError(f"not a JSON object: {type(marker).__name__}")
+        out["differs"] = other_run(marker, identity)
+        out["data"] = changed_data(marker, data)
+        if marker.get("files") is not None:
+            out["sums"] = parse_sums(marker["files"])
+        history = marker.get("history") or []
+        if not isinstance(history, list):
+            raise ValueError(f"history: expected a list, got {type(history).__name__}")
+        out["history"] = history
+    except (OSError, ValueError, ValidationError) as e:
+        out["unreadable"] = f"its {COMPLETE_MARKER} marker is unreadable: {type(e).__name__}: {e}"
+    return out
