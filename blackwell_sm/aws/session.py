@@ -176,6 +176,14 @@ def _shared_loader() -> Any:
     return create_loader()
 
 
+def service_model(service: str) -> Any:
+    """botocore's model of `service` (shapes, patterns, enums): no client, credentials or region,
+    so local input can be checked against it before any AWS setup (`cli/params.py`)."""
+    from botocore.model import ServiceModel
+
+    return ServiceModel(_shared_loader().load_service_model(service, "service-2"), service)
+
+
 def new_session(profile: str | None = None) -> Any:
     """A boto3 Session for `profile` (default AWS_PROFILE) sharing the process's model cache."""
     import boto3

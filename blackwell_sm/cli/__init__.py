@@ -34,6 +34,22 @@ COMMANDS: dict[str, tuple[str, str]] = {
 }
 
 
+def _internal_error(e: Exception) -> tuple[dict, str]:
+    """(error object, message) for an exception no command turned into a BsmError: a bug in
+    bsm. BSM_DEBUG=1 prints its traceback on stderr as well."""
+    from blackwell_sm.errors import error_object
+
+    if os.environ.get("BSM_DEBUG"):
+        import traceback
+
+        traceback.print_exc()
+    first = (str(e).strip().splitlines() or [""])[0][:300]
+    message = f"internal error: {type(e).__name__}: {first}"
+    hint = "this is a bug in bsm: please report it with the command line (BSM_DEBUG=1 shows where)"
+    obj = error_object(code="internal_error", message=message, field=None, hint=hint, exit_code=1)
+    return obj, f"{message}\n  hint: {hint}"
+
+
 class LazyGroup(click.Group):
     """A click group whose subcommands are imported on first use."""
 
@@ -120,4 +136,6 @@ def main(argv: list[str] | None = None) -> None:
             "Interrupted.",
             130,
         )
+    except Exception as e:  # a bug: still one error object, never a traceback (unless asked)
+        fail(*_internal_error(e), 1)
     sys.exit(rv if isinstance(rv, int) else 0)

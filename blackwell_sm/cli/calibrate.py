@@ -6,6 +6,7 @@ from __future__ import annotations
 import click
 
 from blackwell_sm.cli.output import OUTPUT_OPTION, emit_json
+from blackwell_sm.cli.params import REGION, RUN_OR_JOB
 
 
 def _pct(x: float | None) -> str:
@@ -13,7 +14,7 @@ def _pct(x: float | None) -> str:
 
 
 @click.command("calibrate")
-@click.argument("sources", metavar="SOURCE...", nargs=-1, required=True)
+@click.argument("sources", metavar="SOURCE...", nargs=-1, required=True, type=RUN_OR_JOB)
 @click.option(
     "--out",
     "out",
@@ -24,7 +25,10 @@ def _pct(x: float | None) -> str:
 )
 @click.option("--name", default="calibration", show_default=True, help="The profile's name.")
 @click.option(
-    "--region", metavar="REGION", help="For job sources: default AWS_REGION / the profile's."
+    "--region",
+    type=REGION,
+    metavar="REGION",
+    help="For job sources: default AWS_REGION / the profile's.",
 )
 @OUTPUT_OPTION
 def calibrate(

@@ -6,17 +6,20 @@ from __future__ import annotations
 import click
 
 from blackwell_sm.cli.output import OUTPUT_OPTION, emit_json
+from blackwell_sm.cli.params import REGION, RUN_OR_JOB
 
 
 @click.command("report")
-@click.argument("run", metavar="RUN_DIR|JOB")
+@click.argument("run", metavar="RUN_DIR|JOB", type=RUN_OR_JOB)
 @click.option(
     "--out",
     "out",
     metavar="FILE",
     help="Where to write the HTML (default: RUN_DIR/report.html, or JOB-report.html).",
 )
-@click.option("--region", metavar="REGION", help="For a job: default AWS_REGION / the profile's.")
+@click.option(
+    "--region", type=REGION, metavar="REGION", help="For a job: default AWS_REGION / the profile's."
+)
 @OUTPUT_OPTION
 def report(run: str, out: str | None, region: str | None, output: str) -> None:
     """Write an HTML report of a run: loss, speed and MFU against the plan, peak memory against

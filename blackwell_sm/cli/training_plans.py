@@ -14,15 +14,27 @@ import click
 
 from blackwell_sm.cli import submit as submit_cli
 from blackwell_sm.cli.output import OUTPUT_OPTION, emit_json
+from blackwell_sm.cli.params import (
+    EXTENSION_ID,
+    INSTANCE_TYPE,
+    ISO_TIME,
+    OFFERING_ID,
+    PLAN_NAME,
+    PLAN_REF,
+    REGION,
+    SPEC_FILE,
+)
 from blackwell_sm.cli.submit import consent_prompt, say
 from blackwell_sm.errors import SpecError
 
-REGION_OPTION = click.option("--region", metavar="REGION", help="Default: the spec's, AWS_REGION.")
+REGION_OPTION = click.option(
+    "--region", type=REGION, metavar="REGION", help="Default: the spec's, AWS_REGION."
+)
 
 
-def _when(value: str | None, flag: str) -> datetime | None:
-    if value is None:
-        return None
+def _when(value: str | datetime | None, flag: str) -> datetime | None:
+    if value is None or isinstance(value, datetime):  # ISO_TIME converted it while parsing
+        return value
     try:
         ts = datetime.fromisoformat(value)
     except ValueError:
@@ -79,8 +91,10 @@ def plans() -> None:
 def _capacity_options(f: Any) -> Any:
     for opt in reversed(
         [
-            click.argument("spec_path", metavar="[SPEC.yaml]", required=False),
-            click.option("--instance-type", metavar="TYPE", help="Default: the spec's plan."),
+            click.argument("spec_path", metavar="[SPEC.yaml]", required=False, type=SPEC_FILE),
+            click.option(
+                "--instance-type", type=INSTANCE_TYPE, metavar="TYPE", help="Default: the spec's."
+            ),
             click.option("--count", type=click.IntRange(min=1), help="Instances."),
             click.option(
                 "--hours", type=click.FloatRange(min=1), help="Duration; default: predicted run."
@@ -94,8 +108,8 @@ def _capacity_options(f: Any) -> Any:
 
 @plans.command("search")
 @_capacity_options
-@click.option("--start-after", metavar="ISO", help="Earliest start (default: now).")
-@click.option("--end-before", metavar="ISO", help="Latest end.")
+@click.option("--start-after", type=ISO_TIME, metavar="ISO", help="Earliest start (default: now).")
+@click.option("--end-before", type=ISO_TIME, metavar="ISO", help="Latest end.")
 @OUTPUT_OPTION
 def search(
     spec_path: str | None,
@@ -135,9 +149,11 @@ def search(
 
 
 @plans.command("reserve")
-@click.argument("offering_id", metavar="OFFERING_ID")
+@click.argument("offering_id", metavar="OFFERING_ID", type=OFFERING_ID)
 @_capacity_options
-@click.option("--name", "plan_name", required=True, metavar="NAME", help="The new plan's name.")
+@click.option(
+    "--name", "plan_name", required=True, type=PLAN_NAME, metavar="NAME", help="The plan's name."
+)
 @click.option("--yes", "-y", is_flag=True, help="Agree to the upfront fee without a prompt.")
 @OUTPUT_OPTION
 def reserve(
@@ -154,12 +170,7 @@ def reserve(
     """Buy an offering (CreateTrainingPlan) after showing its fee and window and asking."""
     from blackwell_sm.aws.training_plans import find_offering
     from blackwell_sm.aws.training_plans import reserve as do_reserve
-    from blackwell_sm.spec.compute import TRAINING_PLAN_NAME_RE
 
-    if not TRAINING_PLAN_NAME_RE.match(plan_name):
-        raise SpecError(
-            f"--name {plan_name!r}: 1-64 letters, digits and single hyphens", field="--name"
-        )
     itype, n, h, region = capacity_for(spec_path, instance_type, count, hours, region)
     aws = submit_cli.aws_context(region)
     offer = find_offering(
@@ -174,12 +185,12 @@ def reserve(
 
 
 @plans.command("extend")
-@click.argument("ref", metavar="PLAN")
+@click.argument("ref", metavar="PLAN", type=PLAN_REF)
 @click.option("--days", type=click.IntRange(1, 182), help="Buy the extension of this many days.")
-@click.option("--offering", "offering_id", metavar="ID", help="Buy this extension offering.")
 @click.option(
-    "--spec", "spec_path", type=click.Path(dir_okay=False), help="Say whether SPEC's run fits."
+    "--offering", "offering_id", type=EXTENSION_ID, metavar="ID", help="Buy this offering."
 )
+@click.option("--spec", "spec_path", type=SPEC_FILE, help="Say whether SPEC's run fits.")
 @click.option("--yes", "-y", is_flag=True, help="Agree to the upfront fee without a prompt.")
 @REGION_OPTION
 @OUTPUT_OPTION
@@ -298,10 +309,8 @@ def _plan_line(r: Any) -> str:
 
 
 @plans.command("describe")
-@click.argument("ref", metavar="NAME|ARN")
-@click.option(
-    "--spec", "spec_path", type=click.Path(dir_okay=False), help="Also check a spec's run fits."
-)
+@click.argument("ref", metavar="NAME|ARN", type=PLAN_REF)
+@click.option("--spec", "spec_path", type=SPEC_FILE, help="Also check a spec's run fits.")
 @REGION_OPTION
 @OUTPUT_OPTION
 def describe(ref: str, spec_path: str | None, region: str | None, output: str) -> None:
