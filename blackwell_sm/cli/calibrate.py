@@ -43,9 +43,9 @@ def calibrate(
 
     aws = None
     if any(classify(s) == "job" for s in sources):
-        from blackwell_sm.aws.session import AwsContext
+        from blackwell_sm.cli.submit import aws_context
 
-        aws = AwsContext(region)
+        aws = aws_context(region)
     result = run_calibration(list(sources), name=name, aws=aws)
     path = write_profile(result.profile, out)
     result = result.model_copy(update={"out": str(path)})

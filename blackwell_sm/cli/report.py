@@ -30,9 +30,9 @@ def report(run: str, out: str | None, region: str | None, output: str) -> None:
 
     aws = None
     if not Path(run).is_dir() and "/" not in run:
-        from blackwell_sm.aws.session import AwsContext
+        from blackwell_sm.cli.submit import aws_context
 
-        aws = AwsContext(region)
+        aws = aws_context(region)
     result = write_report(run, out, aws=aws)
     if output == "json":
         emit_json({"report": str(result.path), "summary": result.summary})

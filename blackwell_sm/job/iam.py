@@ -73,6 +73,9 @@ _DELETE_CODE = Call("s3:DeleteObject", "s3:DeleteObject", "code_objects")
 # --until-done / --resume / status of a run read the checkpoints' COMPLETE markers
 _LIST_CHECKPOINTS = Call("s3:ListObjectsV2", "s3:ListBucket", "checkpoint_list")
 _READ_MARKER = Call("s3:GetObject", "s3:GetObject", "checkpoint_objects")
+# report / calibrate JOB: the plan from the job's code bundle, its figures from output.tar.gz
+_READ_CODE = Call("s3:GetObject", "s3:GetObject", "code_objects")
+_READ_OUTPUT = Call("s3:GetObject", "s3:GetObject", "job_output")
 _LOG_STREAMS = Call("logs:DescribeLogStreams", "logs:DescribeLogStreams", "job_logs")
 _LOG_EVENTS = Call("logs:GetLogEvents", "logs:GetLogEvents", "job_logs")
 _FILTER_EVENTS = Call("logs:FilterLogEvents", "logs:FilterLogEvents", "job_logs")
@@ -103,6 +106,9 @@ COMMAND_CALLS: dict[str, tuple[Call, ...]] = {
     ),
     "plans extend": (_DESCRIBE_PLAN, _SEARCH_OFFERINGS, _EXTEND_PLAN),
     "plans describe": (_DESCRIBE_PLAN, _EXTENSION_HISTORY),
+    # a job's plan, summary and records; its step lines when output.tar.gz is missing
+    "report": (_DESCRIBE_JOB, _READ_CODE, _READ_OUTPUT, _LOG_STREAMS, _LOG_EVENTS),
+    "calibrate": (_DESCRIBE_JOB, _READ_CODE, _READ_OUTPUT, _LOG_STREAMS, _LOG_EVENTS),
     "to_model_trainer": (_BUCKET_REGION, _HEAD_CODE, _PUT_CODE, _DELETE_CODE, _CREATE_JOB),
 }  # fmt: skip
 
@@ -118,6 +124,7 @@ CALLER_RESOURCES: dict[str, tuple[str, str]] = {
     "code_objects": ("UploadAndCheckTheCodeBundle", "upload once, verify, remove a bad upload"),
     "checkpoint_list": ("ListTheRunsCheckpoints", "--until-done/--resume find the newest"),
     "checkpoint_objects": ("ReadCheckpointMarkers", "a run's COMPLETE markers (step, time)"),
+    "job_output": ("ReadJobOutputs", "bsm report/calibrate JOB read its output.tar.gz"),
     "job_logs": ("ReadJobLogs", "bsm logs / submit --logs / status's progress"),
 }
 # Reserving and extending spend money: without these a caller can use plans but never buy.
@@ -234,11 +241,10 @@ def caller_actions(commands: list[str] | None = None) -> dict[str, set[str]]:
     return by_kind
 
 
-def caller_policy(spec: RunSpec | None = None) -> dict[str, Any]:
-    """What `bsm` commands (and the SDK view) call, generated from COMMAND_CALLS."""
+def caller_resources(spec: RunSpec | None = None) -> dict[str, list[str] | str]:
+    """Resource kind -> the ARNs (IAM wildcards) the caller policy grants it on."""
     c = _Ctx(spec)
-    by_kind = caller_actions()
-    resources: dict[str, list[str] | str] = {
+    return {
         "spec_jobs": [c.training_jobs()],
         "toolkit_jobs": [c.arn("sagemaker", f"training-job/{JOB_NAME_PREFIX}*")],
         "any": "*",
@@ -249,11 +255,19 @@ def caller_policy(spec: RunSpec | None = None) -> dict[str, Any]:
         "code_objects": [c.s3_objects(c.code)],
         "checkpoint_list": [f"arn:{c.partition}:s3:::{_s3_parts(c.checkpoints)[0]}"],
         "checkpoint_objects": [c.s3_objects(c.checkpoints)],
+        "job_output": [c.s3_objects(c.output)],
         "job_logs": [
             c.arn("logs", f"log-group:{LOG_GROUP}"),
             c.arn("logs", f"log-group:{LOG_GROUP}:*"),
         ],
     }
+
+
+def caller_policy(spec: RunSpec | None = None) -> dict[str, Any]:
+    """What `bsm` commands (and the SDK view) call, generated from COMMAND_CALLS."""
+    c = _Ctx(spec)
+    by_kind = caller_actions()
+    resources = caller_resources(spec)
     ck_key = _s3_parts(c.checkpoints)[1]
     extra: dict[str, dict[str, Any]] = {
         "role": {"Condition": {"StringEquals": {"iam:PassedToService": "sagemaker.amazonaws.com"}}},
