@@ -39,13 +39,24 @@ REPO = Path(__file__).resolve().parents[1]
 OWN_CSV = REPO / "benchmarks" / "data" / "measurements.csv"
 
 
+#: The shared reference (`shared/reference/measurements.csv`, read-only, outside the repository),
+#: copied here so the benchmark and its test need no file outside the repository;
+#: tests/test_benchmarks.py checks the copy against the shared file wherever that one exists.
+REFERENCE_CSV = REPO / "benchmarks" / "data" / "reference-measurements.csv"
+
+
 def shared_csv() -> Path:
-    """The shared reference CSV, found above the repository (a worktree sits one level deeper)."""
+    """The shared reference CSV: the repository's copy of it."""
+    return REFERENCE_CSV
+
+
+def shared_original() -> Path | None:
+    """The shared reference itself, above the repository (a worktree sits one level deeper)."""
     for up in REPO.parents:
         candidate = up / "shared" / "reference" / "measurements.csv"
         if candidate.is_file():
             return candidate
-    return REPO.parent / "shared" / "reference" / "measurements.csv"
+    return None
 
 
 def csv_paths() -> list[Path]:
