@@ -40,7 +40,7 @@ def test_dry_run_calls_nothing_and_uploads_nothing(aws):
     assert job.dry_run and not job.created
     assert job.request["ResourceConfig"]["TrainingPlanArn"] == PLAN_ARN
     assert bucket_keys(aws) == []
-    with pytest.raises(BsmError, match="dry run: no job .* was created") as e:
+    with pytest.raises(BsmError, match=r"dry run: no job .* was created") as e:
         job.status()
     assert type(e.value) is BsmError  # not an AWS error: nothing was called
 
