@@ -5,9 +5,9 @@ BIN := $(VENV)/bin
 TORCH_VERSION ?= 2.13.0
 STAMP := $(VENV)/.installed
 # Two workers, one test file each at a time (module-scoped training runs stay shared).
-PYTEST_ARGS ?= -n 2 --dist loadfile
+PYTEST_ARGS ?= -n 2 --dist loadfile -m "not network"
 
-.PHONY: install demo test lint format bench clean
+.PHONY: install demo test test-network lint format bench clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -34,6 +34,10 @@ format: $(STAMP)
 
 test: lint
 	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
+
+# The tests that download the container's wheels (once per machine: then the cache serves them).
+test-network: $(STAMP)
+	$(BIN)/python -m pytest -q -m network
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/run_all.py
