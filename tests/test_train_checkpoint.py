@@ -62,6 +62,14 @@ def fallback_worker(root: str) -> None:
     ckpt = Checkpointer(base, env, keep_last=3, async_save=False)
     ckpt.save(model, opt, 4)
     ckpt.save(model, opt, 8)
+    if env.rank == 0:  # every file of the save is listed, with the sum of its bytes on disk
+        from blackwell_sm.train.checkpoint_files import FileSum, hash_file
+
+        d = base / "step-00000008"
+        files = json.loads((d / MARKER).read_text())["files"]
+        on_disk = {str(f.relative_to(d)) for f in d.rglob("*") if f.is_file()} - {MARKER}
+        assert set(files) == on_disk and len(on_disk) == 5  # .metadata, 2 shards, 2 RNG
+        assert all(FileSum(**files[k]) == hash_file(d / k) for k in files)
 
     def corrupt(step: int) -> None:
         if env.rank == 0:

@@ -1,10 +1,11 @@
 """A checkpoint's files and their checksums: hashed as they are written, checked before a load.
 
-Every file a save writes gets a sha256 while its bytes go out: DCP's writer is given a file system
-(`HashingFileSystem`) whose write streams hash each buffer in a helper thread while the same
-buffer is written (hashlib and the write both release the GIL, so the hash overlaps the write
-instead of following it); the small files written with `torch.save` (RNG states) are hashed
-after the write. The `COMPLETE` marker lists each file with its size and hash (`FileSum`).
+Every file a save writes gets a sha256 as it is written: DCP's writer is given a file system
+(`HashingFileSystem`) whose streams are followed by a hashing thread reading each file from the
+page cache behind the writer (`_HashingStream`: in blocks, nothing held whole or copied), so the
+hash overlaps the serialisation and the fsync instead of following them; the small files
+written with `torch.save` (RNG states) are hashed after the write. The `COMPLETE` marker lists each file with its size and
+hash (`FileSum`). benchmarks/checkpoint_checksum.py measures what this adds to a save.
 
 Before any rank loads a checkpoint, `verify_share` checks this host's copy: the files are split
 between the host's local ranks, each reads its share once and compares size and hash, and every
@@ -18,8 +19,8 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
-import queue
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -29,7 +30,6 @@ from torch.distributed.checkpoint.filesystem import FileSystem
 
 ALGORITHM = "sha256"
 BLOCK = 16 << 20  # bytes per read when a file is hashed from disk
-_OVERLAP_MIN = 1 << 20  # smaller writes are hashed inline (a thread hand-off costs more)
 
 
 class FileSum(BaseModel):
@@ -40,66 +40,64 @@ class FileSum(BaseModel):
     sha256: str = Field(pattern=r"^[0-9a-f]{64}$", description="sha256 of the whole file.")
 
 
-class _Hasher:
-    """sha256 of a byte stream fed in order; large buffers are hashed by a helper thread
-    while the caller writes the same buffer, and `feed` returns once both are done."""
-
-    def __init__(self) -> None:
-        self.h = hashlib.new(ALGORITHM)
-        self.size = 0
-        self._todo: queue.Queue[memoryview | None] = queue.Queue()
-        self._done = threading.Semaphore(0)
-        self._thread: threading.Thread | None = None
-        self._error: BaseException | None = None
-
-    def _run(self) -> None:
-        while (buf := self._todo.get()) is not None:
-            try:
-                self.h.update(buf)
-            except BaseException as e:  # reported by the next feed/digest
-                self._error = e
-            self._done.release()
-
-    def feed(self, buf: Any, write: Any) -> int:
-        """Hash `buf` and `write(buf)`, overlapped for large buffers; returns what write did."""
-        view = memoryview(buf).cast("B")
-        self.size += view.nbytes
-        if view.nbytes < _OVERLAP_MIN:
-            self.h.update(view)
-            return write(buf)
-        if self._thread is None:
-            self._thread = threading.Thread(target=self._run, daemon=True, name="bsm-ckpt-hash")
-            self._thread.start()
-        self._todo.put(view)
-        try:
-            return write(buf)
-        finally:
-            self._done.acquire()  # the buffer may be reused once write returns: hash it first
-            if self._error is not None:
-                raise self._error
-
-    def digest(self) -> FileSum:
-        if self._thread is not None:
-            self._todo.put(None)
-            self._thread.join()
-        return FileSum(bytes=self.size, sha256=self.h.hexdigest())
-
-
 class _HashingStream:
-    """A binary write stream that hashes what passes through it (DCP writes sequentially; a
-    seek makes the in-stream hash meaningless, so the file is then hashed from disk)."""
+    """A write stream whose file is hashed while it is being written.
 
-    def __init__(self, raw: Any) -> None:
-        self.raw = raw
-        self.hasher = _Hasher()
-        self.sequential = True
+    A helper thread follows the file: it reads what the writer has put in it so far (from the
+    page cache, in blocks) and hashes it, waking at each write, until the file is closed; so the
+    hash runs beside DCP's serialisation and its fsync instead of after them (hashlib and the
+    I/O release the GIL). Nothing the writer passes is kept or copied. A seek (DCP writes
+    sequentially) makes the followed hash meaningless: the file is then hashed again at close."""
+
+    def __init__(self, raw: Any, path: Path) -> None:
+        self.raw, self.path = raw, path
+        self._more = threading.Event()
+        self._closed = threading.Event()
+        self._sum: FileSum | None = None
+        self._error: BaseException | None = None
+        self._seeked = False
+        self._thread = threading.Thread(target=self._follow, daemon=True, name="bsm-ckpt-hash")
+        self._thread.start()
 
     def write(self, b: Any) -> int:
-        return self.hasher.feed(b, self.raw.write)
+        n = self.raw.write(b)
+        self._more.set()
+        return n
 
     def seek(self, *args: Any) -> int:
-        self.sequential = False
+        self._seeked = True
         return self.raw.seek(*args)
+
+    def _follow(self) -> None:
+        try:
+            h, pos = hashlib.new(ALGORITHM), 0
+            with open(self.path, "rb", buffering=0) as f:
+                while True:
+                    closed = self._closed.is_set()  # read before the size: nothing comes after
+                    size = os.fstat(f.fileno()).st_size
+                    while pos < size:
+                        block = os.pread(f.fileno(), min(BLOCK, size - pos), pos)
+                        if not block:
+                            break
+                        h.update(block)
+                        pos += len(block)
+                    if closed:
+                        break
+                    self._more.wait(0.05)
+                    self._more.clear()
+            self._sum = FileSum(bytes=pos, sha256=h.hexdigest())
+        except BaseException as e:  # re-raised by digest(), in the writing thread
+            self._error = e
+
+    def digest(self) -> FileSum:
+        """The file's sum, once it is closed."""
+        self._closed.set()
+        self._thread.join()
+        if self._error is not None:
+            raise self._error
+        if self._sum is None or self._seeked:
+            return hash_file(self.path)
+        return self._sum
 
     def __getattr__(self, name: str) -> Any:  # tell, flush, fileno, close, writable, ...
         return getattr(self.raw, name)
@@ -112,21 +110,23 @@ class HashingFileSystem(FileSystem):
     def __init__(self) -> None:
         super().__init__()
         self.sums: dict[str, FileSum] = {}
+        self.waited_s = 0.0  # time the writer waited for hashes after closing (their cost)
         self._lock = threading.Lock()
 
     @contextlib.contextmanager
     def create_stream(self, path: str | os.PathLike, mode: str) -> Iterator[Any]:
-        with super().create_stream(path, mode) as raw:
-            if "w" not in mode and "a" not in mode:
+        if "w" not in mode and "a" not in mode:
+            with super().create_stream(path, mode) as raw:
                 yield raw
-                return
-            stream = _HashingStream(raw)
+            return
+        with super().create_stream(path, mode) as raw:
+            stream = _HashingStream(raw, Path(path))
             yield stream
-            total = stream.hasher.digest()
-        if not stream.sequential or "a" in mode:
-            total = hash_file(Path(path))
+        t0 = time.perf_counter()
+        total = stream.digest()  # closed: every byte is in the file
         with self._lock:
             self.sums[Path(path).name] = total
+            self.waited_s += time.perf_counter() - t0
 
     def rename(self, path: str | os.PathLike, new_path: str | os.PathLike) -> None:
         super().rename(path, new_path)
