@@ -153,7 +153,7 @@ class SpecFile(click.ParamType):
         try:
             load_spec(str(value))
         except SpecError as e:
-            if e.field == "SPEC":  # the file itself (missing, unreadable): name the parameter
+            if e.field == "SPEC" and isinstance(param, click.Option):  # the file: name --spec
                 e.field = flag_of(param)
             raise
         return str(value)

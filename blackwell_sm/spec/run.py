@@ -68,9 +68,10 @@ class RunSpec(BaseModel):
             # The default (4096) is only a default: a short-context model gets its own maximum.
             self.training.seq_len = self.model.max_seq_len
         if self.training.seq_len > self.model.max_seq_len:
-            raise ValueError(
-                f"training.seq_len {self.training.seq_len} exceeds the model's max_seq_len "
-                f"{self.model.max_seq_len}; allowed: 1..{self.model.max_seq_len}"
+            raise KeyedValueError(
+                f"{self.training.seq_len} exceeds the model's max_seq_len "
+                f"{self.model.max_seq_len}; allowed: 1..{self.model.max_seq_len}",
+                key="training.seq_len",
             )
         return self
 

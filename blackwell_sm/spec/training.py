@@ -17,6 +17,7 @@ from blackwell_sm.spec.types import (
     SEED_MAX,
     Beta,
     Bool,
+    KeyedValueError,
     NonNegFloat,
     NonNegStepCount,
     PosFloat,
@@ -223,28 +224,34 @@ class TrainingSpec(_Strict):
     @model_validator(mode="after")
     def _one_of_each(self) -> Self:
         if self.global_batch_tokens is not None and self.global_batch_seqs is not None:
-            raise ValueError("set global_batch_tokens or global_batch_seqs, not both")
+            raise KeyedValueError(
+                "set global_batch_tokens or global_batch_seqs, not both", key="global_batch_seqs"
+            )
         if self.total_tokens is not None and self.total_steps is not None:
-            raise ValueError("set total_tokens or total_steps, not both")
+            raise KeyedValueError("set total_tokens or total_steps, not both", key="total_steps")
         if self.task == "finetune" and "lr" not in self.optimizer.model_fields_set:
             self.optimizer.lr = FINETUNE_LR
         if self.epochs is not None:
             if self.data.sequences is None:
-                raise ValueError(
-                    "epochs needs data.sequences (the `sequences` of the data's manifest.json)"
+                raise KeyedValueError(
+                    "epochs needs data.sequences (the `sequences` of the data's manifest.json)",
+                    key="data.sequences",
                 )
             if self.total_tokens is not None:
-                raise ValueError("set epochs or total_tokens, not both")
+                raise KeyedValueError("set epochs or total_tokens, not both", key="epochs")
             n = math.ceil(self.epochs * self.data.sequences / self.global_batch_sequences)
             if self.total_steps is not None and self.total_steps != n:
-                raise ValueError(f"set epochs or total_steps, not both (epochs gives {n} steps)")
+                raise KeyedValueError(
+                    f"set epochs or total_steps, not both (epochs gives {n} steps)", key="epochs"
+                )
             # Derived, like seq_len's default: the planner and the loop read total_steps.
             object.__setattr__(self, "total_steps", n)
         steps = self.run_steps
         if steps is not None and self.schedule.warmup_steps > steps:
-            raise ValueError(
-                f"schedule.warmup_steps {self.schedule.warmup_steps} is longer than the run's "
-                f"{steps} steps: the learning rate would never reach its peak; allowed: 0..{steps}"
+            raise KeyedValueError(
+                f"{self.schedule.warmup_steps} is longer than the run's {steps} steps: the "
+                f"learning rate would never reach its peak; allowed: 0..{steps}",
+                key="schedule.warmup_steps",
             )
         return self
 

@@ -100,7 +100,7 @@ CASES: list[tuple[str, list[str], str, str]] = [
         "takes an ISO date/time",
     ),
     ("search-before", ["plans", "search", "--end-before", "2026-13-40"], "--end-before", "ISO"),
-    ("search-spec", ["plans", "search", "@SPEC_MISSING"], "[SPEC.yaml]", "cannot read spec file"),
+    ("search-spec", ["plans", "search", "@SPEC_MISSING"], "SPEC", "cannot read spec file"),
     (
         "reserve-offer",
         [
