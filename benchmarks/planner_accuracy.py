@@ -30,10 +30,10 @@ import statistics
 import sys
 from pathlib import Path
 
-from blackwell_sm.calibrate import calibrate_rows, predict_with
-from blackwell_sm.calibrate_sources import csv_row, is_upper_bound, run_rows
 from blackwell_sm.planner.fit import Row, predict
 from blackwell_sm.planner.search import Evaluation, evaluate
+from blackwell_sm.runs.calibrate import calibrate_rows, predict_with
+from blackwell_sm.runs.calibrate_sources import csv_row, is_upper_bound, run_rows
 
 REPO = Path(__file__).resolve().parents[1]
 OWN_CSV = REPO / "benchmarks" / "data" / "measurements.csv"

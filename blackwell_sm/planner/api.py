@@ -79,6 +79,7 @@ def _context(
             profile=applied.path, name=applied.profile.name, created=applied.profile.created,
             origin=applied.origin, gpu=key if key in held else "",
             changed={k: {"default": a, "profile": b} for k, (a, b) in changed.items()},
+            fitted=held[key].fitted_names() if key in held else [],
         )  # fmt: skip
         if key not in held:
             warnings.append(

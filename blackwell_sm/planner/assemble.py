@@ -23,6 +23,7 @@ from blackwell_sm.planner.plan import (
     StepBreakdown,
     Throughput,
 )
+from blackwell_sm.planner.profile import for_mode
 from blackwell_sm.planner.search import Evaluation
 from blackwell_sm.planner.uncertainty import over_published, speed_range
 from blackwell_sm.spec import RunSpec
@@ -59,6 +60,11 @@ def assemble_plan(
     )  # fmt: skip
     tokens = best.steps * c.global_batch_seqs * tr.seq_len
     t, tps = best.time, best.tokens_per_s_per_gpu
+    if constants is not None:  # the profile vouches for this mode's speed only if it fitted it
+        constants, calibration, note = for_mode(
+            constants, calibration, inst.gpu.name, c.precision, c.compile
+        )
+        warnings = [*warnings, note] if note else warnings
     sr = speed_range(tps, inst.gpu, model, c.precision, tr.seq_len, constants)
     warn = over_published(tps, sr)
     if warn:

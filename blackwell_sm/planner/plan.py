@@ -201,6 +201,16 @@ class CalibrationRef(_Out):
         default_factory=dict,
         description="Each constant or GPU figure the profile changed: {default, profile}.",
     )
+    fitted: list[str] = Field(
+        default_factory=list,
+        description="The constants the profile's entry fitted (or, hand-written, sets).",
+    )
+    defaults: list[str] = Field(
+        default_factory=list,
+        description="The constants this plan's configuration uses that the profile did not fit "
+        "(calibration.py's values); its speed is `calibrated` only when its own matmul "
+        "efficiency was fitted.",
+    )
 
 
 class Plan(_Out):
