@@ -334,13 +334,32 @@ def _report_and_calibrate(aws, rec, name: str, described: dict, tmp: Path, check
         }
         for s in range(1, 6)
     ]
-    summary = {
+    summary = {  # a version 1 summary.json of a CUDA run, as the loop wrote it
         "status": "completed",
+        "final_step": 5,
+        "planned_steps": 5,
+        "resumed_from_step": None,
+        "final_loss": 2.5,
+        "final_val_loss": None,
         "measured": {
+            "steps_timed": 3,
+            "step_time_s": 1.0,
             "tokens_per_s_per_gpu": 1234.5,
+            "mfu": 0.4,
+            "peak_memory_allocated_gib": 3.0,
             "peak_memory_reserved_gib": 3.25,
             "memory_kind": "cuda_max_allocated_reserved",
         },
+        "predicted": {
+            "step_time_s": 1.0,
+            "tokens_per_s_per_gpu": 1000.0,
+            "mfu": 0.4,
+            "memory_gib": 3.0,
+        },
+        "ratio_measured_over_predicted": {"tokens_per_s_per_gpu": 1.2, "peak_memory": 1.1},
+        "check": None,
+        "eta": None,
+        "alerts": [],
     }
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w:gz") as tar:

@@ -100,7 +100,7 @@ def test_bad_steps_that_are_not_in_a_row_never_add_up(tmp_path):
     nan, one = torch.tensor(math.nan), torch.tensor(1.0)
     verdicts = [guard.step_ok(s, nan if s % 2 == 0 else one, one) for s in range(5)]
     assert verdicts == [False, True, False, True, False]
-    assert [r["in_row"] for r in log.records if r["kind"] == "bad_step"] == [1, 1, 1]
+    assert [r.in_row for r in log.records if r.kind == "bad_step"] == [1, 1, 1]
     assert guard.total == 3 and guard.in_row == 1
     with pytest.raises(BsmError, match=r"2 steps in a row \(steps 5\.\.6\)"):
         guard.step_ok(5, one, nan)  # a non-finite gradient norm counts the same
