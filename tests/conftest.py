@@ -38,6 +38,11 @@ def _no_calibration_from_the_environment(monkeypatch):
 ALLOWED_SKIPS: list[tuple[str, str, str]] = [
     (r"^tests/test_train_data\.py::", r"^long mode: BSM_LONG=1", "long mode, run by hand"),
     (
+        r"^tests/reliability/test_bad_input\.py::test_long_mode_fuzz",
+        r"^set BSM_FUZZ=N",
+        "long mode, run by hand",
+    ),
+    (
         r"^tests/reliability/test_faults\.py::test_long_mode_table",
         r"^long mode: set BSM_FAULTS",
         "long mode, run by hand",

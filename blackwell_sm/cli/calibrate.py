@@ -6,7 +6,7 @@ from __future__ import annotations
 import click
 
 from blackwell_sm.cli.output import OUTPUT_OPTION, emit_json
-from blackwell_sm.cli.params import REGION, RUN_OR_JOB
+from blackwell_sm.cli.params import REGION, SOURCE
 
 EXACT = "exact by construction, not validated"
 
@@ -29,7 +29,7 @@ def _median(before: float | None, after: float | None, figure: str, exact: list[
 
 
 @click.command("calibrate")
-@click.argument("sources", metavar="SOURCE...", nargs=-1, required=True, type=RUN_OR_JOB)
+@click.argument("sources", metavar="SOURCE...", nargs=-1, required=True, type=SOURCE)
 @click.option(
     "--out",
     "out",

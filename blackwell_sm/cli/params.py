@@ -160,13 +160,18 @@ class SpecFile(click.ParamType):
 
 
 class RunOrJob(click.ParamType):
-    """An existing run folder or file, or else a training job's name."""
+    """An existing run folder or file, or else a training job's name; with `csv`, also a
+    measurements `.csv` (whose absence the command reports itself: no AWS is involved)."""
 
     name = "run folder, file or job name"
 
+    def __init__(self, *, csv: bool = False) -> None:
+        self.csv = csv
+
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
         text = str(value)
-        if Path(text).exists() or not shape_problem("TrainingJobName", text):
+        local = Path(text).exists() or (self.csv and Path(text).suffix.lower() == ".csv")
+        if local or not shape_problem("TrainingJobName", text):
             return text
         raise SpecError(
             f"{flag_of(param)}: {text!r} is neither an existing run folder or file nor a "
@@ -188,3 +193,4 @@ REGION = Region()
 ISO_TIME = IsoTime()
 SPEC_FILE = SpecFile()
 RUN_OR_JOB = RunOrJob()
+SOURCE = RunOrJob(csv=True)

@@ -172,6 +172,8 @@ CASES: list[tuple[str, list[str], str, str]] = [
     ("report-job", ["report", "bad name!"], "RUN_DIR|JOB", "neither an existing run folder"),
     ("report-region", ["report", "job-1", "--region", "x-1"], "--region", "not an AWS region"),
     ("calibrate-job", ["calibrate", "bad name!", "--out", "p.yaml"], "SOURCE...", "neither an"),
+    ("calibrate-txt", ["calibrate", "rows.txt", "--out", "p.yaml"], "SOURCE...", "neither an"),
+    ("report-csv", ["report", "rows.csv"], "RUN_DIR|JOB", "neither an existing run folder"),
     (
         "calibrate-region",
         ["calibrate", "job-1", "--out", "p.yaml", "--region", "1"],
