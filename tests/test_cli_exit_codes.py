@@ -163,6 +163,9 @@ def test_exit_5_consent_required(aws_cli):
     offer_id = "tpo-" + "d" * 20
     start = datetime.now(UTC) + timedelta(days=1)
     with Stubber(aws_cli.plans) as st:
+        st.add_client_error(  # no plan named p1 yet
+            "describe_training_plan", service_error_code="ResourceNotFound", http_status_code=400
+        )
         st.add_response(
             "search_training_plan_offerings",
             {"TrainingPlanOfferings": [offering(offer_id, start=start, hours=24, fee="9.00")]},

@@ -470,28 +470,26 @@ def _plans(aws, rec, checked, covered) -> None:
     with Stubber(aws.plans) as st:
         offer = offering(OFFER, start=now, hours=24, fee="100.00")
         st.add_response("search_training_plan_offerings", {"TrainingPlanOfferings": [offer]})
+        # reserve: is there a plan of that name already? (no) then search, create, describe
+        st.add_client_error(
+            "describe_training_plan", service_error_code="ResourceNotFound", http_status_code=400
+        )
         st.add_response("search_training_plan_offerings", {"TrainingPlanOfferings": [offer]})
         st.add_response("create_training_plan", {"TrainingPlanArn": PLAN_ARN})
         st.add_response("describe_training_plan", plan_response(status="Scheduled", start=now))
         st.add_response("list_training_plans", {"TrainingPlanSummaries": []})
         st.add_response("describe_training_plan", plan_response())
         st.add_response("describe_training_plan_extension_history", {"TrainingPlanExtensions": []})
+        # extend --days: the plan, again under the lock, its history, offerings, the purchase,
+        # and the history once more (another machine's extension is pointed out)
         st.add_response("describe_training_plan", plan_response())
-        st.add_response(
-            "search_training_plan_offerings",
-            {
-                "TrainingPlanOfferings": [],
-                "TrainingPlanExtensionOfferings": [
-                    {
-                        "TrainingPlanExtensionOfferingId": "ext-1",
-                        "DurationHours": 24,
-                        "UpfrontFee": "10.00",
-                        "CurrencyCode": "USD",
-                    }
-                ],
-            },
-        )
+        st.add_response("describe_training_plan", plan_response())
+        st.add_response("describe_training_plan_extension_history", {"TrainingPlanExtensions": []})
+        st.add_response("search_training_plan_offerings", {"TrainingPlanOfferings": [], "TrainingPlanExtensionOfferings": [
+            {"TrainingPlanExtensionOfferingId": "ext-1", "DurationHours": 24,
+             "UpfrontFee": "10.00", "CurrencyCode": "USD"}]})  # fmt: skip
         st.add_response("extend_training_plan", {"TrainingPlanExtensions": []})
+        st.add_response("describe_training_plan_extension_history", {"TrainingPlanExtensions": []})
         for command, args in (
             ("plans search", ["--instance-type", "ml.p6-b200.48xlarge", "--hours", "24"]),
             (

@@ -71,7 +71,9 @@ def test_json_shape_is_stable(capsys):
 
 
 def test_table_shows_config_memory_speed_cost_and_runner_ups(capsys):
-    code, out, _ = run(["plan", str(ROOT / "templates" / "llama-64b.yaml")], capsys)
+    code, out, _ = run(
+        ["plan", str(ROOT / "blackwell_sm" / "templates" / "llama-64b.yaml")], capsys
+    )
     out = " ".join(out.split())
     assert code == 0
     for words in ("shard_degree", "memory per GPU", "usable", "tokens/s/GPU", "MFU", "MFU basis",

@@ -16,7 +16,7 @@ from blackwell_sm.planner.api import make_plan, plan
 from blackwell_sm.spec import PRESETS, ModelSpec, load_spec, parse_spec
 
 ROOT = Path(__file__).resolve().parents[1]
-TEMPLATES = sorted((ROOT / "templates").glob("*.yaml"))
+TEMPLATES = sorted((ROOT / "blackwell_sm" / "templates").glob("*.yaml"))
 B200 = "ml.p6-b200.48xlarge"
 
 
@@ -202,7 +202,7 @@ def test_every_template_plans(path):
 
 
 def test_local_demo_plan():
-    spec = load_spec(ROOT / "templates" / "demo-tiny.yaml")
+    spec = load_spec(ROOT / "blackwell_sm" / "templates" / "demo-tiny.yaml")
     p = make_plan(spec, instance=local_instance(nproc=2))
     c = p.config
     assert p.feasible and p.instance.count == 1 and p.instance.gpus_per_instance == 2
@@ -312,7 +312,7 @@ def test_absurd_scale_is_flagged():
 def test_communication_bound_and_near_miss_advice():
     """The 70B template on 2 nodes: full shard across nodes is EFA-bound (a warning says what would
     help); HSDP 8 x 2 would be much faster but misses the usable limit by a little (advice)."""
-    p = make_plan(load_spec(ROOT / "templates" / "llama-3.1-70b.yaml"))
+    p = make_plan(load_spec(ROOT / "blackwell_sm" / "templates" / "llama-3.1-70b.yaml"))
     b = p.throughput.breakdown_s
     assert b.exposed_communication > 0.2 * p.throughput.step_time_s
     assert any(w.startswith("communication-bound") and "would help" in w for w in p.warnings)

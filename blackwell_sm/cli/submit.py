@@ -251,10 +251,7 @@ def _show_dry_run(job: Any, output: str) -> None:
             render(job.plan)
         click.echo(f"\n# CreateTrainingJob request ({jr.region}); nothing was sent or uploaded")
         click.echo(json.dumps(jr.request, indent=2, default=str))
-        click.echo(
-            f"# code bundle: {jr.bundle.size_bytes} bytes, {len(jr.bundle.files)} files, "
-            f"→ {jr.bundle_s3_uri}"
-        )
+        _show_bundle(jr.bundle, jr.bundle_s3_uri)
         _show_carried(jr.bundle)
     for w in jr.warnings:
         say(f"warning: {w}")
@@ -263,6 +260,28 @@ def _show_dry_run(job: Any, output: str) -> None:
             "dry run OK, but `bsm submit` will refuse until these REPLACE-ME placeholders are "
             "set: " + ", ".join(placeholders)
         )
+
+
+def _mib(n: int) -> str:
+    return f"{n / 2**20:.2f} MiB" if n >= 2**20 else f"{n / 1024:.1f} KiB"
+
+
+def _show_bundle(bundle: Any, uri: str) -> None:
+    """The bundle in short: its size, its members by folder, the largest ones."""
+    groups: dict[str, list[int]] = {}
+    for name, size in zip(bundle.files, bundle.sizes, strict=True):
+        top = name.split("/", 1)[0] + "/" if "/" in name else name
+        groups.setdefault(top, []).append(size)
+    click.echo(
+        f"# code bundle: {bundle.size_bytes} bytes ({_mib(bundle.size_bytes)} compressed, "
+        f"{_mib(sum(bundle.sizes))} of members), {len(bundle.files)} files → {uri}"
+    )
+    for top, sizes in groups.items():
+        count = f"{len(sizes)} files, " if top.endswith("/") else ""
+        why = f" ({bundle.package_source})" if top == "blackwell_sm/" else ""
+        click.echo(f"#   {top}: {count}{_mib(sum(sizes))}{why}")
+    largest = sorted(zip(bundle.sizes, bundle.files, strict=True), reverse=True)[:3]
+    click.echo("#   largest: " + ", ".join(f"{name} ({_mib(size)})" for size, name in largest))
 
 
 def _show_carried(bundle: Any) -> None:

@@ -22,6 +22,7 @@ from typing import Any, Literal, NamedTuple
 
 import numpy as np
 
+from blackwell_sm.atomic_write import write_text
 from blackwell_sm.data.inputs import check_inputs, check_regular, check_text, jsonl_records
 from blackwell_sm.data.manifest import (
     FINETUNE_FORMAT_NAME,
@@ -307,5 +308,5 @@ def prepare_finetune(
             truncated=st.truncated,
             dropped=st.dropped,
         )
-        (tmp / MANIFEST_FILE).write_text(manifest.model_dump_json(indent=2) + "\n")
+        write_text(tmp / MANIFEST_FILE, manifest.model_dump_json(indent=2) + "\n", flag=None)
     return manifest

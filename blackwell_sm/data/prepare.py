@@ -18,6 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
+from blackwell_sm.atomic_write import write_text
 from blackwell_sm.data.channel import file_sha256
 from blackwell_sm.data.inputs import (
     check_inputs,
@@ -90,7 +91,9 @@ class HFTokenizer:
             config: dict[str, str] = {"tokenizer_class": "PreTrainedTokenizerFast"}
             if self.eos_name is not None:
                 config["eos_token"] = self.eos_name
-            (folder / "tokenizer_config.json").write_text(json.dumps(config, indent=2) + "\n")
+            write_text(
+                folder / "tokenizer_config.json", json.dumps(config, indent=2) + "\n", flag=None
+            )
 
 
 def iter_documents(path: Path) -> Iterator[str]:
@@ -168,5 +171,5 @@ def prepare(
             tokens=sum(s.tokens for s in shards),
             shards=shards,
         )
-        (tmp / MANIFEST_FILE).write_text(manifest.model_dump_json(indent=2) + "\n")
+        write_text(tmp / MANIFEST_FILE, manifest.model_dump_json(indent=2) + "\n", flag=None)
     return manifest

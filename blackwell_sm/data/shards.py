@@ -66,15 +66,14 @@ def write_shard(
     arr = np.ascontiguousarray(tokens, dtype=_DTYPES[dtype.itemsize])
     if tokens.size and int(tokens.max()) >= 2 ** (8 * dtype.itemsize):
         raise ValueError(f"token id {int(tokens.max())} does not fit in {dtype}")
-    path = Path(path)
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "wb") as f:
+    from blackwell_sm.atomic_write import atomic_open
+
+    with atomic_open(path, "wb", flag=None) as f:
         version = VERSION if flags is None else VERSION_FLAGS
         f.write(HEADER.pack(MAGIC, version, dtype.itemsize, arr.size, 0))
         f.write(arr.tobytes())
         if flags is not None:
             f.write(np.ascontiguousarray(flags, dtype=np.uint8).tobytes())
-    tmp.replace(path)
 
 
 def read_shard(path: str | Path) -> np.ndarray:

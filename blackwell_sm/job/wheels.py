@@ -4,7 +4,7 @@ The container imports pydantic (spec, plan and launcher models), numpy and torch
 when it exports the model; torchao for fp8/mxfp8. It needs neither click, rich nor PyYAML (a test
 starts the launcher in a virtualenv without them). torch and numpy are the image's: checked, never
 carried. The rest travel as wheels in the code bundle (`wheels/` + `wheels/manifest.json`), and
-`entrypoints/bootstrap.py` installs, offline, only those the image lacks.
+`blackwell_sm/entrypoints/bootstrap.py` installs, offline, only those the image lacks.
 
 `fetch_wheels` runs `pip download --only-binary=:all: --python-version X --platform ...` for the
 image target (`job/images.py`), once: each wheel is stored under its sha256 in the cache
@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from blackwell_sm.atomic_write import atomic_open, write_text
 from blackwell_sm.errors import BsmError, SpecError
 from blackwell_sm.job.images import MANYLINUX_X86_64, TARGETS, ImageTarget, image_target
 
@@ -98,7 +99,7 @@ class Wheelhouse(BaseModel):
         return sum(w.size_bytes for w in self.wheels)
 
     def manifest(self) -> dict:
-        """wheels/manifest.json: what entrypoints/bootstrap.py reads (stdlib JSON only)."""
+        """wheels/manifest.json: what the entrypoints' bootstrap.py reads (stdlib JSON only)."""
         return {
             "version": MANIFEST_VERSION,
             "target": self.target.model_dump(mode="json"),
@@ -245,14 +246,11 @@ def fetch_wheels(
                 blob = cache / "blobs" / sha / f.name
                 if not blob.is_file():
                     blob.parent.mkdir(parents=True, exist_ok=True)
-                    part = blob.with_name(blob.name + f".{os.getpid()}.part")
-                    shutil.copyfile(f, part)
-                    os.replace(part, blob)
+                    with f.open("rb") as src, atomic_open(blob, "wb", flag=None) as dst:
+                        shutil.copyfileobj(src, dst)
                 entries.append({"file": f.name, "sha256": sha, "size": f.stat().st_size})
         resolution.parent.mkdir(parents=True, exist_ok=True)
-        part = resolution.with_name(resolution.name + f".{os.getpid()}.part")
-        part.write_text(json.dumps(entries, indent=1))
-        os.replace(part, resolution)
+        write_text(resolution, json.dumps(entries, indent=1), flag=None)
     return _wheelhouse(requirements, target, entries, cache)
 
 
@@ -300,7 +298,7 @@ def write_folder(house: Wheelhouse, out: Path) -> Path:
     dest.mkdir(parents=True)
     for w in house.wheels:
         shutil.copyfile(w.path, dest / w.file)
-    (dest / "manifest.json").write_text(json.dumps(house.manifest(), indent=1) + "\n")
+    write_text(dest / "manifest.json", json.dumps(house.manifest(), indent=1) + "\n", flag=None)
     return dest
 
 
