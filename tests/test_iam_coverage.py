@@ -454,6 +454,7 @@ def _a_dropped_plan_arn_stops_the_job(aws, rec, tmp: Path, checked) -> None:
             "describe_training_plan", plan_response(), {"TrainingPlanName": PLAN_NAME}
         )
         sm.add_client_error("describe_training_job", **not_found_error(jr.job_name))
+        sm.add_response("list_training_jobs", {"TrainingJobSummaries": []})  # none live
         sm.add_response("create_training_job", {"TrainingJobArn": kept["TrainingJobArn"]})
         sm.add_response("describe_training_job", kept, {"TrainingJobName": jr.job_name})
         sm.add_response("stop_training_job", {}, {"TrainingJobName": jr.job_name})

@@ -120,25 +120,30 @@ class Region(click.ParamType):
         return str(value)
 
 
+def parse_iso(value: Any, flag: str) -> Any:
+    """An ISO date or date-time (a datetime passes through; None stays None); UTC when it
+    carries no zone; SpecError naming `flag` otherwise."""
+    from datetime import UTC, datetime
+
+    if value is None or isinstance(value, datetime):
+        return value
+    try:
+        ts = datetime.fromisoformat(str(value))
+    except ValueError:
+        raise SpecError(
+            f"{flag} takes an ISO date/time such as 2026-12-24 or 2026-12-24T08:00, got {value!r}",
+            field=flag,
+        ) from None
+    return ts if ts.tzinfo else ts.replace(tzinfo=UTC)
+
+
 class IsoTime(click.ParamType):
-    """An ISO date or date-time; UTC when it carries no zone."""
+    """An ISO date or date-time (`parse_iso`)."""
 
     name = "ISO time"
 
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
-        from datetime import UTC, datetime
-
-        if isinstance(value, datetime):
-            return value
-        try:
-            ts = datetime.fromisoformat(str(value))
-        except ValueError:
-            raise SpecError(
-                f"{flag_of(param)} takes an ISO date/time such as 2026-12-24 or "
-                f"2026-12-24T08:00, got {value!r}",
-                field=flag_of(param),
-            ) from None
-        return ts if ts.tzinfo else ts.replace(tzinfo=UTC)
+        return parse_iso(value, flag_of(param))
 
 
 class SpecFile(click.ParamType):

@@ -7,7 +7,6 @@ window and ask; with no terminal they refuse unless --yes is given (exit 5).
 from __future__ import annotations
 
 import math
-from datetime import UTC, datetime
 from typing import Any
 
 import click
@@ -23,6 +22,7 @@ from blackwell_sm.cli.params import (
     PLAN_REF,
     REGION,
     SPEC_FILE,
+    parse_iso,
 )
 from blackwell_sm.cli.submit import consent_prompt, say
 from blackwell_sm.errors import SpecError
@@ -32,17 +32,7 @@ REGION_OPTION = click.option(
 )
 
 
-def _when(value: str | datetime | None, flag: str) -> datetime | None:
-    if value is None or isinstance(value, datetime):  # ISO_TIME converted it while parsing
-        return value
-    try:
-        ts = datetime.fromisoformat(value)
-    except ValueError:
-        raise SpecError(
-            f"{flag} takes an ISO date/time such as 2026-12-24 or 2026-12-24T08:00, got {value!r}",
-            field=flag,
-        ) from None
-    return ts if ts.tzinfo else ts.replace(tzinfo=UTC)
+_when = parse_iso  # ISO_TIME has converted a flag's value already; this takes either
 
 
 def capacity_for(
@@ -208,13 +198,7 @@ def reserve(
 
 @plans.command("extend")
 @click.argument("ref", metavar="PLAN", type=PLAN_REF)
-@click.option(
-    "--until",
-    "until",
-    type=ISO_TIME,
-    metavar="ISO",
-    help="Extend until the plan ends at or after this time.",
-)
+@click.option("--until", type=ISO_TIME, metavar="ISO", help="Until the plan ends at or after it.")
 @click.option(
     "--to-fit",
     "to_fit",
