@@ -27,6 +27,7 @@ demo: $(STAMP)
 lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	$(BIN)/check-jsonschema --builtin-schema vendor.github-workflows docs/examples/github-actions.yml
 
 format: $(STAMP)
 	$(BIN)/ruff format .

@@ -51,6 +51,18 @@ def plans(aws, monkeypatch):
         st.assert_no_pending_responses()
 
 
+@pytest.fixture(scope="module")
+def moto_server():
+    """A moto server on 127.0.0.1 (a free port) for `bsm` processes: its URL."""
+    from moto.server import ThreadedMotoServer
+
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    yield f"http://{host}:{port}"
+    server.stop()
+
+
 # -- skips: CI fails on one nobody expected ---------------------------------------------------
 #: The skips a run may have: (test id, reason, why that is acceptable), both regular expressions
 #: (`re.search`). Everything `make install` provides (torch, transformers, moto, the SageMaker

@@ -47,17 +47,6 @@ print(json.dumps(results))
 """
 
 
-@pytest.fixture(scope="module")
-def moto_server():
-    from moto.server import ThreadedMotoServer
-
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
-    yield f"http://{host}:{port}"
-    server.stop()
-
-
 def _run_cli_process(endpoint: str, tmp_path: Path, cases: list) -> list[dict]:
     env = {
         "PATH": "/usr/bin:/bin",

@@ -125,7 +125,7 @@ def test_submit_then_status_logs_list_and_reattach(aws, spec_file):
     assert [json.loads(x)["host"] for x in out.strip().splitlines()][:2] == ["algo-1", "algo-2"]
 
     code, out, _ = run("list", "--output", "json")
-    assert code == 0 and [r["TrainingJobName"] for r in json.loads(out)] == [name]
+    assert code == 0 and [r["training_job_name"] for r in json.loads(out)] == [name]
 
     # --logs with --output json: log lines go to stderr, stdout is one JSON document.
     code, out, err = run("submit", spec_file, "--logs", "--output", "json")

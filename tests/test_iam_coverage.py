@@ -28,6 +28,7 @@ from aws_support import (
     offering,
     plan_response,
     spec_dict,
+    stub_plan_commands,
 )
 from botocore.stub import ANY, Stubber
 from cli_support import run
@@ -469,18 +470,7 @@ def _plans(aws, rec, checked, covered) -> None:
     """The training-plan commands (moto has none: a Stubber answers)."""
     now = datetime.now(UTC) + timedelta(hours=1)
     with Stubber(aws.plans) as st:
-        offer = offering(OFFER, start=now, hours=24, fee="100.00")
-        st.add_response("search_training_plan_offerings", {"TrainingPlanOfferings": [offer]})
-        # reserve: is there a plan of that name already? (no) then search, create, describe
-        st.add_client_error(
-            "describe_training_plan", service_error_code="ResourceNotFound", http_status_code=400
-        )
-        st.add_response("search_training_plan_offerings", {"TrainingPlanOfferings": [offer]})
-        st.add_response("create_training_plan", {"TrainingPlanArn": PLAN_ARN})
-        st.add_response("describe_training_plan", plan_response(status="Scheduled", start=now))
-        st.add_response("list_training_plans", {"TrainingPlanSummaries": []})
-        st.add_response("describe_training_plan", plan_response())
-        st.add_response("describe_training_plan_extension_history", {"TrainingPlanExtensions": []})
+        stub_plan_commands(st, OFFER, start=now)
         # extend --days: the plan, again under the lock, its history, offerings, the purchase,
         # and the history once more (another machine's extension is pointed out)
         st.add_response("describe_training_plan", plan_response())

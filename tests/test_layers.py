@@ -2,8 +2,8 @@
 imports (at the top, inside functions, and the lazy `"blackwell_sm.x:attr"` strings of the CLI
 and the notebook API) only what its layer may.
 
-The table below is the one source; the README shows it between the `layers` markers, checked equal
-here (`python tests/test_layers.py` prints it for pasting).
+The table below is the one source; docs/layout.md shows it between the `layers` markers, checked
+equal here (`python tests/test_layers.py` prints it for pasting).
 """
 
 from __future__ import annotations
@@ -157,7 +157,7 @@ def violations(root: Path) -> list[str]:
 
 
 def render_table() -> str:
-    """The README's layer table, from LAYERS."""
+    """docs/layout.md's layer table, from LAYERS."""
 
     def show(m: str) -> str:
         return f"`{m}/`" if (REPO / PKG / m).is_dir() else f"`{m.replace('.', '/')}.py`"
@@ -192,10 +192,10 @@ def test_pending_edges_still_exist() -> None:
     assert found == PENDING, f"delete from PENDING: {sorted(PENDING - found)}"
 
 
-def test_readme_shows_the_table() -> None:
-    text = (REPO / "README.md").read_text()
+def test_layout_doc_shows_the_table() -> None:
+    text = (REPO / "docs" / "layout.md").read_text()
     m = re.search(r"<!-- layers:begin -->\n(.*?)\n<!-- layers:end -->", text, re.S)
-    assert m, "README.md needs the <!-- layers:begin --> ... <!-- layers:end --> block"
+    assert m, "docs/layout.md needs the <!-- layers:begin --> ... <!-- layers:end --> block"
     assert m.group(1).strip() == render_table(), "run `python tests/test_layers.py` and paste"
 
 

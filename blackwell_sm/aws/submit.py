@@ -67,6 +67,7 @@ def prepare(
     new: bool = False,
     run_index: int = 1,
     done_steps: int = 0,
+    progress: Callable[..., None] | None = None,
 ) -> tuple[RunSpec, Any, Any]:
     """(spec, plan, JobRequest) without any AWS call: what a dry run shows. With
     `compute.instance_preferences` the plan is a PreferencePlans (a plan per type)."""
@@ -88,7 +89,7 @@ def prepare(
 
         plans = plan_preferences(rs, profile_for(rs))
         plans.require_feasible()  # exit 3 naming each preference that cannot fit
-        wheels = fetch_for(rs, plans.primary, plans.plans[1:])
+        wheels = fetch_for(rs, plans.primary, plans.plans[1:], progress=progress)
         jr = build_job_request(rs, plans, new=new, region=_region(rs), wheelhouse=wheels, **run)
         return rs, plans, jr
     plan = make_plan(rs, calibration=profile_for(rs))
@@ -99,7 +100,7 @@ def prepare(
             plan=plan,
             hint="; ".join(plan.advice) or "see `bsm plan SPEC`",
         )
-    wheels = fetch_for(rs, plan)  # the container's wheels: downloaded once, then cached
+    wheels = fetch_for(rs, plan, progress=progress)  # the container's: fetched once, cached
     jr = build_job_request(rs, plan, new=new, region=_region(rs), wheelhouse=wheels, **run)
     return rs, plan, jr
 
@@ -117,6 +118,7 @@ def submit(
     notify: Notify | None = None,
     run_index: int = 1,
     done_steps: int = 0,
+    progress: Callable[..., None] | None = None,
 ) -> TrainingJob:
     """Submit `spec` as a SageMaker training job and return its handle.
 
@@ -128,10 +130,8 @@ def submit(
     `done_steps` make the N-th job of a run longer than one job (`aws/run.py`).
     """
     say = notify or (lambda _msg: None)
-    rs, plan, jr = prepare(
-        spec, training_plan=training_plan, new=new, run_index=run_index, done_steps=done_steps
-    )
     run = {"run_index": run_index, "done_steps": done_steps}
+    rs, plan, jr = prepare(spec, training_plan=training_plan, new=new, progress=progress, **run)
     prefs = None
     if rs.compute.instance_preferences:
         prefs, plan = plan, plan.primary
@@ -184,6 +184,7 @@ def submit(
             allow_partial=allow_partial,
             say=say,
             run=run,
+            progress=progress,
         )
 
 
@@ -201,6 +202,7 @@ def _submit_locked(
     allow_partial: bool,
     say: Notify,
     run: dict[str, int],
+    progress: Callable[..., None] | None = None,
 ) -> TrainingJob:
     """Steps 4-8 of the module docstring, under this machine's lock on the prefix."""
     from blackwell_sm.aws import one_job
@@ -235,6 +237,7 @@ def _submit_locked(
             return TrainingJob(
                 jr.job_name, aws=aws, plan=plan, job_request=jr, reattached=True,
                 warnings=jr.warnings, preference_plans=prefs,
+                region_source=aws.region_source_for(rs.job.region if rs.job else None),
             )  # fmt: skip
 
     confirm_cost(rs, plan, consent=True if yes else confirm)
@@ -263,7 +266,9 @@ def _submit_locked(
 
     one_job.refuse_if_live(sm, jr.base_job_name, jr.checkpoint_s3_uri)
     check_bucket_region(aws.s3, jr.bundle_s3_uri, aws.region)
-    upload = upload_bundle(aws.s3, jr.bundle.data, jr.bundle_s3_uri, sha256=jr.bundle.sha256)
+    upload = upload_bundle(
+        aws.s3, jr.bundle.data, jr.bundle_s3_uri, sha256=jr.bundle.sha256, progress=progress
+    )
     say(
         ("uploaded" if upload.uploaded else "reusing")
         + f" code bundle {jr.bundle_s3_uri} ({upload.size_bytes} bytes)"
@@ -287,6 +292,7 @@ def _submit_locked(
         plan_fit=fit,
         warnings=warnings,
         preference_plans=prefs,
+        region_source=aws.region_source_for(rs.job.region if rs.job else None),
     )
 
 

@@ -10,6 +10,7 @@ import click
 
 from blackwell_sm.cli.output import OUTPUT_OPTION, emit_json, say
 from blackwell_sm.cli.params import PLAN_OR_AUTO, REGION, SPEC_FILE
+from blackwell_sm.cli.progress import ProgressDisplay, wait_poller
 from blackwell_sm.errors import BsmError
 
 
@@ -107,9 +108,10 @@ def submit(
 ) -> None:
     """Submit SPEC.yaml as a SageMaker training job, or reattach to the one it already made.
 
-    The job name is <model>-<spec hash>: running the same spec again (e.g. a CI rerun) returns
-    the existing job instead of creating a second one; --new forces a fresh job, which resumes
-    from the spec's checkpoints.
+    The job name is bsm-<model>-<hash>, the hash over the spec, the plan's configuration and
+    the capacity (instance type and count, the training plan as written): running the same
+    spec on the same capacity again (e.g. a CI rerun) returns the existing job instead of
+    creating a second one; --new forces a fresh job, which resumes from the spec's checkpoints.
     """
     from blackwell_sm.aws.session import check_settings
     from blackwell_sm.aws.submit import region_choice
@@ -137,17 +139,20 @@ def submit(
              aws=aws_context(region or (spec.job.region if spec.job else None)),
              output=output)  # fmt: skip
         return
-    job = do_submit(
-        spec,
-        training_plan=training_plan,
-        new=new,
-        yes=yes,
-        dry_run=dry_run,
-        allow_partial=allow_partial,
-        aws=None if dry_run else aws_context(region or (spec.job.region if spec.job else None)),
-        confirm=consent_prompt(),
-        notify=say,
-    )
+    with ProgressDisplay(output) as progress:
+        job = do_submit(
+            spec,
+            training_plan=training_plan,
+            new=new,
+            yes=yes,
+            dry_run=dry_run,
+            allow_partial=allow_partial,
+            aws=None if dry_run else aws_context(region or (spec.job.region if spec.job else None)),
+            confirm=consent_prompt(),
+            notify=say,
+            progress=progress,
+        )
+    job.region_source = choice.source  # as printed above: --region counts as the flag
     if dry_run:
         _show_dry_run(job, output)
         return
@@ -163,9 +168,11 @@ def submit(
                         say(f"{event.host} | {event.message.rstrip()}")
                     else:
                         print_log_event(event, output="table")
-            final = job.wait(
-                on_status=lambda i: say(f"{i.name}: {i.status} / {i.secondary_status}"),
-            )
+            with ProgressDisplay(output) as display:
+                final = job.wait(
+                    on_status=lambda i: say(f"{i.name}: {i.status} / {i.secondary_status}"),
+                    on_poll=wait_poller(job, display),
+                )
         except KeyboardInterrupt:
             raise Interrupted("stopped waiting", hint=reattach_hint(job.name)) from None
         result["status"] = final.model_dump(mode="json")

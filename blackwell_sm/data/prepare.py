@@ -28,7 +28,7 @@ from blackwell_sm.data.inputs import (
     read_text_file,
 )
 from blackwell_sm.data.manifest import MANIFEST_FILE, MANIFEST_VERSION, Manifest, ShardInfo
-from blackwell_sm.data.shards import token_dtype, write_shard
+from blackwell_sm.data.shards import ShardWriter, token_dtype
 from blackwell_sm.data.staging import check_out, staged_dir
 from blackwell_sm.data.tokenizer_files import TOKENIZER_FILES, tokenizer_sha256
 from blackwell_sm.errors import SpecError
@@ -136,24 +136,40 @@ def prepare(
     dtype = token_dtype(tok.vocab_size)
     with staged_dir(out_dir, overwrite=overwrite) as tmp:
         shards: list[ShardInfo] = []
-        buf: list[int] = []
         docs = 0
+        # Streamed: one document in memory at a time, however long (shards.ShardWriter).
+        writer: ShardWriter | None = None
 
-        def flush(final: bool) -> None:
-            while len(buf) >= shard_tokens or (final and buf):
-                chunk, buf[:] = buf[:shard_tokens], buf[shard_tokens:]
-                path = tmp / f"shard-{len(shards):05d}.bin"
-                write_shard(path, np.asarray(chunk), dtype=dtype)
-                shards.append(shard_info(path, len(chunk)))
+        def close() -> None:
+            nonlocal writer
+            if writer is not None:
+                done, writer = writer, None  # exited once, even when the exit fails
+                done.__exit__(None, None, None)
+                shards.append(shard_info(done.path, done.count))
 
-        for path in inputs:
-            for text in iter_documents(path):
-                buf.extend(tok.encode(text))
-                if tok.eos_id is not None:
-                    buf.append(tok.eos_id)
-                docs += 1
-                flush(final=False)
-        flush(final=True)
+        def write(ids: np.ndarray) -> None:
+            nonlocal writer
+            while ids.size:
+                if writer is None:
+                    writer = ShardWriter(tmp / f"shard-{len(shards):05d}.bin", dtype).__enter__()
+                room = shard_tokens - writer.count
+                writer.append(ids[:room])
+                ids = ids[room:]
+                if writer.count == shard_tokens:
+                    close()
+
+        try:
+            for path in inputs:
+                for text in iter_documents(path):
+                    ids = tok.encode(text)
+                    if tok.eos_id is not None:
+                        ids.append(tok.eos_id)
+                    write(np.asarray(ids, dtype=np.int64))
+                    docs += 1
+            close()
+        finally:
+            if writer is not None:  # an error mid-shard: no partial file left behind
+                writer.__exit__(RuntimeError, None, None)
         tok_dir = tok_hash = None
         if isinstance(tok, HFTokenizer):
             # The tokenizer travels with the data it made (exported beside the model).

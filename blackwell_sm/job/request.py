@@ -75,7 +75,7 @@ class JobRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     job_name: str
-    base_job_name: str = Field(description="<model>-<spec hash>: the name a rerun reattaches to.")
+    base_job_name: str = Field(description="bsm-<model>-<hash>: the name a rerun reattaches to.")
     spec_hash: str
     region: str
     request: dict[str, Any] = Field(description="The exact CreateTrainingJob kwargs.")
