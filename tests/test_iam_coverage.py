@@ -29,6 +29,9 @@ from aws_support import (
     plan_response,
     spec_dict,
     stub_plan_commands,
+    summary_json,
+    tar_gz,
+    train_records,
 )
 from botocore.stub import ANY, Stubber
 from cli_support import run
@@ -311,69 +314,17 @@ def _put_marker(aws, described: dict, *, step: int) -> None:
 def _report_and_calibrate(aws, rec, name: str, described: dict, tmp: Path, checked) -> None:
     """`bsm report JOB` and `bsm calibrate JOB`: the plan from the code bundle and the figures
     from output.tar.gz; then, without output.tar.gz, from the job's step lines in its logs."""
-    import io
-    import tarfile
     import time
 
     from blackwell_sm.aws.s3 import split_s3_uri
     from blackwell_sm.metrics import format_step_line
 
-    records = [
-        {
-            "kind": "train",
-            "step": s,
-            "loss": 3.0 - 0.1 * s,
-            "lr": 1e-4,
-            "grad_norm": 1.0,
-            "tok_s_gpu": 1000.0 + s,
-            "mfu": 0.4,
-            "step_time_s": 1.0,
-            "mem_alloc_gib": 10.0,
-            "mem_reserved_gib": 12.0,
-            "memory_kind": "cuda_max_allocated_reserved",
-            "time": 1_700_000_000.0 + s,
-        }
-        for s in range(1, 6)
-    ]
-    summary = {  # a version 1 summary.json of a CUDA run, as the loop wrote it
-        "status": "completed",
-        "final_step": 5,
-        "planned_steps": 5,
-        "resumed_from_step": None,
-        "final_loss": 2.5,
-        "final_val_loss": None,
-        "measured": {
-            "steps_timed": 3,
-            "step_time_s": 1.0,
-            "tokens_per_s_per_gpu": 1234.5,
-            "mfu": 0.4,
-            "peak_memory_allocated_gib": 3.0,
-            "peak_memory_reserved_gib": 3.25,
-            "memory_kind": "cuda_max_allocated_reserved",
-        },
-        "predicted": {
-            "step_time_s": 1.0,
-            "tokens_per_s_per_gpu": 1000.0,
-            "mfu": 0.4,
-            "memory_gib": 3.0,
-        },
-        "ratio_measured_over_predicted": {"tokens_per_s_per_gpu": 1.2, "peak_memory": 1.1},
-        "check": None,
-        "eta": None,
-        "alerts": [],
-    }
-    buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w:gz") as tar:
-        for member, data in (
-            ("metrics.jsonl", "".join(json.dumps(r) + "\n" for r in records)),
-            ("summary.json", json.dumps(summary)),
-        ):
-            info = tarfile.TarInfo(member)
-            info.size = len(data.encode())
-            tar.addfile(info, io.BytesIO(data.encode()))
+    records = train_records(range(1, 6))
+    metrics = "".join(json.dumps(r) + "\n" for r in records).encode()
+    output = tar_gz({"metrics.jsonl": metrics, "summary.json": summary_json(1234.5, 3.25).encode()})
     bucket, key = split_s3_uri(described["OutputDataConfig"]["S3OutputPath"].rstrip("/"))
     output_key = f"{key}/{name}/output/output.tar.gz"
-    aws.s3.put_object(Bucket=bucket, Key=output_key, Body=buf.getvalue())
+    aws.s3.put_object(Bucket=bucket, Key=output_key, Body=output)
     now = int(time.time() * 1000)
     steps = [
         format_step_line(

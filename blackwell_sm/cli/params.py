@@ -90,8 +90,6 @@ class PlanRef(click.ParamType):
             problem = shape_problem("TrainingPlanArn", text)
             name = text.rsplit("/", 1)[-1]
             problem = problem or shape_problem("TrainingPlanName", name)
-            if problem is None and len(text.split(":")) < 6:
-                problem = "arn:PARTITION:sagemaker:REGION:ACCOUNT:training-plan/NAME"
         else:
             problem = shape_problem("TrainingPlanName", text)
         if problem:

@@ -77,6 +77,7 @@ def no_aws(monkeypatch, tmp_path):
     return tmp_path
 
 
+CAPACITY = ["--instance-type", "ml.p6-b200.48xlarge", "--count", "1", "--hours", "24"]
 GOOD_ARN = "arn:aws:sagemaker:us-east-1:123456789012:training-plan/my-plan"
 CASES: list[tuple[str, list[str], str, str]] = [
     ("status-name", ["status", "bad name!"], "JOB", "'bad name!' is not a training job name"),
@@ -87,6 +88,7 @@ CASES: list[tuple[str, list[str], str, str]] = [
     ("stop-name", ["stop", "job-"], "JOB", "is not a training job name"),
     ("list-status", ["list", "--status", "Running"], "--status", "one of InProgress, Completed"),
     ("list-contains", ["list", "--name-contains", "a b"], "--name-contains", "job name fragment"),
+    ("list-contains-long", ["list", "--name-contains", "a" * 64], "--name-contains", "0-63 char"),
     ("list-region", ["list", "--region", "eu-west"], "--region", "not an AWS region"),
     (
         "search-type",
@@ -104,37 +106,13 @@ CASES: list[tuple[str, list[str], str, str]] = [
     ("search-spec", ["plans", "search", "@SPEC_MISSING"], "SPEC", "cannot read spec file"),
     (
         "reserve-offer",
-        [
-            "plans",
-            "reserve",
-            "TPO_X",
-            "--name",
-            "p",
-            "--instance-type",
-            "ml.p6-b200.48xlarge",
-            "--count",
-            "1",
-            "--hours",
-            "24",
-        ],
+        ["plans", "reserve", "TPO_X", "--name", "p", *CAPACITY],
         "OFFERING_ID",
         "'TPO_X' is not a training plan offering id",
     ),
     (
         "reserve-name",
-        [
-            "plans",
-            "reserve",
-            "tpo-1",
-            "--name",
-            "my plan",
-            "--instance-type",
-            "ml.p6-b200.48xlarge",
-            "--count",
-            "1",
-            "--hours",
-            "24",
-        ],
+        ["plans", "reserve", "tpo-1", "--name", "my plan", *CAPACITY],
         "--name",
         "'my plan' is not a training plan name",
     ),
@@ -175,6 +153,7 @@ CASES: list[tuple[str, list[str], str, str]] = [
     ("calibrate-job", ["calibrate", "bad name!", "--out", "p.yaml"], "SOURCE...", "neither an"),
     ("calibrate-txt", ["calibrate", "rows.txt", "--out", "p.yaml"], "SOURCE...", "neither an"),
     ("report-csv", ["report", "rows.csv"], "RUN_DIR|JOB", "neither an existing run folder"),
+    ("calibrate-csv", ["calibrate", "@CSV_MISSING", "--out", "p.yaml"], "SOURCE", "no such"),
     (
         "calibrate-region",
         ["calibrate", "job-1", "--out", "p.yaml", "--region", "1"],
@@ -199,6 +178,7 @@ def test_malformed_local_input_is_exit_2_before_any_aws_setup(no_aws, args, fiel
         "@SPEC_BAD": str(bad),
         "@SPEC_DIR": str(no_aws),
         "@SPEC_MISSING": str(no_aws / "missing.yaml"),
+        "@CSV_MISSING": str(no_aws / "missing.csv"),
     }
     argv = [files.get(a, a) for a in args]
     code, out, err = run(*argv, "--output", "json")
@@ -207,6 +187,25 @@ def test_malformed_local_input_is_exit_2_before_any_aws_setup(no_aws, args, fiel
     assert obj["field"] == field, obj
     assert expected in obj["message"], obj["message"]
     assert obj["code"] != "no_region" and "Traceback" not in err
+
+
+def test_well_formed_values_pass_to_the_command(no_aws):
+    """The other side: `auto` is a training plan for submit (the command then needs AWS: exit 4
+    no_region or no_credentials, after parsing); a naive ISO time is UTC; an option is named by its long form."""
+    from datetime import UTC, datetime
+
+    from aws_support import spec_dict
+
+    from blackwell_sm.cli.params import flag_of, parse_iso
+
+    good = no_aws / "good.yaml"
+    good.write_text(yaml.safe_dump(spec_dict()))
+    code, out, _err = run("submit", str(good), "--training-plan", "auto", "--output", "json")
+    assert code == 4 and json.loads(out)["error"]["code"] in ("no_region", "no_credentials"), out
+    assert parse_iso("2026-12-24T08:00", "--x") == datetime(2026, 12, 24, 8, tzinfo=UTC)
+    assert parse_iso("2026-12-24T08:00+01:00", "--x").utcoffset().total_seconds() == 3600
+    assert flag_of(click.Option(["-r", "--region"])) == "--region"
+    assert flag_of(click.Argument(["plan"], metavar="PLAN")) == "PLAN"
 
 
 def test_an_unexpected_exception_is_one_error_object():
