@@ -18,6 +18,8 @@ import secrets
 import time
 from typing import Any
 
+from blackwell_sm.spec.trackers import TRACKER_FIELDS
+
 JOB_NAME_PREFIX = "bsm-"
 MAX_JOB_NAME = 63  # botocore model TrainingJobName max; checked again against the model
 HASH_CHARS = 12
@@ -54,6 +56,8 @@ def spec_hash(spec: Any, plan: Any, others: Any = ()) -> str:
     the hash (a spec without preferences hashes as before)."""
     data = spec.model_dump(mode="json")
     compute = data.pop("compute", {})
+    for key in TRACKER_FIELDS:  # where the run reports is not what it trains
+        data.get("training", {}).pop(key, None)
     payload = {
         "spec": data,
         "capacity": capacity_identity(compute, plan),

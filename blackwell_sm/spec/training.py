@@ -7,6 +7,7 @@ from typing import Literal, Self
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from blackwell_sm.spec.trackers import MlflowSpec, Tracker, WandbSpec, check_trackers
 from blackwell_sm.spec.types import (
     FLOAT64_EXACT,
     INT32_MAX,
@@ -213,9 +214,19 @@ class TrainingSpec(_Strict):
         return v
 
     pins: PlannerPins = Field(default_factory=PlannerPins)
+    report_to: list[Tracker] = Field(
+        default_factory=list,
+        description="Trackers rank 0 also reports to from inside the job: tensorboard (event "
+        "files synced by SageMaker's TensorBoardOutputConfig), mlflow (training.mlflow), wandb "
+        "(training.wandb); none by default. A tracker that fails warns once and never stops "
+        "or slows training.",
+    )
+    mlflow: MlflowSpec | None = Field(None, description="MLflow settings (report_to: mlflow).")
+    wandb: WandbSpec | None = Field(None, description="W&B settings (report_to: wandb).")
 
     @model_validator(mode="after")
     def _one_of_each(self) -> Self:
+        check_trackers(self.report_to, self.mlflow, self.wandb)
         if self.global_batch_tokens is not None and self.global_batch_seqs is not None:
             raise ValueError("set global_batch_tokens or global_batch_seqs, not both")
         if self.total_tokens is not None and self.total_steps is not None:
