@@ -95,6 +95,20 @@ def tracker_environment(spec: RunSpec, job: JobSpec, job_name: str) -> dict[str,
     return {ENV_EXPORT_URI: f"{job.output_prefix}/{job_name}/output/{where}"}
 
 
+def check_wandb(spec: RunSpec) -> None:
+    """W&B online needs an API key in the container, which a job cannot be given safely here."""
+    wb = spec.training.wandb
+    if "wandb" in spec.training.report_to and wb is not None and wb.mode == "online":
+        raise SpecError(
+            "W&B online needs an API key inside the job: bsm passes no credential through the "
+            "job's environment (DescribeTrainingJob shows it) and the container makes no AWS "
+            "call to fetch one from Secrets Manager",
+            field="training.wandb.mode",
+            hint="set training.wandb.mode: offline (the run's W&B files leave in output.tar.gz; "
+            "`wandb sync` them), or use mlflow / tensorboard for a live view",
+        )
+
+
 def native_members(
     spec: RunSpec,
     job: JobSpec,
@@ -105,6 +119,7 @@ def native_members(
     instance_types: list[str],
 ) -> dict[str, Any]:
     """The members above that the spec asks for, by request member name."""
+    check_wandb(spec)
     members = {
         "TensorBoardOutputConfig": tensorboard_output(spec, job, job_base),
         "MlflowConfig": mlflow_config(spec, job_name),

@@ -23,8 +23,7 @@ TRACKER_FIELDS = ("report_to", "mlflow", "wandb")
 MLFLOW_ARN_RE = re.compile(
     r"^arn:aws[a-z\-]*:sagemaker:[a-z0-9\-]*:[0-9]{12}:mlflow-[a-zA-Z-]*/.+$"
 )
-SECRET_ARN_RE = re.compile(r"^arn:aws[a-z\-]*:secretsmanager:[a-z0-9\-]+:[0-9]{12}:secret:.+$")
-_URI_RE = re.compile(r"^(https?://[^\s/]+(/\S*)?|file:\S+)$")
+_URI_RE = re.compile(r"^(https?://[^\s/]+(/\S*)?|file:\S+|sqlite:///\S+)$")
 _NAME_RE = re.compile(r"^[^\x00-\x1f]{1,256}$")
 
 
@@ -41,7 +40,7 @@ class MlflowSpec(_Strict):
         max_length=2048,
         description="A SageMaker managed MLflow ARN (arn:aws:sagemaker:REGION:ACCOUNT:"
         "mlflow-tracking-server/NAME or mlflow-app/ID; sent as MlflowConfig), an http(s):// "
-        "tracking server, or a file: store (run-local).",
+        "tracking server, or a local sqlite:/// or file: store (run-local).",
     )
     experiment: str | None = Field(
         None, description="Experiment name, 1-256 characters; default: the model's name."
@@ -62,7 +61,8 @@ class MlflowSpec(_Strict):
             return v
         if not _URI_RE.match(v):
             raise ValueError(
-                f"expected a SageMaker MLflow ARN, an http(s):// URL or a file: URI, got {v!r}"
+                f"expected a SageMaker MLflow ARN, an http(s):// URL, or a sqlite:/// or file: URI; "
+                f"got {v!r}"
             )
         return v
 
@@ -80,28 +80,14 @@ class MlflowSpec(_Strict):
 
 
 class WandbSpec(_Strict):
-    """Weights & Biases from inside the job. The API key is never a spec field."""
+    """Weights & Biases from inside the job. The API key is never a spec field: WANDB_API_KEY
+    in run-local's environment; offline in a SageMaker job."""
 
     project: str = Field(min_length=1, max_length=128, description="W&B project, 1-128 chars.")
     entity: str | None = Field(None, min_length=1, max_length=128, description="Team or user.")
     mode: Literal["online", "offline"] = Field(
         "online", description="offline: write runs locally only (`wandb sync` later)."
     )
-    api_key_secret: str | None = Field(
-        None,
-        description="The Secrets Manager secret (ARN) holding the API key, for a SageMaker job; "
-        "run-local reads WANDB_API_KEY from the environment.",
-    )
-
-    @field_validator("api_key_secret")
-    @classmethod
-    def _secret(cls, v: str | None) -> str | None:
-        if v is not None and not SECRET_ARN_RE.match(v):
-            raise ValueError(
-                f"expected a Secrets Manager ARN (arn:aws:secretsmanager:REGION:ACCOUNT:"
-                f"secret:NAME), got {v!r}"
-            )
-        return v
 
 
 def check_trackers(
@@ -114,7 +100,7 @@ def check_trackers(
     if "mlflow" in report_to and mlflow is None:
         raise ValueError(
             "report_to has mlflow but training.mlflow is unset: add training.mlflow.tracking_uri "
-            "(a SageMaker MLflow ARN, an http(s):// server or a file: store)"
+            "(a SageMaker MLflow ARN, an http(s):// server or a sqlite:/// store)"
         )
     if "wandb" in report_to and wandb is None:
         raise ValueError("report_to has wandb but training.wandb is unset: add its project")
