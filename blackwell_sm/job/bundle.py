@@ -93,7 +93,9 @@ def build_bundle(
     files = _collect(PACKAGE_DIR, "blackwell_sm") + _collect(ENTRYPOINTS_DIR, "entrypoints")
     raw = io.BytesIO()
     names = []
-    with tarfile.open(fileobj=raw, mode="w", format=tarfile.USTAR_FORMAT) as tar:
+    # PAX: wheel file names can pass USTAR's 100 characters (charset_normalizer's manylinux
+    # wheel, a dependency of the trackers' clients); an extended header carries them.
+    with tarfile.open(fileobj=raw, mode="w", format=tarfile.PAX_FORMAT) as tar:
         for arcname, path in files:
             data = path.read_bytes()
             tar.addfile(

@@ -21,9 +21,7 @@ from blackwell_sm.spec.run import RunSpec
 MLFLOW_ACTIONS = (
     "sagemaker-mlflow:CreateExperiment",
     "sagemaker-mlflow:CreateRun",
-    "sagemaker-mlflow:GetExperiment",
     "sagemaker-mlflow:GetExperimentByName",
-    "sagemaker-mlflow:GetRun",
     "sagemaker-mlflow:LogBatch",
     "sagemaker-mlflow:SetTag",
     "sagemaker-mlflow:UpdateRun",

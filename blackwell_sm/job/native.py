@@ -55,7 +55,7 @@ def model_package_group_arn(job: JobSpec, region: str) -> str | None:
     if group is None or group.startswith("arn:"):
         return group
     parts = job.role_arn.split(":")
-    return f"arn:{parts[1]}:sagemaker:{region}:{parts[4]}:model-package-group/{group}"
+    return f"arn:{parts[1]}:sagemaker:{job.region or region}:{parts[4]}:model-package-group/{group}"
 
 
 def model_package(spec: RunSpec, job: JobSpec, region: str) -> dict[str, Any] | None:

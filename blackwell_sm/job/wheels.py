@@ -187,7 +187,11 @@ def requirements_for(
 
 
 def fetch_for(spec: RunSpec, plan: Plan, also: Sequence[Plan] = ()) -> Wheelhouse:
-    """The wheelhouse `build_job_request` wants for `spec` run as `plan` (cached download)."""
+    """The wheelhouse `build_job_request` wants for `spec` run as `plan` (cached download). A
+    spec the builder would refuse for its trackers is refused first, before any download."""
+    from blackwell_sm.job.native import check_wandb
+
+    check_wandb(spec)
     target, reqs, _ = requirements_for(spec, plan, also)
     return fetch_wheels(reqs, target)
 
