@@ -88,9 +88,8 @@ def test_what_v2_cannot_say_is_named(sent):
 
 def test_bsm_submit_sends_the_same_request(sent, tmp_path):
     """`bsm submit`'s create call (aws/jobs.py), on the same spec, sends the same members."""
-    from botocore.stub import Stubber
-
     import boto3
+    from botocore.stub import Stubber
 
     wire, req, _, _ = sent
     client = boto3.client("sagemaker", region_name=REGION, aws_access_key_id="x",
