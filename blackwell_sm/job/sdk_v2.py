@@ -9,7 +9,8 @@ builder's TrainingJobName and a rerun reattaches by name, which the v3 view cann
 profiler and the debugger hook, which v2 switches on by default, are off. Members v2 has no
 argument for (`MlflowConfig`, `ModelPackageConfig`, and `TrainingPlanArn` on SDKs before
 `training_plan`) are set by a `before-parameter-build` hook on the session, for this job only,
-and named in a `SdkViewWarning`. tests/sdk_v2/ compares the request on the wire with the
+and named in a `SdkViewWarning`; the same hook sends the two false flags v2 leaves out and drops
+the `ProfilerConfig {DisableProfiler: true}` v2 adds, so the request is the builder's exactly. tests/sdk_v2/ compares the request on the wire with the
 builder's (`make test-sdk-v2`, its own virtualenv).
 """
 
@@ -30,10 +31,23 @@ from blackwell_sm.spec.run import RunSpec
 HOOKED = ("MlflowConfig", "ModelPackageConfig")
 
 
+# Sent by the builder even when false; v2 leaves a false flag out (the same meaning): the hook
+# puts them back so that the request is the builder's, member for member.
+FLAGS = ("EnableNetworkIsolation", "EnableInterContainerTrafficEncryption")
+# What `disable_profiler=True` makes v2 send; the builder sends no profiler member (no profiling
+# either way): the hook takes it out.
+PROFILER_OFF = {"DisableProfiler": True}
+
+
 def _hook(req: JobRequest, members: dict[str, Any]) -> Any:
     def hook(params: dict[str, Any], **_: Any) -> None:
-        if params.get("TrainingJobName") == req.job_name:  # this job only
-            params.update(members)
+        if params.get("TrainingJobName") != req.job_name:  # this job only
+            return
+        params.update(members)
+        for flag in FLAGS:
+            params[flag] = req.request[flag]
+        if params.get("ProfilerConfig") == PROFILER_OFF:
+            del params["ProfilerConfig"]
 
     return hook
 
@@ -145,10 +159,10 @@ def estimator_and_request(
     kw, hooked = _kwargs(req, accepted)
     if upload is not None:
         upload(sagemaker_session.boto_session, req)
+    sagemaker_session.sagemaker_client.meta.events.register(
+        "before-parameter-build.sagemaker.CreateTrainingJob", _hook(req, hooked)
+    )
     if hooked:
-        sagemaker_session.sagemaker_client.meta.events.register(
-            "before-parameter-build.sagemaker.CreateTrainingJob", _hook(req, hooked)
-        )
         warnings.warn(
             SdkViewWarning(
                 f"the SDK v2 Estimator has no argument for {', '.join(sorted(hooked))}: a "
