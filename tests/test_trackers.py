@@ -145,6 +145,33 @@ def test_the_mlflow_server_holds_the_same_metrics(tracked):
     assert "bsm.check" in run_.data.tags and "warning" not in tracked["stdout"]
 
 
+def test_a_resumed_launch_continues_its_mlflow_run(mlflow_server, monkeypatch):
+    """One job, one MLflow run: a launch stopped by SIGTERM leaves its run unfinished; the next
+    launch (same run name) continues it; a completed run is never reopened."""
+    from mlflow.tracking import MlflowClient
+
+    from blackwell_sm.train.trackers import MlflowTracker
+
+    uri = mlflow_server[0]
+    monkeypatch.setenv("TRAINING_JOB_NAME", "bsm-tiny-resumed")
+    monkeypatch.delenv("MLFLOW_RUN_ID", raising=False)
+    plan = local_plan(training={"report_to": ["mlflow"],
+                                "mlflow": {"tracking_uri": uri, "experiment": "resumes"}})  # fmt: skip
+    first = MlflowTracker(plan)
+    first.record(_train(1))
+    first.close("stopped (SIGTERM)")
+    second = MlflowTracker(plan)
+    assert second.run_id == first.run_id
+    second.record(_train(2))
+    second.close("completed")
+    third = MlflowTracker(plan)
+    assert third.run_id != first.run_id
+    client = MlflowClient(tracking_uri=uri)
+    assert client.get_run(first.run_id).info.status == "FINISHED"
+    steps = [m.step for m in client.get_metric_history(first.run_id, "train/loss")]
+    assert steps == [1, 2]
+
+
 # ---------------------------------------------------------------------------------------------
 # A tracker that fails never stops or slows training
 # ---------------------------------------------------------------------------------------------

@@ -23,6 +23,7 @@ MLFLOW_ACTIONS = (
     "sagemaker-mlflow:CreateRun",
     "sagemaker-mlflow:GetExperimentByName",
     "sagemaker-mlflow:LogBatch",
+    "sagemaker-mlflow:SearchRuns",
     "sagemaker-mlflow:SetTag",
     "sagemaker-mlflow:UpdateRun",
 )

@@ -198,16 +198,19 @@ def memory_figure(runs: Sequence[RunData]) -> Any:
         pairs.append((mem, m.total))
         seen += [*mem, m.total]
     far = any(far_ratio(mm, p) is not None for mm, p in pairs)
+    above = []
     for u in sorted(set(usable)):
         if far or u <= 2.5 * max(seen, default=u):
             _flat(ax, x0, x1, u, "usable limit", color="k", lw=1.0)
-        else:  # far above: keep the run readable, say where it is
-            ax.text(0.01, 0.95, f"usable limit {u:,.1f} GiB (above the plot)",
-                    transform=ax.transAxes, va="top", fontsize=9)  # fmt: skip
+        else:  # far above: keep the run readable, say where it is (in the title: no overlap)
+            above.append(f"{u:,.1f}")
     ax.set_xlabel("optimizer step")
     ax.set_ylabel("GiB per GPU")
     ax.grid(alpha=0.3)
-    _scale(ax, pairs, f"peak memory ({', '.join(sorted(kinds)) or 'none'})")
+    title = f"peak memory ({', '.join(sorted(kinds)) or 'none'})"
+    if above:
+        title += f"; usable limit {', '.join(above)} GiB, above the plot"
+    _scale(ax, pairs, title)
     _legend(ax)
     return fig
 

@@ -173,7 +173,8 @@ class TensorBoardTracker:
 
 class MlflowTracker:
     """MLflow's client API: a SageMaker ARN (the sagemaker-mlflow plugin signs the calls), an
-    http(s) server or a file store. Joins the run SageMaker made when MLFLOW_RUN_ID is set."""
+    http(s) server or a local store. Joins the run SageMaker made when MLFLOW_RUN_ID is set,
+    else the unfinished run of the same name (a resumed launch), else starts one."""
 
     name = "mlflow"
 
@@ -192,10 +193,24 @@ class MlflowTracker:
             name = settings.experiment or plan.model.name
             exp = self.client.get_experiment_by_name(name)
             exp_id = exp.experiment_id if exp is not None else self.client.create_experiment(name)
-            run_id = self.client.create_run(exp_id, run_name=run_name(plan)).info.run_id
+            run_id = self._unfinished(exp_id, run_name(plan))
+            if run_id is None:
+                run_id = self.client.create_run(exp_id, run_name=run_name(plan)).info.run_id
         self.run_id = run_id
         params = [Param(k, v) for k, v in plan_params(plan).items()]
         self.client.log_batch(self.run_id, params=params)
+
+    def _unfinished(self, exp_id: str, name: str) -> str | None:
+        """The newest run of this name that did not finish (a launch killed or stopped before
+        this one, which resumes it): its steps continue in the same MLflow run."""
+        found = self.client.search_runs(
+            [exp_id], filter_string=f"attributes.run_name = '{name}'",
+            order_by=["attributes.start_time DESC"], max_results=1,
+        )  # fmt: skip
+        if found and found[0].info.status != "FINISHED":
+            self.client.update_run(found[0].info.run_id, status="RUNNING")
+            return found[0].info.run_id
+        return None
 
     def record(self, rec: Record) -> None:
         from mlflow.entities import Metric
