@@ -180,3 +180,20 @@ def test_role_and_account_of_a_named_group():
         f"arn:aws:sagemaker:{REGION}:{ACCOUNT}:model-package-group/g1"  # job.region wins
     )
     assert ROLE.split(":")[4] == ACCOUNT
+
+
+def test_the_v2_view_refuses_what_it_cannot_send_before_any_call():
+    """In this (SDK v3) virtualenv: the v2 view's refusals come before the SDK is needed, and the
+    missing SDK 2.x is named with the way to get it."""
+    from blackwell_sm.errors import BsmError, SpecError
+    from blackwell_sm.job.sdk_v2 import to_estimator
+
+    spec = run_spec()
+    named = spec.model_copy(deep=True)
+    named.compute.training_plan = "my-plan"
+    with pytest.raises(SpecError, match="not an ARN") as e:
+        to_estimator(named, plan_for(spec))
+    assert e.value.field == "compute.training_plan"
+    with pytest.raises(BsmError, match=r"SDK v2 is not installed") as e:
+        to_estimator(spec, plan_for(spec))
+    assert "sdk-v2" in str(e.value.hint)

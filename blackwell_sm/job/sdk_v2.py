@@ -23,7 +23,7 @@ from typing import Any
 
 from blackwell_sm.errors import BsmError, SpecError
 from blackwell_sm.job.request import JobRequest, build_job_request
-from blackwell_sm.job.sdk import SdkViewWarning, Uploader, refuse_placeholders
+from blackwell_sm.job.sdk import SdkViewWarning, Uploader, refuse_placeholders, view_inputs
 from blackwell_sm.planner.plan import Plan
 from blackwell_sm.spec.run import RunSpec
 
@@ -111,21 +111,7 @@ def estimator_and_request(
 ) -> tuple[Any, JobRequest]:
     """`to_estimator`, also returning the builder's JobRequest it was configured from. `upload`
     puts the code bundle in S3 (blackwell_sm.aws.sdk passes its verified upload)."""
-    from blackwell_sm.job.sdk import _load
-
-    run = _load(spec)
-    if run.compute.instance_preferences:
-        raise SpecError(
-            "to_estimator does not map compute.instance_preferences (the bundle's plan per "
-            "type is built only by `bsm submit`)",
-            field="compute.instance_preferences",
-            hint="submit with `bsm submit SPEC`, or use one instance_type",
-        )
-    if plan is None:
-        from blackwell_sm.planner.api import make_plan
-        from blackwell_sm.planner.profile import profile_for
-
-        plan = make_plan(run, calibration=profile_for(run))
+    run, plan = view_inputs(spec, plan, training_plan_arn, "to_estimator")
     from blackwell_sm.job.wheels import fetch_for
 
     try:
