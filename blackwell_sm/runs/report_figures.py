@@ -200,10 +200,11 @@ def memory_figure(runs: Sequence[RunData]) -> Any:
     far = any(far_ratio(mm, p) is not None for mm, p in pairs)
     above = []
     for u in sorted(set(usable)):
-        if far or u <= 2.5 * max(seen, default=u):
-            _flat(ax, x0, x1, u, "usable limit", color="k", lw=1.0)
-        else:  # far above: keep the run readable, say where it is (in the title: no overlap)
+        _flat(ax, x0, x1, u, "usable limit", color="k", lw=1.0)
+        if not far and u > 2.5 * max(seen, default=u):  # far above: keep the run readable
             above.append(f"{u:,.1f}")
+    if above:  # the limit's line is left above the view; the title says where it is
+        ax.set_ylim(0, 1.3 * max(seen))
     ax.set_xlabel("optimizer step")
     ax.set_ylabel("GiB per GPU")
     ax.grid(alpha=0.3)

@@ -38,9 +38,9 @@ class MlflowSpec(_Strict):
     tracking_uri: str = Field(
         min_length=1,
         max_length=2048,
-        description="A SageMaker managed MLflow ARN (arn:aws:sagemaker:REGION:ACCOUNT:"
-        "mlflow-tracking-server/NAME or mlflow-app/ID; sent as MlflowConfig), an http(s):// "
-        "tracking server, or a local sqlite:/// or file: store (run-local).",
+        description="1-2048 characters: a SageMaker managed MLflow ARN (arn:aws:sagemaker:"
+        "REGION:ACCOUNT:mlflow-tracking-server/NAME or mlflow-app/ID; sent as MlflowConfig), an "
+        "http(s):// tracking server, or a local sqlite:/// or file: store (run-local).",
     )
     experiment: str | None = Field(
         None, description="Experiment name, 1-256 characters; default: the model's name."
@@ -83,8 +83,10 @@ class WandbSpec(_Strict):
     """Weights & Biases from inside the job. The API key is never a spec field: WANDB_API_KEY
     in run-local's environment; offline in a SageMaker job."""
 
-    project: str = Field(min_length=1, max_length=128, description="W&B project, 1-128 chars.")
-    entity: str | None = Field(None, min_length=1, max_length=128, description="Team or user.")
+    project: str = Field(min_length=1, max_length=128, description="W&B project, 1-128 characters.")
+    entity: str | None = Field(
+        None, min_length=1, max_length=128, description="Team or user, 1-128 characters."
+    )
     mode: Literal["online", "offline"] = Field(
         "online", description="offline: write runs locally only (`wandb sync` later)."
     )
