@@ -374,3 +374,16 @@ def test_each_inline_svg_parses_and_names_its_axes(overlay):
     assert "GiB per GPU" in memory
     assert "learning rate" in optimizer and "L2 norm (before clipping)" in optimizer
     assert "(min)" in timeline and "resume: after-calibration" in timeline
+
+
+def test_a_limit_far_above_the_run_is_named_in_the_title_not_the_legend(single):
+    """The legend lists only what is in view: a usable limit 20x the run is left above the
+    plot, said in the title, and its line stays in the plot data."""
+    data, page = single
+    memory = re.search(r'id="fig-memory">(.*?)</svg>', page, re.S).group(1)
+    words = " ".join("".join(t.itertext()) for t in ET.fromstring(memory + "</svg>").iter(
+        f"{SVG_NS}text"))  # fmt: skip
+    assert "usable limit 7.8 GiB, above the plot" in words
+    assert words.count("usable limit") == 1  # the title only
+    usable, measured = data["memory"]["usable limit"]["y"], data["memory"]["measured peak memory"]
+    assert min(usable) > 10 * max(measured["y"])

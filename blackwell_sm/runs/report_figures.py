@@ -58,10 +58,19 @@ def _span(runs: Sequence[RunData]) -> tuple[float, float]:
     return (min(steps), max(steps)) if steps else (0.0, 1.0)
 
 
+def _above(handle: Any, top: float) -> bool:
+    """A line wholly above the view (a far usable limit): the legend leaves it out."""
+    ys = getattr(handle, "get_ydata", lambda: [])()
+    return len(ys) > 0 and min(float(y) for y in ys) > top
+
+
 def _legend(ax: Any) -> None:
     """Outside the plot, on its right (it never covers data), long labels wrapped so that the
     plot keeps its width."""
     handles, labels = ax.get_legend_handles_labels()
+    top = ax.get_ylim()[1]
+    shown = [(h, lab) for h, lab in zip(handles, labels, strict=True) if not _above(h, top)]
+    handles, labels = [h for h, _ in shown], [lab for _, lab in shown]
     if handles:
         wrapped = [textwrap.fill(lab, LEGEND_CHARS, subsequent_indent="  ") for lab in labels]
         ax.legend(handles, wrapped, loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8,
