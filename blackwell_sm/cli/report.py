@@ -26,8 +26,11 @@ def report(runs: tuple[str, ...], out: str | None, region: str | None, output: s
     against predicted."""
     from pathlib import Path
 
+    from blackwell_sm.atomic_write import check_out_path
     from blackwell_sm.runs.report import write_report
 
+    if out is not None:
+        check_out_path(out, flag="--out")  # before drawing: a bad --out is refused at once
     aws = None
     if any(not Path(r).is_dir() and "/" not in r for r in runs):
         from blackwell_sm.aws.session import AwsContext

@@ -19,6 +19,7 @@ from blackwell_sm.planner.explain import (
     advice_for,
     alternatives,
     comm_bound,
+    cp_reason,
     memory_relief,
     near_miss_advice,
     reasons_for,
@@ -59,6 +60,7 @@ def _pins(spec: RunSpec) -> Pins:
         else tr.activation_checkpointing,
         compile=p.compile,
         reshard_after_forward=p.reshard_after_forward,
+        cp_degree=p.cp_degree,
     )
 
 
@@ -100,7 +102,7 @@ def _context(
         warnings.append(f"price ${inst.price_per_hour}/h per instance: {inst.price_source}")
     ctx = Context(
         model, inst, tr.seq_len, tr.global_batch_sequences, total_tokens, tr.total_steps, price,
-        packed=tr.task == "finetune", constants=constants,
+        packed=tr.task == "finetune", constants=constants, loss_impl=tr.loss_impl,
     )  # fmt: skip
     return ctx, local, warnings, ref
 
@@ -176,6 +178,9 @@ def make_plan(
     c = best.cand
     limit = inst.gpu.memory_gib
     reasons.extend(reasons_for(best, ctx, pins))
+    why_cp = cp_reason(res.evaluated, best, ctx, pins)
+    if why_cp:
+        reasons.append(why_cp)
     if pins.precision:
         reasons.append(f"precision {c.precision} (pinned)")
         why = lowp_ineligible(model, c.precision)
@@ -248,7 +253,11 @@ def pinned_plan(
             f"{ctx.instance.gpus_per_instance} = {world} GPUs",
             field="config.shard_degree",
         )
-    check_pins(ctx, instance_count, Pins(precision=cand.precision))
+    check_pins(
+        ctx,
+        instance_count,
+        Pins(precision=cand.precision, cp_degree=cand.cp_degree, shard_degree=cand.shard_degree),
+    )
     e = evaluate(ctx, cand)
     return assemble_plan(spec, ctx.instance, e, e.fits, [], ctx.price_per_hour, local,
                      warnings=warnings, reasons=["pinned configuration (not searched)"],

@@ -17,6 +17,7 @@ from blackwell_sm.planner.search import (
     Context,
     Evaluation,
     Pins,
+    cp_degrees,
     min_memory,
     pick,
     usable_bytes,
@@ -37,6 +38,7 @@ def to_config(c: Candidate, seq_len: int) -> PlanConfig:
         activation_checkpointing=c.activation_checkpointing,
         compile=c.compile,
         reshard_after_forward=c.reshard_after_forward,
+        cp_degree=c.cp_degree,
     )
 
 
@@ -62,6 +64,17 @@ def advice_for(
             out.append(
                 f"activation_checkpointing: full fits ({e.memory_gib:.1f} GiB of the usable {limit:.1f})"
             )
+    if best.cand.cp_degree == 1 and pins.cp_degree is not None:  # CP pinned off: would it fit?
+        for cp in cp_degrees(ctx._replace(seq_len=max(ctx.seq_len, C.CP_MIN_SEQ)),
+                             best.cand.shard_degree, pins._replace(cp_degree=None))[1:]:  # fmt: skip
+            if ctx.seq_len % (2 * cp):
+                continue
+            e = min_memory(ctx, count, pins._replace(cp_degree=cp), precs)
+            if fits_or_none(e):
+                out.append(
+                    f"cp_degree: {cp} fits ({e.memory_gib:.1f} GiB of the usable {limit:.1f})"
+                )
+                break
     s = ctx.seq_len // 2
     while s >= 256:
         e = min_memory(ctx._replace(seq_len=s), count, pins, precs)
@@ -159,6 +172,7 @@ def alternatives(
     for knob in (
         "activation_checkpointing",
         "precision",
+        "cp_degree",
         "shard_degree",
         "reshard_after_forward",
         "compile",
@@ -260,6 +274,40 @@ def comm_bound(best: Evaluation, ctx: Context) -> str | None:
     return (
         f"communication-bound: exposed collectives are {share:.0%} of the step "
         f"({t.exposed_comm_s:.2f} of {t.step_s:.2f} s); would help: {'; '.join(helps)}"
+    )
+
+
+def cp_reason(evals: list[Evaluation], best: Evaluation, ctx: Context, pins: Pins) -> str | None:
+    """Why this context-parallel degree (only when more than one was weighed, or pinned)."""
+    c, s = best.cand, ctx.seq_len
+    if pins.cp_degree is not None:
+        return f"cp_degree {c.cp_degree} (pinned)"
+    evals = [e for e in evals if e.cand.precision == c.precision]  # precision is chosen apart
+    if len({e.cand.cp_degree for e in evals}) < 2:
+        return None
+    usable = usable_bytes(ctx.instance) / GIB
+    plain = [e for e in evals if e.cand.cp_degree == 1]
+    if c.cp_degree == 1:
+        others = [e for e in evals if e.cand.cp_degree > 1 and e.fits]
+        if not others:
+            return "cp_degree 1 (no context parallelism: the whole sequence fits on each GPU)"
+        o = min(others, key=lambda e: e.hours)
+        return f"cp_degree 1 (no context parallelism): cp {o.cand.cp_degree} {_why_not(o, best, usable)}"
+    gathers = best.time.exposed_comm_s
+    per_gpu = f"each GPU holds {s // c.cp_degree:,} tokens of every sequence"
+    if not any(e.fits for e in plain):
+        least = min(plain, key=lambda e: e.mem.total)
+        return (
+            f"seq {s} needs cp {c.cp_degree}: without context parallelism the least memory is "
+            f"{least.memory_gib:.1f} GiB ({', '.join(_differs(least, best))}) of the usable "
+            f"{usable:.1f}; with cp {c.cp_degree} {per_gpu} and {best.memory_gib:.1f} GiB"
+        )
+    fast = min((e for e in plain if e.fits), key=lambda e: e.hours)
+    return (
+        f"seq {s} runs faster with cp {c.cp_degree}: {1 - best.hours / fast.hours:.0%} faster than "
+        f"the fastest layout without it ({', '.join(_differs(fast, best))}); {per_gpu}, and "
+        f"the K/V gathers and other exposed collectives take {gathers:.2f} s of the "
+        f"{best.time.step_s:.2f} s step"
     )
 
 

@@ -56,10 +56,23 @@ class PlanConfig(_Out):
     activation_checkpointing: Checkpointing
     compile: bool
     reshard_after_forward: bool
+    cp_degree: int = Field(
+        1,
+        ge=1,
+        description="Context parallelism: consecutive ranks of a shard group that share each "
+        "sequence (1 = none). It divides shard_degree; parameters stay sharded over all "
+        "shard_degree ranks (the CP ranks join the FSDP dimension).",
+    )
+
+    @property
+    def world_size(self) -> int:
+        """Processes (GPUs) the plan runs on."""
+        return self.shard_degree * self.replicate_degree
 
     @property
     def data_parallel_size(self) -> int:
-        return self.shard_degree * self.replicate_degree
+        """Ranks that read different sequences: the world over the context-parallel groups."""
+        return self.world_size // self.cp_degree
 
     @property
     def global_batch_sequences(self) -> int:

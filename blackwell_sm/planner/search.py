@@ -40,6 +40,7 @@ class Candidate(NamedTuple):
     activation_checkpointing: str
     compile: bool
     reshard_after_forward: bool
+    cp_degree: int = 1  # context parallelism: ranks of a shard group sharing each sequence
 
     @property
     def world(self) -> int:
@@ -47,7 +48,7 @@ class Candidate(NamedTuple):
 
     @property
     def global_batch_seqs(self) -> int:
-        return self.micro_batch_size * self.grad_accum_steps * self.world
+        return self.micro_batch_size * self.grad_accum_steps * self.world // self.cp_degree
 
 
 class Pins(NamedTuple):
@@ -61,6 +62,7 @@ class Pins(NamedTuple):
     activation_checkpointing: str | None = None
     compile: bool | None = None
     reshard_after_forward: bool | None = None
+    cp_degree: int | None = None
 
 
 class Context(NamedTuple):
@@ -76,6 +78,7 @@ class Context(NamedTuple):
     compiled_loss: bool = False  # the loop does not compile its loss; rows of other stacks may
     packed: bool = False  # task: finetune: packed rows, a block-diagonal attention mask
     constants: C.Constants | None = None  # a calibration profile's; None: calibration.py's
+    loss_impl: str = "full-logits"  # the loop's is the spec's (chunked); other stacks' rows full
 
 
 class Evaluation(NamedTuple):
@@ -102,7 +105,7 @@ def complexity(c: Candidate) -> tuple:
     """Smaller is simpler: fewer instances, plain FSDP, less checkpointing, bf16, eager, the
     FSDP2 default reshard_after_forward=True, larger micro-batches (fewer steps to accumulate)."""
     return (
-        c.instance_count, c.replicate_degree > 1, _MODE_RANK.get(c.activation_checkpointing, 1), _PREC_RANK[c.precision],
+        c.instance_count, c.replicate_degree > 1, c.cp_degree, _MODE_RANK.get(c.activation_checkpointing, 1), _PREC_RANK[c.precision],
         c.compile, not c.reshard_after_forward, c.grad_accum_steps,
     )  # fmt: skip
 
@@ -125,8 +128,9 @@ def evaluate(ctx: Context, c: Candidate) -> Evaluation:
     m, inst = ctx.model, ctx.instance
     kw = dict(shard_degree=c.shard_degree, replicate_degree=c.replicate_degree,
               micro_batch=c.micro_batch_size, seq_len=ctx.seq_len, precision=c.precision,
-              mode=c.activation_checkpointing,
-              compile=c.compile, reshard_after_forward=c.reshard_after_forward)  # fmt: skip
+              mode=c.activation_checkpointing, compile=c.compile,
+              reshard_after_forward=c.reshard_after_forward, cp_degree=c.cp_degree,
+              loss_impl=ctx.loss_impl)  # fmt: skip
     sh = shape(m)
     k = ctx.constants or C.constants_for(inst.gpu.name)
     mem = memory_terms(sh, kind=inst.gpu.kind, compiled_loss=ctx.compiled_loss, packed=ctx.packed,
@@ -195,17 +199,35 @@ def candidates(
         (pins.reshard_after_forward,) if pins.reshard_after_forward is not None else (True, False)
     )
     for s, r in layouts:
-        splits = _batch_splits(
-            ctx.global_batch_seqs, s * r, pins.micro_batch_size, pins.grad_accum_steps
-        )
-        for p in precisions:
-            for mode in modes:
-                for comp in compiles:
-                    for rs in reshards if s > 1 else (True,):
-                        # micro-batch innermost and ascending: search_count stops at the first
-                        # that does not fit (memory grows with the micro-batch).
-                        for mb, ga in splits:
-                            yield Candidate(count, s, r, mb, ga, p, mode, comp, rs)
+        for cp in cp_degrees(ctx, s, pins):
+            splits = _batch_splits(
+                ctx.global_batch_seqs, s * r // cp, pins.micro_batch_size, pins.grad_accum_steps
+            )
+            for p in precisions:
+                for mode in modes:
+                    for comp in compiles:
+                        for rs in reshards if s > 1 else (True,):
+                            # micro-batch innermost and ascending: search_count stops at the
+                            # first that does not fit (memory grows with the micro-batch).
+                            for mb, ga in splits:
+                                yield Candidate(count, s, r, mb, ga, p, mode, comp, rs, cp)
+
+
+def cp_degrees(ctx: Context, shard_degree: int, pins: Pins) -> list[int]:
+    """Context-parallel degrees to try: the pin, else 1 and (for sequences of at least
+    CP_MIN_SEQ) each power of two up to the GPUs of a node that divides the shard group and
+    splits the sequence into 2 x cp chunks."""
+    if pins.cp_degree is not None:
+        return [pins.cp_degree]
+    out = [1]
+    if ctx.seq_len < C.CP_MIN_SEQ:
+        return out
+    cp = 2
+    while cp <= min(shard_degree, ctx.instance.gpus_per_instance):
+        if shard_degree % cp == 0 and ctx.seq_len % (2 * cp) == 0:
+            out.append(cp)
+        cp *= 2
+    return out
 
 
 def check_pins(ctx: Context, count: int, pins: Pins) -> None:
@@ -229,6 +251,16 @@ def check_pins(ctx: Context, count: int, pins: Pins) -> None:
             f"training.pins.shard_degree x replicate_degree = {s * r} must equal the GPU count "
             f"{world} ({count} instances x {ctx.instance.gpus_per_instance})",
             field="training.pins.shard_degree",
+        )
+    cp = pins.cp_degree
+    if cp is not None and cp > 1 and (world % cp or (s is not None and s % cp)):
+        of = f"shard_degree {s}" if s is not None and s % cp else f"the GPU count {world}"
+        top = s if s is not None and s % cp else world
+        raise SpecError(
+            f"training.pins.cp_degree {cp} must divide {of} (a context-parallel group lies "
+            f"inside one shard group); allowed: "
+            + ", ".join(str(d) for d in range(1, top + 1) if top % d == 0),
+            field="training.pins.cp_degree",
         )
     if pins.precision and not ctx.instance.gpu.supports(pins.precision):
         raise SpecError(
@@ -275,6 +307,7 @@ def search_count(ctx: Context, count: int, pins: Pins, precisions: tuple[str, ..
     for c in candidates(ctx, count, pins, precisions):
         key = (
             c.shard_degree,
+            c.cp_degree,
             c.precision,
             c.activation_checkpointing,
             c.compile,

@@ -10,7 +10,7 @@ from typing import NamedTuple
 from blackwell_sm.hardware import InstanceType
 from blackwell_sm.planner import calibration as C
 from blackwell_sm.planner.memory import Shape, block_linear_params, root_params, shape
-from blackwell_sm.spec import ModelSpec, arch
+from blackwell_sm.spec import ModelSpec, arch, long_context
 
 
 def recompute_flops_per_token(
@@ -52,9 +52,12 @@ def compute_terms_per_token(
     compile: bool,
     packed: bool = False,
     constants: C.Constants | None = None,
+    loss_impl: str = "full-logits",
 ) -> tuple[float, float]:
     """(forward + backward, recompute) seconds of compute per token on one GPU. `constants`:
-    the calibration to use (default: `calibration.constants_for` the instance's GPU)."""
+    the calibration to use (default: `calibration.constants_for` the instance's GPU). `packed`:
+    the attention takes a dense mask (every score block computed). `loss_impl` chunked: the
+    loss's backward recomputes each chunk's logits (8 head FLOPs per parameter, not 6)."""
     model = shape(model) if isinstance(model, ModelSpec) else model
     gpu = instance.gpu
     k = constants or C.constants_for(gpu.name)
@@ -68,7 +71,8 @@ def compute_terms_per_token(
     head_params = model.n_matmul_params - model.n_layers * model.params_per_layer
     rec_lin, rec_attn = recompute_flops_per_token(model, seq_len, mode)
     t_lin = 6.0 * lin_params / (lowp_peak * eff_lin)
-    t_head = 6.0 * head_params / (bf16_peak * eff_bf16)  # the output head stays bf16
+    head_flops = 8.0 if loss_impl == "chunked" else 6.0
+    t_head = head_flops * head_params / (bf16_peak * eff_bf16)  # the output head stays bf16
     frac = 1.0 if packed else C.ATTENTION_CAUSAL_FRACTION
     attn = 12.0 * model.n_layers * model.spec.q_dim * seq_len * frac
     t_attn = attn / (bf16_peak * eff_attn)
@@ -97,6 +101,27 @@ def link_bandwidth(
     return instance.intra_node_gb_s * 1e9 * k.nvlink_efficiency
 
 
+def context_parallel_comm_s(
+    model: ModelSpec | Shape,
+    instance: InstanceType,
+    micro_batch: int,
+    seq_len: int,
+    cp_degree: int,
+    mode: str,
+    constants: C.Constants | None = None,
+) -> float:
+    """Seconds per micro-batch of context parallelism's collectives (train/context_parallel.py):
+    in every block the K and V all-gather (forward, and again when a checkpointing `mode`
+    recomputes the block: the gather is not among the ops any mode keeps) and the reduce-scatter
+    of their gradients; each GPU moves (cp - 1) / cp of the whole sequence's K/V (bf16)."""
+    if cp_degree == 1:
+        return 0.0
+    model = shape(model) if isinstance(model, ModelSpec) else model
+    kv = micro_batch * seq_len * 2 * model.kv_dim * 2 * (cp_degree - 1) / cp_degree
+    bw = link_bandwidth(instance, cp_degree > instance.gpus_per_instance, constants)
+    return model.n_layers * (2 if mode == "none" else 3) * kv / bw
+
+
 class StepTime(NamedTuple):
     compute_s: float  # per step, all micro-batches, recompute included
     comm_s: float  # FSDP + HSDP collectives per step, before overlap
@@ -121,15 +146,24 @@ def step_time(
     reshard_after_forward: bool,
     packed: bool = False,
     constants: C.Constants | None = None,
+    cp_degree: int = 1,
+    loss_impl: str = "full-logits",
 ) -> StepTime:
-    """Predicted time of one optimizer step on every GPU (they run in lock-step)."""
+    """Predicted time of one optimizer step on every GPU (they run in lock-step). `cp_degree`:
+    each GPU computes seq_len / cp_degree tokens of each sequence (attention over the whole
+    sequence) and all-gathers K/V (`context_parallel_comm_s`, exposed)."""
     model = shape(model) if isinstance(model, ModelSpec) else model
     k = constants or C.constants_for(instance.gpu.name)
-    tokens = micro_batch * seq_len
+    tokens = micro_batch * seq_len // cp_degree
+    form = long_context.mask_kind(
+        packed=packed, cp_degree=cp_degree, micro_batch=micro_batch,
+        q_len=seq_len // cp_degree, kv_len=seq_len, device=instance.gpu.kind,
+    )  # fmt: skip
     base, rec = compute_terms_per_token(
-        model, instance, seq_len, precision, mode, compile, packed, k
+        model, instance, seq_len, precision, mode, compile, form == "dense", k, loss_impl
     )
     t_comp = tokens * (base + rec)
+    t_cp = context_parallel_comm_s(model, instance, micro_batch, seq_len, cp_degree, mode, k)
     gpn = instance.gpus_per_instance
     n = shard_degree
     # Per micro-batch FSDP traffic: all-gather forward (+ again in backward when resharding),
@@ -157,8 +191,10 @@ def step_time(
         t_ar = 2 * (r - 1) / r * model.n_params * 4 / n / bw
     comm_mb = t_ag + t_rs + t_ar
     # The first gather and the last reduce-scatter have nothing to hide under; the rest hides
-    # under compute up to COMM_OVERLAP of it. Never more than all the communication.
-    exposed_mb = t_first + max(0.0, comm_mb - t_first - k.comm_overlap * t_comp)
+    # under compute up to COMM_OVERLAP of it. Never more than all the communication. The CP
+    # gathers sit on the attention's critical path: all exposed.
+    exposed_mb = t_first + max(0.0, comm_mb - t_first - k.comm_overlap * t_comp) + t_cp
+    comm_mb += t_cp
     bytes_opt = model.n_params / n * C.OPTIMIZER_BYTES_PER_PARAM
     t_opt = bytes_opt / (instance.gpu.hbm_tb_s * 1e12 * k.hbm_efficiency)
     step = grad_accum * (t_comp + exposed_mb) + t_opt

@@ -242,9 +242,9 @@ def write_report(
     sources = [source] if isinstance(source, str) else list(source)
     runs = load_runs(sources, aws)
     doc = render_html(runs, figures(runs))
-    path = Path(out) if out is not None else default_out(sources)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(doc, encoding="utf-8")
+    from blackwell_sm.atomic_write import write_text  # atomic: a reader never sees half a file
+
+    path = write_text(out if out is not None else default_out(sources), doc, flag="--out")
     if len(runs) == 1:
         return ReportResult(path, summary_line(runs[0]))
     return ReportResult(path, " | ".join(f"{r.label}: {summary_line(r)}" for r in runs))
