@@ -38,6 +38,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from blackwell_sm.atomic_write import atomic_open, write_text
 from blackwell_sm.errors import BsmError, SpecError
 from blackwell_sm.job.images import MANYLINUX_X86_64, TARGETS, ImageTarget, image_target
+from blackwell_sm.spec.trackers import tracker_packages
 
 if TYPE_CHECKING:
     from blackwell_sm.planner.plan import Plan
@@ -48,15 +49,6 @@ SAFETENSORS = ">=0.4"
 TORCH_FLOOR = "2.6"  # FSDP2's public fully_shard
 TORCH_FLOOR_SM100 = "2.7"  # B200/B300 (sm_100/sm_103) need a CUDA >= 12.8 build
 FP8_PRECISIONS = frozenset({"fp8", "mxfp8"})
-# training.report_to: the client packages each tracker needs in the container (TensorBoard: none,
-# train/tb_events.py writes the event files). mlflow-skinny is MLflow's client without the
-# server; sagemaker-mlflow signs the calls to a SageMaker managed MLflow ARN.
-TRACKER_REQUIREMENTS: dict[str, tuple[tuple[str, str], ...]] = {
-    "tensorboard": (),
-    "mlflow": (("mlflow-skinny", ">=2.16"),),
-    "wandb": (("wandb", ">=0.17"),),
-}
-SAGEMAKER_MLFLOW = ("sagemaker-mlflow", ">=0.1")
 MANIFEST_VERSION = 1
 # progress(key, done, total, detail): what a display wants to hear (cli/progress.py)
 Progress = Callable[..., None]
@@ -127,8 +119,7 @@ def container_requirements(
     export_model: bool = False,
     sm100: bool = False,
     extra: tuple[str, ...] | list[str] = (),
-    trackers: Sequence[str] = (),
-    sagemaker_mlflow: bool = False,
+    trackers: Sequence[tuple[str, str, str]] = (),
 ) -> list[Requirement]:
     """What the container needs for a run of this kind on `target` (pure)."""
     floor = TORCH_FLOOR_SM100 if sm100 else TORCH_FLOOR
@@ -147,12 +138,7 @@ def container_requirements(
     if export_model:
         reqs.append(Requirement(name="safetensors", spec=SAFETENSORS, carried=True,
                                 why="the Hugging Face export at the end"))  # fmt: skip
-    for tracker in trackers:
-        pairs = TRACKER_REQUIREMENTS[tracker]
-        if tracker == "mlflow" and sagemaker_mlflow:
-            pairs = (*pairs, SAGEMAKER_MLFLOW)
-        reqs += [Requirement(name=n, spec=v, carried=True, why=f"training.report_to: {tracker}")
-                 for n, v in pairs]  # fmt: skip
+    reqs += [Requirement(name=n, spec=v, carried=True, why=why) for n, v, why in trackers]
     reqs.append(Requirement(name="torch", spec=torch_spec, why=torch_why, carried=False))
     reqs.append(Requirement(name="numpy", why="token data and checkpoints", carried=False))
     for raw in extra:
@@ -184,8 +170,7 @@ def requirements_for(
         export_model=spec.training.export_model,
         sm100=any(cc is not None and cc >= (10, 0) for cc in ccs),
         extra=job.container_requirements if job else (),
-        trackers=spec.training.report_to,
-        sagemaker_mlflow=spec.training.mlflow is not None and spec.training.mlflow.is_sagemaker,
+        trackers=tracker_packages(spec.training.report_to, spec.training.mlflow),
     )
     return target, reqs, [warning] if warning else []
 

@@ -25,6 +25,15 @@ MLFLOW_ARN_RE = re.compile(
 )
 _URI_RE = re.compile(r"^(https?://[^\s/]+(/\S*)?|file:\S+|sqlite:///\S+)$")
 _NAME_RE = re.compile(r"^[^\x00-\x1f]{1,256}$")
+# The client packages each tracker needs in the container, carried in the bundle (TensorBoard:
+# none, train/tb_events.py writes the event files). mlflow-skinny is MLflow's client without the
+# server; sagemaker-mlflow signs the calls to a SageMaker managed MLflow ARN.
+TRACKER_PACKAGES: dict[str, tuple[tuple[str, str], ...]] = {
+    "tensorboard": (),
+    "mlflow": (("mlflow-skinny", ">=2.16"),),
+    "wandb": (("wandb", ">=0.17"),),
+}
+SAGEMAKER_MLFLOW = ("sagemaker-mlflow", ">=0.1")
 
 
 class _Strict(BaseModel):
@@ -106,3 +115,14 @@ def check_trackers(
         )
     if "wandb" in report_to and wandb is None:
         raise ValueError("report_to has wandb but training.wandb is unset: add its project")
+
+
+def tracker_packages(report_to: list[str], mlflow: MlflowSpec | None) -> list[tuple[str, str, str]]:
+    """(package, version spec, why) for each package these trackers need in the container."""
+    out = []
+    for tracker in report_to:
+        pairs = TRACKER_PACKAGES[tracker]
+        if tracker == "mlflow" and mlflow is not None and mlflow.is_sagemaker:
+            pairs = (*pairs, SAGEMAKER_MLFLOW)
+        out += [(name, spec, f"training.report_to: {tracker}") for name, spec in pairs]
+    return out
