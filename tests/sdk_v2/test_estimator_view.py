@@ -75,7 +75,7 @@ def test_the_entrypoint_is_the_launcher_as_pid_1_and_the_name_reattaches(sent):
     wire, req, _, _ = sent
     algo = wire["AlgorithmSpecification"]
     assert algo["ContainerEntrypoint"][:2] == ["bash", "-c"]
-    assert "exec python entrypoints/launch.py" in algo["ContainerEntrypoint"][-1]
+    assert "exec python blackwell_sm/entrypoints/launch.py" in algo["ContainerEntrypoint"][-1]
     assert "ContainerArguments" not in algo
     assert wire["TrainingJobName"] == req.job_name  # a rerun finds the same job
     assert wire["ResourceConfig"]["TrainingPlanArn"] == PLAN_ARN
@@ -86,16 +86,23 @@ def test_what_v2_cannot_say_is_named(sent):
     assert any("MlflowConfig" in n and "ModelPackageConfig" in n for n in notes), notes
 
 
-def test_bsm_submit_sends_the_same_request(sent, tmp_path):
-    """`bsm submit`'s create call (aws/jobs.py), on the same spec, sends the same members."""
+def test_bsm_submit_sends_the_same_request(sent, monkeypatch):
+    """`bsm submit`'s create call (aws/jobs.py `create_job`, under moto) puts the same body on
+    the wire as the v2 view's `fit()`."""
     import boto3
-    from botocore.stub import Stubber
+    import moto
+
+    from blackwell_sm.aws.jobs import create_job
 
     wire, req, _, _ = sent
-    client = boto3.client("sagemaker", region_name=REGION, aws_access_key_id="x",
-                          aws_secret_access_key="y")  # fmt: skip
-    with Stubber(client) as stub:
-        stub.add_response("create_training_job", {"TrainingJobArn": f"arn:aws:sagemaker:{REGION}:"
-                          f"{ACCOUNT}:training-job/{req.job_name}"}, wire)  # fmt: skip
-        client.create_training_job(**req.request)  # what `bsm submit` sends: the builder's
-        stub.assert_no_pending_responses()
+    for k, v in {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing"}.items():
+        monkeypatch.setenv(k, v)
+    captured: list[dict] = []
+    with moto.mock_aws():
+        sm = boto3.client("sagemaker", region_name=REGION)
+        sm.meta.events.register(
+            "before-call.sagemaker.CreateTrainingJob",
+            lambda params, **_: captured.append(json.loads(params["body"])),
+        )
+        _, created = create_job(sm, req.request, spec_hash=req.spec_hash)
+    assert created and captured == [wire]
