@@ -2,8 +2,9 @@
 
 TensorBoard needs none (event files under the job's TensorBoard path, synced to S3 by
 SageMaker); MLflow a tracking URI (a SageMaker managed MLflow ARN, an http(s) server or a
-file store); W&B a project. Credentials never live in the spec: W&B's API key comes from the
-environment (`WANDB_API_KEY`) or from a Secrets Manager secret the spec names by ARN.
+file store); W&B a project. Credentials never live in the spec: W&B's API key comes from
+run-local's environment (`WANDB_API_KEY`); a SageMaker job runs W&B offline (job/native.py
+`check_wandb` says why).
 These fields do not change what is trained, so they stay out of the job's spec hash
 (`TRACKER_FIELDS`): adding a tracker to a running spec keeps its job name and checkpoints.
 """
