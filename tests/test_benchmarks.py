@@ -62,7 +62,7 @@ def local_wheels(tmp_path_factory):
     return out
 
 
-@pytest.mark.timeout(240)
+@pytest.mark.timeout(420)
 def test_gpu_check_cpu_dry_runs_the_real_launcher_end_to_end(tmp_path, local_wheels):
     """Through the bootstrap (nothing to install here), then the checkpoint/resume/export run
     (two launches) and the fp8 run (skipped on CPU, saying why). The other runs differ only in
@@ -70,13 +70,27 @@ def test_gpu_check_cpu_dry_runs_the_real_launcher_end_to_end(tmp_path, local_whe
     out = tmp_path / "run"
     proc = subprocess.run(
         ["bash", "benchmarks/gpu_check.sh", "--cpu-dry", "--out", str(out),
-         "--runs", "ckpt-resume-export,fp8"],
-        cwd=REPO, capture_output=True, text=True, timeout=230,
+         "--runs", "ckpt-resume-export,fp8,bf16-ac-none,loss-full-logits,cp-numerics",
+         "--results", str(tmp_path / "rows.jsonl")],
+        cwd=REPO, capture_output=True, text=True, timeout=400,
         env={**os.environ, "BSM_GPU_CHECK_WHEELS": str(local_wheels)},
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "[bsm-bootstrap] pydantic " in proc.stderr  # the container's bootstrap ran first
-    ckpt, fp8 = _rows(proc.stdout)
+    ckpt, fp8, chunked, full, cp = _rows(proc.stdout)
+    assert _rows((tmp_path / "rows.jsonl").read_text()) == [ckpt, fp8, chunked, full, cp]
+    # the two loss paths on the same data agree, and each says which it ran
+    assert (chunked["loss_impl"], full["loss_impl"]) == ("chunked", "full-logits")
+    match = full["loss_vs_bf16-ac-none"]
+    assert match["steps"] == 3 and match["max_rel_diff"] < 1e-3
+    # context parallelism's bookkeeping on one device: every degree, packed or not, exact
+    assert cp["run"] == "cp-numerics" and set(cp["numerics"]) == {
+        "cp2-dense",
+        "cp4-dense",
+        "cp2-dense-packed",
+        "cp4-dense-packed",
+    }
+    assert cp["within_tolerance"] is True and cp["value"] < 1e-4 and "NCCL" in cp["needs_two_gpus"]
     assert ckpt["name"] == fp8["name"] == "gpu_check.run" and ckpt["run"] == "ckpt-resume-export"
     assert ckpt["mode"] == "cpu-dry" and ckpt["model"] == "tiny" and ckpt["ok"] is None
     m, p = ckpt["measured"], ckpt["predicted"]
@@ -111,7 +125,14 @@ def test_gpu_check_lists_every_ac_mode_fp8_near_limit_and_checkpointing():
     assert names[: len(get_args(Checkpointing))] == [
         f"bf16-ac-{m}" for m in get_args(Checkpointing)
     ]
-    assert names[-3:] == ["fp8", "near-limit", "ckpt-resume-export"]
+    assert names[len(get_args(Checkpointing)) :] == [
+        "fp8",
+        "loss-full-logits",
+        "long-seq",
+        "near-limit",
+        "cp-numerics",
+        "ckpt-resume-export",
+    ]
 
 
 @pytest.mark.parametrize("gpu", ["H100", "H200", "B200"])
@@ -128,6 +149,10 @@ def test_gpu_check_plans_every_run_feasibly_for_each_gpu(gpu, capsys):
     assert rows["fp8"]["config"]["precision"] == "fp8"
     assert rows["bf16-ac-full"]["config"]["activation_checkpointing"] == "full"
     assert rows["near-limit"]["value"] == "llama-3.2-3b"
+    # the long run: the longest sequence the chunked loss fits, which full logits would not
+    long = rows["long-seq"]
+    assert long["config"]["seq_len"] == long["seq_tried"][-1] >= 16384
+    assert long["full_logits_predicted_gib"] > long["predicted"]["total_gib"]
 
 
 @pytest.mark.timeout(180)

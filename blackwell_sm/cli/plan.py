@@ -248,6 +248,7 @@ def _gib(x: float) -> str:
     return f"{x:,.1f}"
 
 
+# long function: the plan output, section by section (to be shortened: issue 21 item 3)
 def render(p: Any) -> None:
     """The plan as rich tables on stdout (people); JSON has the same facts for scripts.
     Nothing is cut: long values wrap, runner-ups are lines with the flags that select them."""

@@ -158,6 +158,7 @@ def _named(plan: str | None) -> str | None:
     return None if plan == "auto" else plan
 
 
+# long function: the request, member by member, as SageMaker documents it (to be split into builders: issue 25 item 3)
 def build_job_request(
     spec: RunSpec,
     plan: Plan | PreferencePlans,

@@ -109,6 +109,7 @@ def _entrypoint_hook(req: JobRequest) -> Any:
     return hook
 
 
+# long function: mirrors the request argument by argument for the SDK (to be derived from a table: issue 25 item 3)
 def model_trainer_and_request(
     spec: RunSpec | str | Path | dict[str, Any],
     plan: Plan | None = None,
