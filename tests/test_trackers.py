@@ -193,10 +193,14 @@ def test_a_tracker_whose_server_is_down_warns_once_and_training_goes_on(tmp_path
                                                                         monkeypatch):  # fmt: skip
     pytest.importorskip("mlflow")
     monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
-    log = _metrics_log(tmp_path, f"http://127.0.0.1:{free_port()}")  # nothing listens there
-    for s in range(1, 51):
-        log.write(_train(s))
-    log.write_summary(log.summary(status="completed", final_step=50, resumed_from=None))
+    # A port held bound and never listening refuses every connection, and no other process can
+    # take it meanwhile (a port found free and let go could be, by another worker's server).
+    with socket.socket() as dead:
+        dead.bind(("127.0.0.1", 0))
+        log = _metrics_log(tmp_path, f"http://127.0.0.1:{dead.getsockname()[1]}")
+        for s in range(1, 51):
+            log.write(_train(s))
+        log.write_summary(log.summary(status="completed", final_step=50, resumed_from=None))
     out = capfd.readouterr().out
     warnings = [ln for ln in out.splitlines() if ln.startswith("[bsm] warning: tracker")]
     assert len(warnings) == 1 and "tracker mlflow failed to start" in warnings[0], warnings
