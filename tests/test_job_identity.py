@@ -17,6 +17,7 @@ from blackwell_sm.job.names import canonical_json, job_identity, sha256_hex, spe
 from blackwell_sm.planner.plan import PlanConfig
 from blackwell_sm.planner.preferences import plan_preferences
 from blackwell_sm.spec import parse_spec
+from blackwell_sm.spec.trackers import TRACKER_FIELDS
 
 B200, B300, P5EN = "ml.p6-b200.48xlarge", "ml.p6-b300.48xlarge", "ml.p5en.48xlarge"
 PLAN_ARN = f"arn:aws:sagemaker:{REGION}:{ACCOUNT}:training-plan/b200-week"
@@ -27,6 +28,10 @@ NOT_IDENTITY = {
     ("compute", "instance_type"): "the plan's resolved type is hashed instead (varied below)",
     ("compute", "instance_count"): "the plan's resolved count is hashed instead (varied below)",
     ("training", "data", "accept_changed_data"): "an instruction to the resume, not a new run",
+    **{
+        ("training", key): "where the run reports, not what it trains (spec/trackers.py)"
+        for key in TRACKER_FIELDS
+    },
 }
 
 

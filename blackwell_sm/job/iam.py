@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from blackwell_sm.job.iam_calls import BUY_ACTIONS, CALLER_RESOURCES, COMMAND_CALLS, Call
+from blackwell_sm.job.iam_trackers import tracker_statements
 from blackwell_sm.job.images import default_image_uri
 from blackwell_sm.job.names import JOB_NAME_PREFIX, name_stem
 from blackwell_sm.spec.aws_rules import ECR_IMAGE_RE
@@ -242,6 +243,7 @@ def job_role_policy(spec: RunSpec | None = None) -> dict[str, Any]:
         # every training role, so they are always granted (SageMaker makes the interfaces).
         _stmt("VpcNetworkInterfacesAndTheSdkRoleCheck", VPC_ACTIONS, "*"),
     ]  # fmt: skip
+    statements += tracker_statements(spec, region=c.region)  # job/iam_trackers.py
     if kms_keys:
         statements.append(
             _stmt("UseTheSpecsKmsKeys", ["kms:Decrypt", "kms:GenerateDataKey"], kms_keys)

@@ -19,6 +19,8 @@ import secrets
 import time
 from typing import Any
 
+from blackwell_sm.spec.trackers import TRACKER_FIELDS
+
 JOB_NAME_PREFIX = "bsm-"
 MAX_JOB_NAME = 63  # botocore model TrainingJobName max; checked again against the model
 HASH_CHARS = 12
@@ -58,6 +60,8 @@ def job_identity(spec_data: dict[str, Any], plan: Any, others: Any = ()) -> dict
     # Accepting changed data is an instruction to the resume, not a new run: the same job name
     # and checkpoint location, so the run it names is the one that resumes.
     data.get("training", {}).get("data", {}).pop("accept_changed_data", None)
+    for key in TRACKER_FIELDS:  # where the run reports is not what it trains
+        data.get("training", {}).pop(key, None)
     payload = {
         "spec": data,
         "capacity": capacity_identity(compute, plan),

@@ -64,11 +64,12 @@ class RunSpec(BaseModel):
             return base
         if isinstance(v, dict) and "hf" in v:
             from blackwell_sm.spec.hf import from_hf_config, read_hf_config
+            from blackwell_sm.spec.hub import local_source
 
             v = dict(v)
-            source = v.pop("hf")
+            source, name = local_source(v.pop("hf"))  # a hub id: its cached snapshot
             cfg, where = read_hf_config(source)
-            base = {"name": where.parent.name or "hf", **from_hf_config(cfg, str(where))}
+            base = {"name": name or where.parent.name or "hf", **from_hf_config(cfg, str(where))}
             base.update(v)
             _check_hf_folder(base, source)
             return base

@@ -8,6 +8,7 @@ from typing import Literal, Self
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator, model_validator
 
 from blackwell_sm.spec.defaults import adjust_default, model_max_seq_len, was_set
+from blackwell_sm.spec.trackers import MlflowSpec, Tracker, WandbSpec, check_trackers
 from blackwell_sm.spec.types import (
     FLOAT64_EXACT,
     INT32_MAX,
@@ -235,10 +236,20 @@ class TrainingSpec(_Strict):
         return v
 
     pins: PlannerPins = Field(default_factory=PlannerPins)
+    report_to: list[Tracker] = Field(
+        default_factory=list,
+        description="Trackers rank 0 also reports to from inside the job: tensorboard (event "
+        "files synced by SageMaker's TensorBoardOutputConfig), mlflow (training.mlflow), wandb "
+        "(training.wandb); none by default. A tracker that fails warns once and never stops "
+        "or slows training.",
+    )
+    mlflow: MlflowSpec | None = Field(None, description="MLflow settings (report_to: mlflow).")
+    wandb: WandbSpec | None = Field(None, description="W&B settings (report_to: wandb).")
     _notes: list[str] = PrivateAttr(default_factory=list)  # defaults adjusted (spec/defaults.py)
 
     @model_validator(mode="after")
     def _one_of_each(self) -> Self:
+        check_trackers(self.report_to, self.mlflow, self.wandb)
         limit = model_max_seq_len()  # the model's context, while a RunSpec validates this
         if limit is not None and self.seq_len > limit and not was_set(self, "seq_len"):
             adjust_default(
