@@ -242,9 +242,9 @@ def test_two_runs_with_one_folder_name_get_distinct_labels(tmp_path):
 @pytest.mark.parametrize(
     ("make", "field", "words"),
     [
-        (lambda d: [str(d), str(d.parent / "missing")], "RUN", "neither a run directory"),
-        (lambda d: [str(d)] * 11, "RUN", "at most 10"),
-        (lambda d: [str(d), str(d.parent)], "RUN", "no plan.json"),
+        (lambda d: [str(d), str(d.parent / "missing")], "RUN_DIR|JOB", "neither an existing run"),
+        (lambda d: [str(d)] * 11, "RUN_DIR|JOB", "at most 10"),
+        (lambda d: [str(d), str(d.parent)], "RUN_DIR|JOB", "no plan.json"),
     ],
 )
 def test_bad_runs_in_an_overlay_are_refused_naming_them(tmp_path, make, field, words):

@@ -10,9 +10,7 @@ from blackwell_sm.cli.params import REGION, RUN_OR_JOB
 
 
 @click.command("report")
-@click.argument(
-    "runs", metavar="RUN_DIR|JOB [RUN_DIR|JOB...]", type=RUN_OR_JOB, nargs=-1, required=True
-)
+@click.argument("runs", metavar="RUN_DIR|JOB", type=RUN_OR_JOB, nargs=-1, required=True)
 @click.option(
     "--out",
     "out",

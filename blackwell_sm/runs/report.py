@@ -26,6 +26,9 @@ from blackwell_sm.records import Record, Summary, TrainRecord
 from blackwell_sm.runs.read import RunFiles, read_run
 from blackwell_sm.runs.report_figures import figures, plotted, svg
 
+#: How `bsm report` names its runs argument in errors (its metavar).
+RUN_FIELD = "RUN_DIR|JOB"
+
 PLOT_DATA_ID = "bsm-plot-data"
 MAX_RUNS = 10  # matplotlib's default colour cycle: one colour per run
 
@@ -44,12 +47,12 @@ class RunData(NamedTuple):
 def load_run(source: str, aws: Any = None, *, label: str | None = None) -> RunData:
     """A run directory, or a job name (its plan, summary and records from S3, else its logs).
     A run that measured nothing (no summary figures, no logged step) is SpecError."""
-    run = read_run(source, aws, field="RUN")
+    run = read_run(source, aws, field=RUN_FIELD)
     if run.measured().tokens_per_s_per_gpu is None:
         raise SpecError(
             f"nothing was measured in {source}: no summary.json figures and no logged step "
             f"({len(run.records)} records)",
-            field="RUN",
+            field=RUN_FIELD,
             hint="the run may still be starting or have died before its first logged step; "
             "`bsm status` or the run's output/failure says which",
             code="nothing_measured",
@@ -72,11 +75,13 @@ def run_labels(sources: Sequence[str]) -> list[str]:
 
 def load_runs(sources: Sequence[str], aws: Any = None) -> list[RunData]:
     if not sources:
-        raise SpecError("no run given", field="RUN", hint="bsm report RUN_DIR|JOB [RUN...]")
+        raise SpecError(
+            "no run given", field=RUN_FIELD, hint="bsm report RUN_DIR|JOB [RUN_DIR|JOB...]"
+        )
     if len(sources) > MAX_RUNS:
         raise SpecError(
             f"{len(sources)} runs given; a report overlays at most {MAX_RUNS}",
-            field="RUN",
+            field=RUN_FIELD,
             hint="compare fewer runs at a time",
         )
     return [
