@@ -18,6 +18,7 @@ from blackwell_sm.metrics import WARMUP_STEPS
 from blackwell_sm.opt_ml import METRICS_FILE, PLAN_FILE, SUMMARY_FILE, OptMl, is_local_run
 from blackwell_sm.planner import calibration as C
 from blackwell_sm.planner.fit import Row
+from blackwell_sm.planner.memory import shape
 from blackwell_sm.planner.plan import Plan
 from blackwell_sm.planner.profile import (
     ProfileSource,
@@ -94,7 +95,7 @@ def csv_row(row: dict[str, str], *, source: str = "") -> Row:
         raise SpecError(f"{where}: cannot read it ({e!s})", field="SOURCE") from None
     # torchtitan 2025 compiles the loss with the model (compile.components: model, loss).
     compiled_loss = cand.compile and "2025" in row.get("stack", "")
-    ctx = Context(model, inst, seq, cand.global_batch_seqs, None, 1, None, compiled_loss)
+    ctx = Context(shape(model), inst, seq, cand.global_batch_seqs, None, 1, None, compiled_loss)
     kind = "max_reserved" if row.get("memory_kind") == "max_reserved" else "total"
     return Row(row.get("id", "?"), ctx, cand, tps, mem, kind, source)
 
@@ -154,7 +155,7 @@ def plan_row(
         cfg.reshard_after_forward,
     )  # fmt: skip
     ctx = Context(
-        plan.spec.model, inst, cfg.seq_len, cand.global_batch_seqs, None, 1, None,
+        shape(plan.spec.model), inst, cfg.seq_len, cand.global_batch_seqs, None, 1, None,
         packed=tr.task == "finetune",
     )  # fmt: skip
     measured = measured_figures(summary, records)

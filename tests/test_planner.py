@@ -326,9 +326,11 @@ def test_packed_rows_pay_the_full_score_matrix():
     from blackwell_sm.planner import calibration as C
     from blackwell_sm.planner.step_time import compute_time_per_token
 
-    m, inst = PRESETS["qwen3-8b"], get_instance("ml.p6-b200.48xlarge")
-    a, b = (compute_time_per_token(m, inst, 4096, "bf16", "selective-op", True, packed=p)
-            for p in (False, True))  # fmt: skip
-    extra = 12.0 * m.n_layers * m.q_dim * 4096 * (1 - C.ATTENTION_CAUSAL_FRACTION)
+    m, inst = memory.shape(PRESETS["qwen3-8b"]), get_instance("ml.p6-b200.48xlarge")
+    a, b = (
+        compute_time_per_token(m, inst, 4096, "bf16", "selective-op", True, packed=p)
+        for p in (False, True)
+    )
+    extra = 12.0 * m.n_layers * m.spec.q_dim * 4096 * (1 - C.ATTENTION_CAUSAL_FRACTION)
     eff = C.ATTENTION_EFFICIENCY * C.gpu_calibration(inst.gpu.name).compute_scale
     assert b - a == pytest.approx(extra / (inst.gpu.peak_flops("bf16") * eff))

@@ -8,12 +8,13 @@ import pytest
 
 from blackwell_sm.hardware import get_instance
 from blackwell_sm.planner import calibration as C
+from blackwell_sm.planner.memory import shape
 from blackwell_sm.planner.step_time import compute_time_per_token, step_time
 from blackwell_sm.spec import get_preset
 
 P6 = get_instance("ml.p6-b200.48xlarge")
 P5 = get_instance("ml.p5.48xlarge")
-M8B = get_preset("llama-3.1-8b")
+M8B = shape(get_preset("llama-3.1-8b"))  # the planner's functions take a Shape
 
 
 def st(**kw):

@@ -1,6 +1,21 @@
 """The Plan: the planner's versioned JSON output, and the container's only source of settings.
 
-The shape of `schema_version` 1 is stable: keys may be added, none removed or renamed.
+Versions. Within a `schema_version`, keys may be added, none removed or renamed. Version 2
+(2026-12) changed two things, which is why it is a new version:
+
+- `notes`: every warning, reason and advice is a typed note (`kind`, `code`, `text`); code branches
+  on `code` (the launcher accepts a rounded batch because of the note `batch_rounded`, never
+  because of how a sentence starts). `warnings`, `reasons` and `advice` are still in the JSON,
+  as the notes' texts by kind, for people and scripts; they are rendered from `notes` and ignored
+  when a plan is read back.
+- `seq_len` is stored once, in `config.seq_len`: the copy of the spec in the plan
+  (`spec.training`) is written without it and gets it back from `config` when read.
+
+Readers: `Plan.read` / `model_validate` read version 2 and also version 1 (a run folder written
+before 2026-12: its lists become notes with code `v1`, its `spec.training.seq_len` must equal
+`config.seq_len`), keeping `schema_version` as written. The launcher runs only the version its
+own code writes (`launch/checks.py`): a bundle's plan and code are made together, so anything
+else is refused with both versions named.
 """
 
 from __future__ import annotations
@@ -8,18 +23,111 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    computed_field,
+    field_validator,
+    model_serializer,
+    model_validator,
+)
 
 from blackwell_sm.spec import Checkpointing, ModelSpec, Precision, TrainingSpec
 
 #: What to do about a plan file that does not validate or check out.
 PLAN_HINT = "make the plan again with bsm plan; plan.json is not meant to be edited"
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+#: Versions `Plan` reads (older ones are upgraded on read, see the module docstring).
+READABLE_VERSIONS = (1, 2)
+
+NoteKind = Literal["warning", "reason", "advice"]
+Objective = Literal["time", "cost"]
+
+#: Every note code the planner writes, and what it means (docs/planner.md lists them). Code that
+#: reacts to a note tests its code; the text is for people and may be reworded at any time.
+NOTE_CODES: dict[str, str] = {
+    # warnings
+    "profile_no_entry": "the calibration profile has no entry for this GPU: defaults used",
+    "default_tokens": "no total_tokens or total_steps: 20 tokens per parameter assumed",
+    "price_source": "where the price per instance-hour comes from",
+    "local_count_ignored": "a local run is one machine: compute.instance_count is ignored",
+    "precision_partial": "a pinned low precision leaves some linears in bf16",
+    "batch_rounded": "the global batch was rounded to split evenly over the GPUs",
+    "memory_high": "predicted memory is above 90% of the device",
+    "comm_bound": "exposed communication is a large share of the step",
+    "no_fit": "no configuration fits in memory",
+    "no_count_meets_deadline": "no instance count meets the deadline: the fastest is shown",
+    "no_count_fits": "no instance count up to the search's limit fits in memory",
+    "over_max_runtime": "the run is longer than one SageMaker job (28 days)",
+    "jobs_at_slow_end": "at the slow end of the range the run needs several SageMaker jobs",
+    "over_deadline": "the prediction exceeds compute.deadline_hours",
+    "misses_deadline": "the chosen count misses the deadline (with what would meet it)",
+    "over_published": "the speed is above the best published figure for this GPU and model",
+    "cost_confirm": "the pessimistic cost is above compute.confirm_cost_usd",
+    "quota_instances_per_job": "more instances than SageMaker's default per-job quota",
+    "scale_beyond_search": "more instances than the planner's search and tests cover",
+    # reasons
+    "objective": "which objective chose the plan, and what the other would pick",
+    "count_auto": "why instance_count auto chose this count",
+    "layout": "shard and replicate degrees",
+    "batch": "micro-batch and gradient accumulation",
+    "checkpointing": "the activation-checkpointing mode",
+    "reshard": "reshard_after_forward",
+    "compile": "torch.compile",
+    "precision": "the precision (pinned, or the only one considered)",
+    "precision_chosen": "precision auto chose a low precision, and why",
+    "precision_kept_bf16": "precision auto kept bf16, and why",
+    "precision_skipped": "a low precision not considered (unsupported, ineligible, no fit)",
+    "tie_free_memory": "among equally fast layouts, the one with more free memory",
+    "pinned_config": "a pinned configuration, not searched",
+    # advice
+    "fit_instances": "more instances would fit",
+    "fit_none_with_pins": "no instance count fits with these pins",
+    "fit_full_checkpointing": "full activation checkpointing would fit",
+    "fit_seq_len": "a shorter seq_len would fit",
+    "fit_precision": "a low precision would fit",
+    "fit_micro_batch": "micro_batch_size 1 would fit",
+    "fit_combine": "no single change fits",
+    "near_miss": "a faster layout misses the memory limit narrowly",
+    "deadline_instances": "the instance count that meets the deadline",
+    "deadline_tokens": "the token count that meets the deadline",
+    "deadline_seq_len": "a shorter seq_len that meets the deadline",
+    # a version-1 plan read back: its sentences had no codes
+    "v1": "a note of a schema_version 1 plan (no code was recorded)",
+}
 
 
 class _Out(BaseModel):
     model_config = ConfigDict(extra="forbid")
+
+
+class Note(_Out):
+    """One thing the plan says: a warning, a reason for a choice, or advice. React to `code`."""
+
+    kind: NoteKind
+    code: str = Field(description="Stable identifier (plan.NOTE_CODES); the text may change.")
+    text: str
+
+    @field_validator("code")
+    @classmethod
+    def _known(cls, v: str) -> str:
+        if v not in NOTE_CODES:
+            raise ValueError(f"unknown note code {v!r}; known: {', '.join(NOTE_CODES)}")
+        return v
+
+
+def warning(code: str, text: str) -> Note:
+    return Note(kind="warning", code=code, text=text)
+
+
+def reason(code: str, text: str) -> Note:
+    return Note(kind="reason", code=code, text=text)
+
+
+def advice(code: str, text: str) -> Note:
+    return Note(kind="advice", code=code, text=text)
 
 
 class ModelRef(_Out):
@@ -183,10 +291,27 @@ class Alternative(_Out):
 
 
 class PlanSpec(_Out):
-    """The spec the plan was made from, shipped to the container with it."""
+    """The spec the plan was made from, shipped to the container with it. Written without
+    `training.seq_len`: the plan holds it once, in `config.seq_len` (restored on read)."""
 
     model: ModelSpec
     training: TrainingSpec
+
+    @model_serializer(mode="wrap")
+    def _once(self, handler: Any) -> Any:
+        data = handler(self)
+        data["training"].pop("seq_len", None)
+        return data
+
+
+class ObjectivePick(_Out):
+    """What one planning objective picks (the other objective's pick, beside the plan's own)."""
+
+    objective: Objective
+    instance_count: int
+    hours: float
+    cost_usd: float | None
+    same_as_plan: bool = Field(description="The plan's own configuration is this pick.")
 
 
 class CalibrationRef(_Out):
@@ -216,13 +341,57 @@ class Plan(_Out):
     run: RunEstimate
     checkpoint: CheckpointEstimate | None = None
     alternatives: list[Alternative] = Field(default_factory=list)
-    warnings: list[str] = Field(default_factory=list)
-    reasons: list[str] = Field(default_factory=list, description="Why each choice was made.")
-    advice: list[str] = Field(default_factory=list, description="What would make it fit.")
+    notes: list[Note] = Field(
+        default_factory=list, description="Warnings, reasons and advice, each with its code."
+    )
+    objective: Objective = Field(
+        "time",
+        description="What chose the configuration: 'time' (the fewest instances that finish "
+        "within the deadline, fastest on them) or 'cost' (the cheapest; compute.optimize).",
+    )
+    other_objective: ObjectivePick | None = Field(
+        None, description="What the other objective would pick (count, hours, cost)."
+    )
     spec: PlanSpec
     calibration: CalibrationRef | None = Field(
         None, description="The calibration profile applied; None: calibration.py's constants."
     )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _read(cls, data: Any) -> Any:
+        """Version 1 upgraded; the rendered lists dropped (they come from `notes`); seq_len
+        restored into the spec from `config.seq_len`, where it is stored."""
+        if not isinstance(data, dict):
+            return data
+        data = dict(data)
+        if data.get("schema_version") == 1:
+            _from_v1(data)
+        for key in ("warnings", "reasons", "advice"):
+            data.pop(key, None)
+        _seq_len_into_spec(data)
+        return data
+
+    def _texts(self, kind: str) -> list[str]:
+        return [n.text for n in self.notes if n.kind == kind]
+
+    @computed_field(description="The warnings' texts (rendered from notes).")  # type: ignore[prop-decorator]
+    @property
+    def warnings(self) -> list[str]:
+        return self._texts("warning")
+
+    @computed_field(description="Why each choice was made (rendered from notes).")  # type: ignore[prop-decorator]
+    @property
+    def reasons(self) -> list[str]:
+        return self._texts("reason")
+
+    @computed_field(description="What would make it fit (rendered from notes).")  # type: ignore[prop-decorator]
+    @property
+    def advice(self) -> list[str]:
+        return self._texts("advice")
+
+    def has_note(self, code: str) -> bool:
+        return any(n.code == code for n in self.notes)
 
     def predicted_memory_gib(self) -> float:
         """What a run's peak-memory reading is compared with: the caching allocator's reserved
@@ -257,3 +426,47 @@ class Plan(_Out):
             err = spec_error(e, root=cls, source=f"plan {path}")
             err.hint = PLAN_HINT
             raise err from None
+
+
+def _get(obj: Any, key: str) -> Any:
+    return obj.get(key) if isinstance(obj, dict) else getattr(obj, key, None)
+
+
+def _from_v1(data: dict[str, Any]) -> None:
+    """A version-1 plan's lists as notes (code `v1`); its second seq_len checked and removed."""
+    notes = data.setdefault("notes", [])
+    for kind, key in (("warning", "warnings"), ("reason", "reasons"), ("advice", "advice")):
+        for text in data.get(key) or []:
+            notes.append({"kind": kind, "code": "v1", "text": text})
+    spec = data.get("spec")
+    training = _get(spec, "training")
+    if isinstance(training, dict) and "seq_len" in training:
+        training = dict(training)
+        seq = training.pop("seq_len")
+        config_seq = _get(data.get("config"), "seq_len")
+        if seq != config_seq:
+            raise ValueError(
+                f"schema_version 1 plan: spec.training.seq_len {seq} disagrees with "
+                f"config.seq_len {config_seq}"
+            )
+        data["spec"] = {**spec, "training": training}
+
+
+def _seq_len_into_spec(data: dict[str, Any]) -> None:
+    """`spec.training.seq_len` from `config.seq_len`; a plan that states it twice is refused."""
+    seq = _get(data.get("config"), "seq_len")
+    spec = data.get("spec")
+    training = _get(spec, "training")
+    if seq is None or training is None:
+        return  # pydantic names what is missing
+    if isinstance(training, dict):
+        if "seq_len" in training:
+            raise ValueError(
+                "spec.training.seq_len: the plan holds seq_len once, in config.seq_len"
+            )
+        data["spec"] = {**dict(spec), "training": {**training, "seq_len": seq}}
+    elif training.seq_len != seq:
+        raise ValueError(
+            f"config.seq_len {seq} and spec.training.seq_len {training.seq_len} differ: a plan "
+            "has one sequence length"
+        )

@@ -1,6 +1,7 @@
 """Step-time model of FSDP2 training: compute at a calibrated fraction of peak, FSDP collectives
 over NVLink (inside a node) or EFA (across nodes) overlapped with compute, HSDP all-reduce, and
-the optimizer step. Pure functions; seconds.
+the optimizer step. Pure functions of a `memory.Shape` (the search converts the ModelSpec once);
+seconds.
 """
 
 from __future__ import annotations
@@ -9,22 +10,19 @@ from typing import NamedTuple
 
 from blackwell_sm.hardware import InstanceType
 from blackwell_sm.planner import calibration as C
-from blackwell_sm.planner.memory import Shape, block_linear_params, root_params, shape
-from blackwell_sm.spec import ModelSpec, arch
+from blackwell_sm.planner.memory import Shape, root_params
+from blackwell_sm.spec import arch
 
 
-def recompute_flops_per_token(
-    model: ModelSpec | Shape, seq_len: int, mode: str
-) -> tuple[float, float]:
+def recompute_flops_per_token(model: Shape, seq_len: int, mode: str) -> tuple[float, float]:
     """(linear, attention) FLOPs per token redone in backward by activation checkpointing
     (`arch.recompute_flops_per_token`: full redoes every block's forward, selective-op the
     matmuls it does not keep, selective and none no matmul or attention)."""
-    model = shape(model) if isinstance(model, ModelSpec) else model
     return arch.recompute_flops_per_token(model.spec, seq_len, mode)
 
 
 def compute_time_per_token(
-    model: ModelSpec | Shape,
+    model: Shape,
     instance: InstanceType,
     seq_len: int,
     precision: str,
@@ -44,7 +42,7 @@ def compute_time_per_token(
 
 
 def compute_terms_per_token(
-    model: ModelSpec | Shape,
+    model: Shape,
     instance: InstanceType,
     seq_len: int,
     precision: str,
@@ -55,7 +53,6 @@ def compute_terms_per_token(
 ) -> tuple[float, float]:
     """(forward + backward, recompute) seconds of compute per token on one GPU. `constants`:
     the calibration to use (default: `calibration.constants_for` the instance's GPU)."""
-    model = shape(model) if isinstance(model, ModelSpec) else model
     gpu = instance.gpu
     k = constants or C.constants_for(gpu.name)
     scale = k.compute_scale
@@ -64,7 +61,7 @@ def compute_terms_per_token(
     eff_lin = k.matmul_efficiency[(precision, compile)] * scale
     eff_bf16 = k.matmul_efficiency[("bf16", compile)] * scale
     eff_attn = k.attention_efficiency * scale
-    lin_params = model.n_layers * block_linear_params(model)
+    lin_params = model.n_layers * model.linear_params
     head_params = model.n_matmul_params - model.n_layers * model.params_per_layer
     rec_lin, rec_attn = recompute_flops_per_token(model, seq_len, mode)
     t_lin = 6.0 * lin_params / (lowp_peak * eff_lin)
@@ -97,6 +94,70 @@ def link_bandwidth(
     return instance.intra_node_gb_s * 1e9 * k.nvlink_efficiency
 
 
+def optimizer_time(
+    model: Shape, instance: InstanceType, shard_degree: int, constants: C.Constants | None = None
+) -> float:
+    """Seconds of the AdamW step and grad-norm on each GPU's shard (HBM-bound)."""
+    k = constants or C.constants_for(instance.gpu.name)
+    bytes_opt = model.n_params / shard_degree * C.OPTIMIZER_BYTES_PER_PARAM
+    return bytes_opt / (instance.gpu.hbm_tb_s * 1e12 * k.hbm_efficiency)
+
+
+class Comm(NamedTuple):
+    """One micro-batch's collectives on each GPU, seconds."""
+
+    total: float  # FSDP all-gathers and reduce-scatter, HSDP all-reduce, before overlap
+    first: float  # the part nothing hides: the first block's all-gather (root + block 0) and
+    # the last reduce-scatter (root); included in `total`
+
+
+def comm_per_micro_batch(
+    model: Shape,
+    instance: InstanceType,
+    shard_degree: int,
+    replicate_degree: int,
+    precision: str,
+    reshard_after_forward: bool,
+    constants: C.Constants | None = None,
+) -> Comm:
+    """Per micro-batch FSDP traffic: all-gather forward (+ again in backward when resharding),
+    reduce-scatter of fp32 grads (ring: each GPU moves (n-1)/n of the full buffer); with HSDP the
+    all-reduce of each shard's fp32 grads across replicas (FSDP2's default: every micro-batch),
+    over EFA when the group spans nodes."""
+    k = constants or C.constants_for(instance.gpu.name)
+    gpn, n, r = instance.gpus_per_instance, shard_degree, replicate_degree
+    t_ag = t_rs = t_first = 0.0
+    if n > 1:
+        bw = link_bandwidth(instance, n > gpn, k)
+        lin = model.n_layers * model.linear_params
+        gather = lin * C.GATHER_BYTES[precision] + (model.n_params - lin) * 2
+        frac = (n - 1) / n
+        t_ag = (2 if reshard_after_forward else 1) * frac * gather / bw
+        t_rs = frac * model.n_params * 4 / bw
+        root = root_params(model)
+        t_first = frac * (root * 2 + model.params_per_layer * 2 + root * 4) / bw
+    t_ar = 0.0
+    if r > 1:
+        bw = link_bandwidth(instance, n * r > gpn, k)
+        t_ar = 2 * (r - 1) / r * model.n_params * 4 / n / bw
+    return Comm(t_ag + t_rs + t_ar, t_first)
+
+
+def exposed(comm: Comm, compute_s: float, overlap: float) -> float:
+    """The communication of one micro-batch not hidden under its `compute_s`: the first gather
+    and the last reduce-scatter, and what passes `overlap` of the compute. Never more than all
+    of it."""
+    return comm.first + max(0.0, comm.total - comm.first - overlap * compute_s)
+
+
+def step_seconds(
+    compute_s: float, comm: Comm, overlap: float, grad_accum: int, optimizer_s: float
+) -> float:
+    """One optimizer step: every micro-batch's compute and exposed communication, then the
+    optimizer."""
+    return grad_accum * (compute_s + exposed(comm, compute_s, overlap)) + optimizer_s
+
+
 class StepTime(NamedTuple):
     compute_s: float  # per step, all micro-batches, recompute included
     comm_s: float  # FSDP + HSDP collectives per step, before overlap
@@ -107,7 +168,7 @@ class StepTime(NamedTuple):
 
 
 def step_time(
-    model: ModelSpec | Shape,
+    model: Shape,
     instance: InstanceType,
     *,
     shard_degree: int,
@@ -121,50 +182,27 @@ def step_time(
     reshard_after_forward: bool,
     packed: bool = False,
     constants: C.Constants | None = None,
+    per_token: tuple[float, float] | None = None,
+    comm: Comm | None = None,
 ) -> StepTime:
-    """Predicted time of one optimizer step on every GPU (they run in lock-step)."""
-    model = shape(model) if isinstance(model, ModelSpec) else model
+    """Predicted time of one optimizer step on every GPU (they run in lock-step). `per_token`,
+    `comm`: `compute_terms_per_token` and `comm_per_micro_batch` of these arguments, when the
+    caller has them already."""
     k = constants or C.constants_for(instance.gpu.name)
     tokens = micro_batch * seq_len
-    base, rec = compute_terms_per_token(
+    base, rec = per_token or compute_terms_per_token(
         model, instance, seq_len, precision, mode, compile, packed, k
     )
     t_comp = tokens * (base + rec)
-    gpn = instance.gpus_per_instance
-    n = shard_degree
-    # Per micro-batch FSDP traffic: all-gather forward (+ again in backward when resharding),
-    # reduce-scatter of fp32 grads. Ring: each GPU moves (n-1)/n of the full buffer.
-    t_ag = t_rs = t_first = 0.0
-    if n > 1:
-        bw = link_bandwidth(instance, n > gpn, k)
-        lin = model.n_layers * block_linear_params(model)
-        other = model.n_params - lin
-        gather = lin * C.GATHER_BYTES[precision] + other * 2
-        frac = (n - 1) / n
-        n_ag = 2 if reshard_after_forward else 1
-        t_ag = n_ag * frac * gather / bw
-        t_rs = frac * model.n_params * 4 / bw
-        # Exposed regardless of overlap (part of the traffic above, not added to it): the first
-        # block's all-gather (root + block 0) and the last reduce-scatter (root).
-        t_first = frac * (root_params(model) * 2 + model.params_per_layer * 2) / bw
-        t_first += frac * root_params(model) * 4 / bw
-    t_ar = 0.0
-    r = replicate_degree
-    if r > 1:
-        # HSDP: all-reduce of each shard's fp32 grads across replicas, every micro-batch (FSDP2's
-        # default), over EFA when the replica group spans nodes.
-        bw = link_bandwidth(instance, n * r > gpn, k)
-        t_ar = 2 * (r - 1) / r * model.n_params * 4 / n / bw
-    comm_mb = t_ag + t_rs + t_ar
-    # The first gather and the last reduce-scatter have nothing to hide under; the rest hides
-    # under compute up to COMM_OVERLAP of it. Never more than all the communication.
-    exposed_mb = t_first + max(0.0, comm_mb - t_first - k.comm_overlap * t_comp)
-    bytes_opt = model.n_params / n * C.OPTIMIZER_BYTES_PER_PARAM
-    t_opt = bytes_opt / (instance.gpu.hbm_tb_s * 1e12 * k.hbm_efficiency)
-    step = grad_accum * (t_comp + exposed_mb) + t_opt
+    comm = comm or comm_per_micro_batch(
+        model, instance, shard_degree, replicate_degree, precision, reshard_after_forward, k
+    )
+    exposed_mb = exposed(comm, t_comp, k.comm_overlap)
+    t_opt = optimizer_time(model, instance, shard_degree, k)
+    step = step_seconds(t_comp, comm, k.comm_overlap, grad_accum, t_opt)
     return StepTime(
         grad_accum * t_comp,
-        grad_accum * comm_mb,
+        grad_accum * comm.total,
         grad_accum * exposed_mb,
         t_opt,
         step,
