@@ -319,7 +319,7 @@ def test_a_job_source_for_calibrate_and_report(aws, tmp_path):
     [row] = job_rows(job.name, aws)
     assert row.id == job.name and row.tokens_per_s_per_gpu == 1234.5
     assert row.memory_gib == 3.25 and row.memory_kind == "max_reserved"
-    assert row.ctx.instance.name == "ml.p6-b200.48xlarge" and row.ctx.model.name == "tiny"
+    assert row.ctx.instance.name == "ml.p6-b200.48xlarge" and row.ctx.model.spec.name == "tiny"
 
     res = write_report(job.name, tmp_path / "job.html", aws=aws)
     data = read_plot_data(res.path.read_text())

@@ -47,7 +47,7 @@ LAYERS: dict[str, Layer] = {
     "safe_load": Layer(("safe_load", "_yaml12"), "one guarded reader for every file: specs, plans, manifests, profiles (PyYAML only in _yaml12, loaded for YAML files)", _l("errors"), TRAINING_STACK | AWS_STACK),
     "spec": Layer(("spec",), "the user's words as validated data; presets", _l("errors", "safe_load"), TRAINING_STACK | AWS_STACK, _l("yaml")),
     "hardware": Layer(("hardware",), "instance catalog: GPUs, memory, peak FLOP/s, links, prices", _l("errors", "opt_ml"), TRAINING_STACK | AWS_STACK),
-    "plan": Layer(("planner.plan",), "the Plan schema: the planner's output, the container's input", _l("spec", "safe_load"), TRAINING_STACK | AWS_STACK),
+    "plan": Layer(("planner.plan", "planner.notes"), "the Plan schema: the planner's output, the container's input", _l("spec", "safe_load"), TRAINING_STACK | AWS_STACK),
     "planner": Layer(("planner",), "memory model, step-time model, search, explanations (pure)", _l("spec", "hardware", "plan", "errors", "opt_ml", "safe_load"), TRAINING_STACK | AWS_STACK),
     "job": Layer(("job",), "Plan + spec → CreateTrainingJob request, bundle (with the container's wheels), SDK view", _l("package", "spec", "hardware", "plan", "planner", "metrics", "errors", "opt_ml", "safe_load"), TRAINING_STACK | {"boto3"}, _l("botocore", "sagemaker")),
     "aws": Layer(("aws",), "every network call (boto3): S3, jobs, logs, training plans", _l("package", "job", "spec", "plan", "planner", "metrics", "errors"), TRAINING_STACK | {"click", "sagemaker"}, _l("boto3", "botocore")),

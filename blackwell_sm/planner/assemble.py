@@ -11,6 +11,7 @@ from blackwell_sm.planner import calibration as C
 from blackwell_sm.planner.alternatives import to_config
 from blackwell_sm.planner.checkpoint_size import checkpoint_size
 from blackwell_sm.planner.memory import GIB
+from blackwell_sm.planner.notes import Note, warning
 from blackwell_sm.planner.plan import (
     Alternative,
     CalibrationRef,
@@ -18,14 +19,12 @@ from blackwell_sm.planner.plan import (
     InstanceRef,
     MemoryBreakdown,
     ModelRef,
-    Note,
     ObjectivePick,
     Plan,
     PlanSpec,
     RunEstimate,
     StepBreakdown,
     Throughput,
-    warning,
 )
 from blackwell_sm.planner.search import Evaluation
 from blackwell_sm.planner.uncertainty import over_published, speed_range

@@ -14,8 +14,9 @@ from blackwell_sm.planner import calibration as C
 from blackwell_sm.planner.alternatives import alternatives, differs
 from blackwell_sm.planner.frame import Problem
 from blackwell_sm.planner.memory import GIB
+from blackwell_sm.planner.notes import Note, advice, reason, warning
 from blackwell_sm.planner.pick import Choice
-from blackwell_sm.planner.plan import Alternative, Note, ObjectivePick, advice, reason, warning
+from blackwell_sm.planner.plan import Alternative, ObjectivePick
 from blackwell_sm.planner.precision import lowp_ineligible
 from blackwell_sm.planner.search import (
     Context,

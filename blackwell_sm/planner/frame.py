@@ -13,7 +13,8 @@ from blackwell_sm.hardware import InstanceType, get_instance
 from blackwell_sm.opt_ml import is_local_run
 from blackwell_sm.planner import calibration as C
 from blackwell_sm.planner.memory import shape
-from blackwell_sm.planner.plan import CalibrationRef, Note, warning
+from blackwell_sm.planner.notes import Note, warning
+from blackwell_sm.planner.plan import CalibrationRef
 from blackwell_sm.planner.search import (
     MAX_INSTANCES,
     TRAINING_PLAN_COUNTS,

@@ -23,9 +23,10 @@ from typing import NamedTuple
 from blackwell_sm.planner import calibration as C
 from blackwell_sm.planner.frame import Problem
 from blackwell_sm.planner.memory import GIB
-from blackwell_sm.planner.plan import Note, reason, warning
+from blackwell_sm.planner.notes import Note, reason, warning
 from blackwell_sm.planner.precision import bf16_unless_it_cannot_fit, choose_precision
-from blackwell_sm.planner.search import Candidate, Evaluation, Table, usable_bytes
+from blackwell_sm.planner.search import Candidate, Evaluation, usable_bytes
+from blackwell_sm.planner.table import Table
 from blackwell_sm.planner.units import usd_text
 
 # Simplicity rank for ties: less recompute is simpler (selective-op recomputes half the matmuls);

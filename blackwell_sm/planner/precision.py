@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 from blackwell_sm.hardware import GpuSpec
 from blackwell_sm.planner import calibration as C
-from blackwell_sm.planner.plan import Note, reason
+from blackwell_sm.planner.notes import Note, reason
 from blackwell_sm.spec import ModelSpec, arch
 
 if TYPE_CHECKING:

@@ -1,0 +1,247 @@
+"""The evaluations of one planning problem, kept: the search's answer to what the pick step
+asks, per instance count and precision (`planner/pipeline.py`).
+
+A candidate's hours need no memory model, and the parts they are made of repeat across
+candidates (compute per token, collectives per layout), so `Table.hours` is cheap and exact.
+The memory terms are what is dear: `contenders` and `any_within` take candidates by ascending
+hours and model memory only until the answer is known; nothing is evaluated twice.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+
+from blackwell_sm.planner.memory import MemoryTerms
+from blackwell_sm.planner.search import (
+    Candidate,
+    Context,
+    Evaluation,
+    Pins,
+    batch_splits,
+    candidates,
+    constants,
+    evaluate,
+    fits,
+    group_of,
+    lean,
+    memory_of,
+    precisions_for,
+    steps_for,
+)
+from blackwell_sm.planner.step_time import (
+    Comm,
+    comm_per_micro_batch,
+    compute_terms_per_token,
+    exposed,
+    optimizer_time,
+    step_seconds,
+)
+
+
+class Table:
+    """The evaluations of one planning problem, per instance count and precision, made when first
+    asked for and kept: a pure function of the context and the pins."""
+
+    def __init__(self, ctx: Context, pins: Pins) -> None:
+        self.ctx, self.pins = ctx, pins
+        self.precisions = precisions_for(ctx, pins)
+        self._fits: dict[tuple[int, tuple[str, ...]], bool] = {}
+        self._all: dict[tuple[int, str], list[Evaluation]] = {}
+        self._contenders: dict[tuple[int, str, float], list[Evaluation]] = {}
+        self._per_token: dict[tuple[str, str, bool], tuple[float, float]] = {}
+        self._memory: dict[tuple, MemoryTerms] = {}
+        self._comm: dict[tuple, Comm] = {}
+        self._opt: dict[int, float] = {}
+        self._ranked: dict[int, list[tuple[float, Candidate]]] = {}
+        self._mb: dict[int, int] = {}
+
+    def memory(self, c: Candidate) -> MemoryTerms:
+        """`c`'s memory terms. The key leaves out what `memory_terms` does not read (the count,
+        the accumulation) and counts replicas only as one or more than one, the only way the
+        memory model sees them (`tests/test_planner_pipeline.py` holds it to that), so an HSDP
+        layout is computed once for every count it appears on."""
+        key = (
+            c.shard_degree,
+            min(c.replicate_degree, 2),
+            c.micro_batch_size,
+            c.precision,
+            c.activation_checkpointing,
+            c.compile,
+            c.reshard_after_forward,
+        )
+        mem = self._memory.get(key)
+        if mem is None:
+            mem = self._memory[key] = memory_of(self.ctx, c)
+        return mem
+
+    def per_token(self, c: Candidate) -> tuple[float, float]:
+        """(compute, recompute) seconds per token: the same for every count and layout."""
+        key = (c.precision, c.activation_checkpointing, c.compile)
+        if key not in self._per_token:
+            ctx = self.ctx
+            self._per_token[key] = compute_terms_per_token(
+                ctx.model,
+                ctx.instance,
+                ctx.seq_len,
+                c.precision,
+                c.activation_checkpointing,
+                c.compile,
+                ctx.packed,
+                constants(ctx),
+            )
+        return self._per_token[key]
+
+    def comm(self, c: Candidate) -> Comm:
+        """One micro-batch's collectives: the same for every candidate of a layout."""
+        key = (c.shard_degree, c.replicate_degree, c.precision, c.reshard_after_forward)
+        got = self._comm.get(key)
+        if got is None:
+            ctx = self.ctx
+            got = self._comm[key] = comm_per_micro_batch(
+                ctx.model, ctx.instance, *key, constants(ctx)
+            )
+        return got
+
+    def hours(self, c: Candidate) -> float:
+        """`c`'s hours to train, exactly as `evaluate` has them, without its memory."""
+        ctx, k = self.ctx, constants(self.ctx)
+        base, rec = self.per_token(c)
+        t_opt = self._opt.get(c.shard_degree)
+        if t_opt is None:
+            t_opt = self._opt[c.shard_degree] = optimizer_time(
+                ctx.model, ctx.instance, c.shard_degree, k
+            )
+        t_comp = c.micro_batch_size * ctx.seq_len * (base + rec)
+        step = step_seconds(t_comp, self.comm(c), k.comm_overlap, c.grad_accum_steps, t_opt)
+        return steps_for(ctx, c) * step / 3600.0
+
+    def evaluate(self, c: Candidate, mem: MemoryTerms | None = None) -> Evaluation:
+        return evaluate(
+            self.ctx, c, mem=mem or self.memory(c), per_token=self.per_token(c), comm=self.comm(c)
+        )
+
+    def fits(self, count: int, precisions: tuple[str, ...] | None = None) -> bool:
+        """Whether anything fits on `count` instances (`fits_somewhere`), at `precisions`
+        (default: every one searched)."""
+        key = (count, precisions or self.precisions)
+        if key not in self._fits:
+            inst, leanest = self.ctx.instance, lean(self.pins)
+            self._fits[key] = any(
+                fits(inst, self.memory(c)) for c in candidates(self.ctx, count, leanest, key[1])
+            )
+        return self._fits[key]
+
+    def evaluated(self, count: int, precision: str) -> list[Evaluation]:
+        """Every candidate on `count` at `precision`; within a group of knobs, micro-batches past
+        the first that does not fit are left out (they need more memory still)."""
+        key = (count, precision)
+        if key not in self._all:
+            out: list[Evaluation] = []
+            too_big = None
+            for c in candidates(self.ctx, count, self.pins, (precision,)):
+                if group_of(c) == too_big:
+                    continue
+                e = self.evaluate(c)
+                out.append(e)
+                if not e.fits:
+                    too_big = group_of(c)
+            self._all[key] = out
+        return self._all[key]
+
+    def contenders(self, count: int, precision: str, within: float) -> list[Evaluation]:
+        """Every fitting candidate on `count` at `precision` whose hours are within `within` of
+        the fastest fitting one (empty: none fits)."""
+        key = (count, precision, within)
+        if key in self._contenders:
+            return self._contenders[key]
+        if (count, precision) in self._all:
+            ok = [e for e in self._all[count, precision] if e.fits]
+            fastest = min((e.hours for e in ok), default=0.0)
+            out = [e for e in ok if e.hours <= fastest * (1.0 + within)]
+        else:
+            out = []
+            limit = math.inf
+            for hours, c in self._fitting(count, (precision,)):
+                if hours > limit:
+                    break
+                limit = min(limit, hours * (1.0 + within))
+                out.append(self.evaluate(c))
+        self._contenders[key] = out
+        return out
+
+    def any_within(
+        self, count: int, hours: float, precisions: tuple[str, ...] | None = None
+    ) -> bool:
+        """Whether some fitting candidate on `count` instances at `precisions` (default: every
+        one searched) takes at most `hours`. A group of knobs that cannot (`_group_floor`) is
+        passed over whole."""
+        ctx = self.ctx
+        floor: dict[tuple, float] = {}
+        too_big: dict[tuple, int] = {}
+        for c in candidates(ctx, count, self.pins, precisions or self.precisions):
+            group = (*group_of(c), c.replicate_degree)
+            if group not in floor:
+                floor[group] = self._group_floor(c)
+            if floor[group] > hours or c.micro_batch_size >= too_big.get(group, math.inf):
+                continue
+            if self.hours(c) > hours:
+                continue
+            if fits(ctx.instance, self.memory(c)):
+                return True
+            too_big[group] = min(c.micro_batch_size, too_big.get(group, math.inf))
+        return False
+
+    def _group_floor(self, c: Candidate) -> float:
+        """A lower bound of the hours of every candidate of `c`'s group (its knobs but the
+        micro-batch split): the run's tokens over the group's GPUs at its compute per token,
+        plus the least communication any split of it leaves exposed per micro-batch (at the
+        largest micro-batch) times the fewest micro-batches that carry the tokens."""
+        ctx, k = self.ctx, constants(self.ctx)
+        if ctx.total_steps is not None:
+            tokens = ctx.total_steps * ctx.global_batch_seqs * ctx.seq_len
+        else:
+            tokens = ctx.total_tokens or 0
+        base, rec = self.per_token(c)
+        per_gpu = tokens / c.world
+        mb = self._largest_micro_batch(c.world)
+        least = exposed(self.comm(c), mb * ctx.seq_len * (base + rec), k.comm_overlap)
+        return (per_gpu * (base + rec) + per_gpu / (mb * ctx.seq_len) * least) / 3600.0
+
+    def _largest_micro_batch(self, world: int) -> int:
+        mb = self._mb.get(world)
+        if mb is None:
+            pins = self.pins
+            splits = batch_splits(
+                self.ctx.global_batch_seqs, world, pins.micro_batch_size, pins.grad_accum_steps
+            )
+            mb = self._mb[world] = max(m for m, _ in splits)
+        return mb
+
+    def ranked(self, count: int) -> list[tuple[float, Candidate]]:
+        """Every candidate on `count` instances (all precisions) by ascending hours."""
+        if count not in self._ranked:
+            self._ranked[count] = sorted(
+                (self.hours(c), c) for c in candidates(self.ctx, count, self.pins, self.precisions)
+            )
+        return self._ranked[count]
+
+    def _fitting(
+        self, count: int, precisions: tuple[str, ...], until: float = math.inf
+    ) -> Iterator[tuple[float, Candidate]]:
+        """The fitting candidates by ascending hours (up to `until`): memory is modelled only
+        for the candidates reached. Within a group of knobs, a micro-batch that does not fit
+        rules out the larger ones."""
+        too_big: dict[tuple, int] = {}  # group -> smallest micro-batch that did not fit
+        for hours, c in self.ranked(count):
+            if hours > until:
+                return
+            if c.precision not in precisions:
+                continue
+            group = group_of(c)
+            if c.micro_batch_size >= too_big.get(group, math.inf):
+                continue
+            if fits(self.ctx.instance, self.memory(c)):
+                yield hours, c
+            else:
+                too_big[group] = c.micro_batch_size
