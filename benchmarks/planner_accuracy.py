@@ -95,23 +95,28 @@ def main() -> None:
     paths = csv_paths()
     rows = [(p, row) for p in paths for row in csv.DictReader(p.open())]
     mem_err, tps_err = [], []
+    own_fit: dict[str, list[float]] = {}
     fsdp_rows: list[Row] = []
     for path, row in rows:
         e = predict_row(row)
         upper = is_upper_bound(row)
         fsdp = not upper and path != OWN_CSV
+        fitted_for = row.get("fitted_for") or ""
         if not upper:
             fsdp_rows.append(csv_row(row, source=str(path)))
         tps_ref = float(row["tokens_per_s_per_gpu"])
         err = e.tokens_per_s_per_gpu / tps_ref - 1
         if fsdp:
             tps_err.append(err)
+        elif fitted_for:
+            own_fit.setdefault(fitted_for, []).append(err)
+        kind = "upper bound" if upper else ("fitted" if fsdp else "held out")
         print(json.dumps({
             "name": f"planner_accuracy.{row['id']}.tokens_per_s_per_gpu",
             "value": round(e.tokens_per_s_per_gpu, 1), "unit": "tokens/s/GPU",
             "reference": tps_ref, "error": round(err, 4), "fitted": fsdp,
-            "kind": "upper bound" if upper else ("fitted" if fsdp else "held out"),
-            "mfu_predicted": round(e.mfu, 4),
+            "kind": f"fitted: {fitted_for}" if fitted_for else kind,
+            "mfu_predicted": round(e.mfu, 4), "source": row.get("url") or row.get("source"),
         }))  # fmt: skip
         if row["peak_memory_gib"]:
             ref = float(row["peak_memory_gib"])
@@ -130,6 +135,13 @@ def main() -> None:
             "name": f"planner_accuracy.{name}.median_abs_error", "value": round(med, 4),
             "unit": "fraction", "reference": target, "rows": len(errs),
             "csv": [str(p) for p in paths],
+        }))  # fmt: skip
+    for constant, errs in own_fit.items():
+        print(json.dumps({
+            "name": f"planner_accuracy.tokens_per_s.{constant}.median_abs_error",
+            "value": round(statistics.median(abs(x) for x in errs), 4), "unit": "fraction",
+            "reference": 0.15, "rows": len(errs),
+            "note": "the rows of benchmarks/data this constant was fitted on",
         }))  # fmt: skip
     groups = [("reference", fsdp_rows)]
     local = [d for d in os.environ.get("BSM_LOCAL_RUNS", "").split(":") if d]

@@ -41,6 +41,16 @@ H100_96GB_500W = GpuSpec(
         for p, v in CATALOG["ml.p5.48xlarge"].gpu.peak_tflops.items()
     },
 )
+#: The torchao B200 rows ran on B200s power-limited to 750 W (calibration.py's derate).
+B200_750W = CATALOG["ml.p6-b200.48xlarge"].gpu.model_copy(
+    update={
+        "name": "B200 180GB 750W",
+        "peak_tflops": {
+            p: v * C.B200_750W_DERATE
+            for p, v in CATALOG["ml.p6-b200.48xlarge"].gpu.peak_tflops.items()
+        },
+    }
+)
 CSV_INSTANCES: dict[str, InstanceType] = {
     "H100": CATALOG["ml.p5.48xlarge"].model_copy(
         update={"gpu": H100_96GB_500W, "name": "h100-96gb-500w"}
@@ -48,6 +58,9 @@ CSV_INSTANCES: dict[str, InstanceType] = {
     "H100-SXM": CATALOG["ml.p5.48xlarge"],  # the 700 W part of ml.p5 (Megatron-FSDP row)
     "H200": CATALOG["ml.p5en.48xlarge"],
     "B200": CATALOG["ml.p6-b200.48xlarge"],
+    "B200-750W": CATALOG["ml.p6-b200.48xlarge"].model_copy(
+        update={"gpu": B200_750W, "name": "b200-750w"}
+    ),
 }
 CSV_PRECISION = {
     "bf16": "bf16", "fp8-tensorwise": "fp8", "fp8-current-scaling": "fp8", "mxfp8": "mxfp8",

@@ -148,7 +148,8 @@ class Throughput(_Out):
     evidence: str | None = Field(
         None,
         description="What the step-time constants rest on for this GPU: 'fitted' (measured FSDP "
-        "rows on it), 'carried' (from another GPU), 'measured' (timed on this machine).",
+        "rows on it), 'anchored' (public FSDP rows on it under other conditions), 'carried' "
+        "(from another GPU), 'measured' (timed on this machine), 'calibrated' (a profile).",
     )
 
 
