@@ -12,17 +12,9 @@ from blackwell_sm.errors import SpecError
 from blackwell_sm.hardware import InstanceType, get_instance
 from blackwell_sm.opt_ml import is_local_run
 from blackwell_sm.planner import calibration as C
-from blackwell_sm.planner.memory import shape
+from blackwell_sm.planner.memory import Shape, shape
 from blackwell_sm.planner.notes import Note, warning
 from blackwell_sm.planner.plan import CalibrationRef
-from blackwell_sm.planner.search import (
-    MAX_INSTANCES,
-    TRAINING_PLAN_COUNTS,
-    Context,
-    Pins,
-    check_pins,
-    pin_problem,
-)
 from blackwell_sm.spec import RunSpec
 from blackwell_sm.spec.job import MAX_RUNTIME_HOURS
 
@@ -30,6 +22,38 @@ if TYPE_CHECKING:  # the profile module is imported only when a profile is appli
     from blackwell_sm.planner.profile import AppliedProfile
 
 DEFAULT_TOKENS_PER_PARAM = 20
+#: Instance counts a training plan can hold; instance_count auto considers 1..MAX_INSTANCES.
+TRAINING_PLAN_COUNTS = (1, 2, 4, 8, 16, 32, 64)
+MAX_INSTANCES = 64
+
+
+class Pins(NamedTuple):
+    """Fixed knobs (None = searched)."""
+
+    shard_degree: int | None = None
+    replicate_degree: int | None = None
+    micro_batch_size: int | None = None
+    grad_accum_steps: int | None = None
+    precision: str | None = None
+    activation_checkpointing: str | None = None
+    compile: bool | None = None
+    reshard_after_forward: bool | None = None
+
+
+class Context(NamedTuple):
+    """What does not change between candidates. `model` is the spec's `memory.Shape`, made once
+    where the planner is entered (`frame.context`, `calibrate_sources.csv_row`)."""
+
+    model: Shape
+    instance: InstanceType
+    seq_len: int
+    global_batch_seqs: int
+    total_tokens: int | None
+    total_steps: int | None
+    price_per_hour: float | None
+    compiled_loss: bool = False  # the loop does not compile its loss; rows of other stacks may
+    packed: bool = False  # task: finetune: packed rows, a block-diagonal attention mask
+    constants: C.Constants | None = None  # a calibration profile's; None: calibration.py's
 
 
 class Problem(NamedTuple):
@@ -51,6 +75,44 @@ class Problem(NamedTuple):
         """The limit the chosen plan's time is held to: the time objective's deadline; under
         cost only the user's (None: a run may take several SageMaker jobs)."""
         return self.user_deadline if self.objective == "cost" else self.deadline
+
+
+def check_pins(ctx: Context, count: int, pins: Pins) -> None:
+    """Pins that no configuration can honour are bad input (exit 2), not infeasibility."""
+    problem = pin_problem(ctx, count, pins)
+    if problem is not None:
+        raise problem
+
+
+def pin_problem(ctx: Context, count: int, pins: Pins) -> SpecError | None:
+    """Why no configuration on `count` instances can honour `pins`, or None."""
+    world = count * ctx.instance.gpus_per_instance
+    s, r = pins.shard_degree, pins.replicate_degree
+    if s is not None and world % s:
+        return SpecError(
+            f"training.pins.shard_degree {s} must divide the GPU count {world} "
+            f"({count} x {ctx.instance.gpus_per_instance}); allowed: "
+            + ", ".join(str(d) for d in range(1, world + 1) if world % d == 0),
+            field="training.pins.shard_degree",
+        )
+    if r is not None and world % r:
+        return SpecError(
+            f"training.pins.replicate_degree {r} must divide the GPU count {world}",
+            field="training.pins.replicate_degree",
+        )
+    if s is not None and r is not None and s * r != world:
+        return SpecError(
+            f"training.pins.shard_degree x replicate_degree = {s * r} must equal the GPU count "
+            f"{world} ({count} instances x {ctx.instance.gpus_per_instance})",
+            field="training.pins.shard_degree",
+        )
+    if pins.precision and not ctx.instance.gpu.supports(pins.precision):
+        return SpecError(
+            f"training.precision {pins.precision} is not supported on {ctx.instance.gpu.name}; "
+            f"allowed: {', '.join(ctx.instance.gpu.peak_tflops)}",
+            field="training.precision",
+        )
+    return None
 
 
 def pins_of(spec: RunSpec) -> Pins:
@@ -169,13 +231,6 @@ def frame(
             f"compute.instance_count {count} cannot be used with a training plan; allowed: "
             + ", ".join(map(str, TRAINING_PLAN_COUNTS)),
             field="compute.instance_count",
-        )
-    if comp.optimize == "cost" and ctx.price_per_hour is None and not local:
-        raise SpecError(
-            f"compute.optimize cost needs a price for {ctx.instance.name}, which the catalog "
-            "does not have",
-            field="compute.optimize",
-            hint="set compute.price_per_hour (USD per instance-hour), or optimize time",
         )
     if pins.precision:
         check_pins(ctx, count or 1, pins._replace(shard_degree=None, replicate_degree=None))

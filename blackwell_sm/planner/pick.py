@@ -172,7 +172,7 @@ class _Counts:
         Exact without choosing on every count: a count none of whose candidates would cost
         less is passed over on `Table.any_within`'s answer, which rarely models memory."""
         pick: CountChoice | None = None
-        price = self.table.ctx.price_per_hour or 1.0  # frame refuses cost without a price
+        price = self.table.ctx.price_per_hour or 1.0  # every catalogued type has a price
         for n in allowed:
             if not self.table.fits(n):
                 continue

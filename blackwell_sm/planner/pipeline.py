@@ -19,11 +19,11 @@ from blackwell_sm.errors import SpecError
 from blackwell_sm.hardware import InstanceType
 from blackwell_sm.planner.assemble import assemble_plan
 from blackwell_sm.planner.explain import explain
-from blackwell_sm.planner.frame import context, frame
+from blackwell_sm.planner.frame import Pins, check_pins, context, frame
 from blackwell_sm.planner.notes import reason
 from blackwell_sm.planner.pick import choose
 from blackwell_sm.planner.plan import Plan
-from blackwell_sm.planner.search import Candidate, Pins, check_pins, evaluate
+from blackwell_sm.planner.search import Candidate, evaluate
 from blackwell_sm.planner.table import Table
 from blackwell_sm.spec import RunSpec
 

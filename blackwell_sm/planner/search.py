@@ -3,7 +3,8 @@ candidates and evaluate → pick → explain → assemble, `planner/pipeline.py`
 
 `candidates` enumerates the configurations one instance count allows under the pins; `evaluate`
 predicts one (memory, step time, hours, cost). `table.Table` keeps the evaluations of one
-problem. Nothing here chooses. Plain tuples inside; pydantic only for the final Plan.
+problem. Nothing here chooses. The context and pins are the frame's (`frame.Context`, `Pins`,
+re-exported here). Plain tuples inside; pydantic only for the final Plan.
 """
 
 from __future__ import annotations
@@ -12,10 +13,10 @@ import math
 from collections.abc import Iterator
 from typing import NamedTuple, get_args
 
-from blackwell_sm.errors import SpecError
 from blackwell_sm.hardware import InstanceType
 from blackwell_sm.planner import calibration as C
-from blackwell_sm.planner.memory import GIB, MemoryTerms, Shape, memory_terms
+from blackwell_sm.planner.frame import Context, Pins
+from blackwell_sm.planner.memory import GIB, MemoryTerms, memory_terms
 from blackwell_sm.planner.step_time import Comm, StepTime, step_time
 from blackwell_sm.spec import Checkpointing
 
@@ -23,8 +24,6 @@ from blackwell_sm.spec import Checkpointing
 # spec.training.Checkpointing joins the search, the alternatives and the round-trip test).
 MODES: tuple[str, ...] = get_args(Checkpointing)
 PRECISIONS = ("bf16", "fp8", "mxfp8")
-TRAINING_PLAN_COUNTS = (1, 2, 4, 8, 16, 32, 64)
-MAX_INSTANCES = 64
 
 
 class Candidate(NamedTuple):
@@ -47,35 +46,6 @@ class Candidate(NamedTuple):
     @property
     def global_batch_seqs(self) -> int:
         return self.micro_batch_size * self.grad_accum_steps * self.world
-
-
-class Pins(NamedTuple):
-    """Fixed knobs (None = searched)."""
-
-    shard_degree: int | None = None
-    replicate_degree: int | None = None
-    micro_batch_size: int | None = None
-    grad_accum_steps: int | None = None
-    precision: str | None = None
-    activation_checkpointing: str | None = None
-    compile: bool | None = None
-    reshard_after_forward: bool | None = None
-
-
-class Context(NamedTuple):
-    """What does not change between candidates. `model` is the spec's `memory.Shape`, made once
-    where the planner is entered (`pipeline.frame`, `calibrate_sources.csv_row`)."""
-
-    model: Shape
-    instance: InstanceType
-    seq_len: int
-    global_batch_seqs: int
-    total_tokens: int | None
-    total_steps: int | None
-    price_per_hour: float | None
-    compiled_loss: bool = False  # the loop does not compile its loss; rows of other stacks may
-    packed: bool = False  # task: finetune: packed rows, a block-diagonal attention mask
-    constants: C.Constants | None = None  # a calibration profile's; None: calibration.py's
 
 
 class Evaluation(NamedTuple):
@@ -253,44 +223,6 @@ def group_of(c: Candidate) -> tuple:
         c.compile,
         c.reshard_after_forward,
     )
-
-
-def check_pins(ctx: Context, count: int, pins: Pins) -> None:
-    """Pins that no configuration can honour are bad input (exit 2), not infeasibility."""
-    problem = pin_problem(ctx, count, pins)
-    if problem is not None:
-        raise problem
-
-
-def pin_problem(ctx: Context, count: int, pins: Pins) -> SpecError | None:
-    """Why no configuration on `count` instances can honour `pins`, or None."""
-    world = count * ctx.instance.gpus_per_instance
-    s, r = pins.shard_degree, pins.replicate_degree
-    if s is not None and world % s:
-        return SpecError(
-            f"training.pins.shard_degree {s} must divide the GPU count {world} "
-            f"({count} x {ctx.instance.gpus_per_instance}); allowed: "
-            + ", ".join(str(d) for d in range(1, world + 1) if world % d == 0),
-            field="training.pins.shard_degree",
-        )
-    if r is not None and world % r:
-        return SpecError(
-            f"training.pins.replicate_degree {r} must divide the GPU count {world}",
-            field="training.pins.replicate_degree",
-        )
-    if s is not None and r is not None and s * r != world:
-        return SpecError(
-            f"training.pins.shard_degree x replicate_degree = {s * r} must equal the GPU count "
-            f"{world} ({count} instances x {ctx.instance.gpus_per_instance})",
-            field="training.pins.shard_degree",
-        )
-    if pins.precision and not ctx.instance.gpu.supports(pins.precision):
-        return SpecError(
-            f"training.precision {pins.precision} is not supported on {ctx.instance.gpu.name}; "
-            f"allowed: {', '.join(ctx.instance.gpu.peak_tflops)}",
-            field="training.precision",
-        )
-    return None
 
 
 def precisions_for(ctx: Context, pins: Pins) -> tuple[str, ...]:

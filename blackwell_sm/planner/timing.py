@@ -9,9 +9,10 @@ from __future__ import annotations
 import math
 from typing import NamedTuple
 
+from blackwell_sm.planner.frame import MAX_INSTANCES, Context
 from blackwell_sm.planner.notes import Note, advice, warning
 from blackwell_sm.planner.pick import Choice
-from blackwell_sm.planner.search import MAX_INSTANCES, Context, evaluate
+from blackwell_sm.planner.search import evaluate
 from blackwell_sm.planner.units import hours_text
 from blackwell_sm.spec.job import MAX_RUNTIME_HOURS
 
