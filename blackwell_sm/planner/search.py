@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterator
-from typing import NamedTuple, get_args
+from typing import Any, NamedTuple, get_args
 
 from blackwell_sm.hardware import InstanceType
 from blackwell_sm.planner import calibration as C
@@ -91,17 +91,24 @@ def steps_for(ctx: Context, c: Candidate) -> int:
     return max(1, math.ceil((ctx.total_tokens or 0) / (c.global_batch_seqs * ctx.seq_len)))
 
 
+def knobs(ctx: Context, c: Candidate) -> dict[str, Any]:
+    """`c`'s knobs by the names the memory and step-time models take."""
+    return {
+        "shard_degree": c.shard_degree,
+        "replicate_degree": c.replicate_degree,
+        "micro_batch": c.micro_batch_size,
+        "seq_len": ctx.seq_len,
+        "precision": c.precision,
+        "mode": c.activation_checkpointing,
+        "compile": c.compile,
+        "reshard_after_forward": c.reshard_after_forward,
+    }
+
+
 def memory_of(ctx: Context, c: Candidate) -> MemoryTerms:
     return memory_terms(
         ctx.model,
-        shard_degree=c.shard_degree,
-        replicate_degree=c.replicate_degree,
-        micro_batch=c.micro_batch_size,
-        seq_len=ctx.seq_len,
-        precision=c.precision,
-        mode=c.activation_checkpointing,
-        compile=c.compile,
-        reshard_after_forward=c.reshard_after_forward,
+        **knobs(ctx, c),
         kind=ctx.instance.gpu.kind,
         compiled_loss=ctx.compiled_loss,
         packed=ctx.packed,
@@ -125,15 +132,8 @@ def evaluate(
     t = step_time(
         m,
         inst,
-        shard_degree=c.shard_degree,
-        replicate_degree=c.replicate_degree,
-        micro_batch=c.micro_batch_size,
+        **knobs(ctx, c),
         grad_accum=c.grad_accum_steps,
-        seq_len=ctx.seq_len,
-        precision=c.precision,
-        mode=c.activation_checkpointing,
-        compile=c.compile,
-        reshard_after_forward=c.reshard_after_forward,
         packed=ctx.packed,
         constants=k,
         per_token=per_token,
