@@ -271,3 +271,24 @@ def test_the_b200_prior_predicts_its_public_fsdp2_rows():
     p = plan("llama-3.1-8b", seq_len=8192, precision="fp8", **{"compute.instance_count": 1})
     assert p.throughput.evidence == "anchored"
     assert p.throughput.tokens_per_s_per_gpu < 0.6 * 30624  # not at Megatron-Core's level
+
+
+def test_each_instance_preference_is_planned_with_the_specs_objective():
+    spec = parse_spec(
+        {
+            "model": "llama-3.1-70b",
+            "training": {"seq_len": 8192, "total_tokens": 2 * 10**10},
+            "compute": {
+                "optimize": "cost",
+                "instance_preferences": [
+                    {"instance_type": "ml.p6-b200.48xlarge", "instance_count": "auto"},
+                    {"instance_type": "ml.p5en.48xlarge", "instance_count": 4},
+                ],
+            },
+        }
+    )
+    plans = plan(spec)
+    assert [p.objective for p in plans.plans] == ["cost", "cost"]
+    auto = plans.plans[0]
+    assert auto.other_objective.objective == "time" and not auto.other_objective.same_as_plan
+    assert auto.run.cost_usd < auto.other_objective.cost_usd

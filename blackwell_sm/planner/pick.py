@@ -9,8 +9,8 @@ steps, each over the result of the one before:
 3. instance count, by the objective (`choose`): "time" (the default) takes the fewest instances
    whose pick finishes within the deadline (the user's, else one SageMaker job's 28 days), and the
    fastest count found when none does; "cost" takes the cheapest pick over every allowed count
-   (within the user's deadline, if one is set; ties within TIE_FRACTION go to fewer instances),
-   so one node for twice as long can win at half the price.
+   (within the user's deadline, if one is set; counts taken upward, a larger one only when more
+   than TIE_FRACTION cheaper), so one node for twice as long can win at half the price.
 
 With a fixed count only steps 1 and 2 choose; the other objective would pick the same.
 """
