@@ -99,12 +99,16 @@ def test_the_table_chooses_as_evaluating_everything_would(spec):
     [
         {"model": "llama-3.1-70b", "training": {"seq_len": 8192, "total_tokens": 2 * 10**10}},
         {"model": "llama-3.1-70b"},
+        {"model": "llama-64b", "compute": {"instance_type": "ml.p5.48xlarge"}},
+        {"model": "llama-3.1-8b", "training": {"pins": {"shard_degree": 8}}},
+        {"model": "llama-3.2-3b", "training": {"pins": {"grad_accum_steps": 2}}},
     ],
-    ids=["70b-template", "70b-default"],
+    ids=["70b-template", "70b-default", "64b-h100", "8b-hsdp-pinned", "3b-accum-pinned"],
 )
 def test_the_cost_scan_is_exact(spec):
     """By cost over counts 1..16 equals choosing on every count and applying the rule by hand."""
-    spec = {**spec, "compute": {"instance_count": "auto", "optimize": "cost"}}
+    compute = {**spec.get("compute", {}), "instance_count": "auto", "optimize": "cost"}
+    spec = {**spec, "compute": compute}
     problem = frame(parse_spec(spec), None, None)
     counts = pick._Counts(Table(problem.ctx, problem.pins))
     allowed = list(range(1, 17))
@@ -116,6 +120,22 @@ def test_the_cost_scan_is_exact(spec):
         if cc is not None and (want is None or cc.cost < want.cost / (1 + C.TIE_FRACTION)):
             want = cc
     assert got is not None and (got.count, got.best.cand) == (want.count, want.best.cand)
+
+
+def test_more_sharding_never_needs_more_memory():
+    """`Table.any_within` answers a knob set from where its most sharded layout first fits:
+    total memory must not grow with the shard degree (all else equal)."""
+    for name in ("llama-3.2-1b", "llama-3.1-70b", "qwen3-32b"):
+        sh = memory.shape(PRESETS[name])
+        for mode in ("none", "full"):
+            for precision in ("bf16", "fp8", "mxfp8"):
+                kw = dict(replicate_degree=1, micro_batch=1, seq_len=8192, precision=precision,
+                          mode=mode, compile=True, reshard_after_forward=True)  # fmt: skip
+                totals = [
+                    memory.memory_terms(sh, shard_degree=8 * n, **kw).total
+                    for n in (1, 2, 3, 8, 64)
+                ]
+                assert totals == sorted(totals, reverse=True), (name, mode, precision)
 
 
 def test_the_memory_cache_key_holds():

@@ -179,7 +179,7 @@ class _Counts:
             hours = math.inf if pick is None else pick.cost / (1.0 + C.TIE_FRACTION) / (price * n)
             if deadline is not None:
                 hours = min(hours, deadline)
-            if pick is not None and not self._could_cost(n, hours):
+            if pick is not None and not self._could_cost(n, hours, allowed[-1]):
                 continue
             cc = self.on(n)
             if cc is None or cc.hours > hours:
@@ -187,7 +187,7 @@ class _Counts:
             pick = cc
         return pick
 
-    def _could_cost(self, n: int, hours: float) -> bool:
+    def _could_cost(self, n: int, hours: float, top: int) -> bool:
         """Whether the choice on `n` could take at most `hours`: some candidate of a precision
         the precision step could choose there does."""
         table = self.table
@@ -197,8 +197,8 @@ class _Counts:
             and bf16_unless_it_cannot_fit(table.ctx.model.spec)
             and table.fits(n, ("bf16",))
         ):
-            return table.any_within(n, hours, ("bf16",))
-        return table.any_within(n, hours)
+            return table.any_within(n, hours, ("bf16",), top)
+        return table.any_within(n, hours, top=top)
 
     def evaluated(self, n: int) -> list[Evaluation]:
         return [e for p in self.table.precisions for e in self.table.evaluated(n, p)]

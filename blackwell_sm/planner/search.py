@@ -179,10 +179,22 @@ def batch_splits(g: int, dp: int, mb_pin: int | None, ga_pin: int | None) -> lis
     return [(mb, ga) for mb, ga in pairs if mb * ga == best]
 
 
-def candidates(
-    ctx: Context, count: int, pins: Pins, precisions: tuple[str, ...]
-) -> Iterator[Candidate]:
-    """Every configuration on `count` instances that honours `pins`."""
+class Space(NamedTuple):
+    """The values each knob takes on one instance count, the pins honoured."""
+
+    layouts: list[tuple[int, int]]  # (shard, replicate)
+    modes: tuple[str, ...]
+    compiles: tuple[bool, ...]
+    reshards: tuple[bool, ...]  # for a shard degree over 1 (one GPU never reshards)
+
+    def splits(self, ctx: Context, pins: Pins, world: int) -> list[tuple[int, int]]:
+        return batch_splits(
+            ctx.global_batch_seqs, world, pins.micro_batch_size, pins.grad_accum_steps
+        )
+
+
+def space(ctx: Context, count: int, pins: Pins) -> Space:
+    """The knob values on `count` instances that honour `pins`."""
     inst = ctx.instance
     world = count * inst.gpus_per_instance
     if pins.shard_degree is not None or pins.replicate_degree is not None:
@@ -200,14 +212,20 @@ def candidates(
     reshards = (
         (pins.reshard_after_forward,) if pins.reshard_after_forward is not None else (True, False)
     )
-    for s, r in layouts:
-        splits = batch_splits(
-            ctx.global_batch_seqs, s * r, pins.micro_batch_size, pins.grad_accum_steps
-        )
+    return Space(layouts, modes, compiles, reshards)
+
+
+def candidates(
+    ctx: Context, count: int, pins: Pins, precisions: tuple[str, ...]
+) -> Iterator[Candidate]:
+    """Every configuration on `count` instances that honours `pins`."""
+    sp = space(ctx, count, pins)
+    for s, r in sp.layouts:
+        splits = sp.splits(ctx, pins, s * r)
         for p in precisions:
-            for mode in modes:
-                for comp in compiles:
-                    for rs in reshards if s > 1 else (True,):
+            for mode in sp.modes:
+                for comp in sp.compiles:
+                    for rs in sp.reshards if s > 1 else (True,):
                         # micro-batch innermost and ascending: a search stops at the first that
                         # does not fit (memory grows with the micro-batch).
                         for mb, ga in splits:

@@ -27,6 +27,7 @@ from blackwell_sm.planner.search import (
     lean,
     memory_of,
     precisions_for,
+    space,
     steps_for,
 )
 from blackwell_sm.planner.step_time import (
@@ -54,7 +55,8 @@ class Table:
         self._comm: dict[tuple, Comm] = {}
         self._opt: dict[int, float] = {}
         self._ranked: dict[int, list[tuple[float, Candidate]]] = {}
-        self._mb: dict[int, int] = {}
+        self._split_cache: dict[int, list[tuple[int, int]]] = {}
+        self._frontier: dict[tuple, int] = {}
 
     def memory(self, c: Candidate) -> MemoryTerms:
         """`c`'s memory terms. The key leaves out what `memory_terms` does not read (the count,
@@ -171,52 +173,101 @@ class Table:
         return out
 
     def any_within(
-        self, count: int, hours: float, precisions: tuple[str, ...] | None = None
+        self,
+        count: int,
+        hours: float,
+        precisions: tuple[str, ...] | None = None,
+        top: int | None = None,
     ) -> bool:
         """Whether some fitting candidate on `count` instances at `precisions` (default: every
-        one searched) takes at most `hours`. A group of knobs that cannot (`_group_floor`) is
-        passed over whole."""
-        ctx = self.ctx
-        floor: dict[tuple, float] = {}
-        too_big: dict[tuple, int] = {}
-        for c in candidates(ctx, count, self.pins, precisions or self.precisions):
-            group = (*group_of(c), c.replicate_degree)
-            if group not in floor:
-                floor[group] = self._group_floor(c)
-            if floor[group] > hours or c.micro_batch_size >= too_big.get(group, math.inf):
-                continue
-            if self.hours(c) > hours:
-                continue
-            if fits(ctx.instance, self.memory(c)):
-                return True
-            too_big[group] = min(c.micro_batch_size, too_big.get(group, math.inf))
-        return False
-
-    def _group_floor(self, c: Candidate) -> float:
-        """A lower bound of the hours of every candidate of `c`'s group (its knobs but the
-        micro-batch split): the run's tokens over the group's GPUs at its compute per token,
-        plus the least communication any split of it leaves exposed per micro-batch (at the
-        largest micro-batch) times the fewest micro-batches that carry the tokens."""
-        ctx, k = self.ctx, constants(self.ctx)
+        one searched) takes at most `hours` (`top`: the largest count that will be asked). Knob values are passed over as soon as a lower
+        bound shows they cannot: a (precision, checkpointing, compile) whose compute alone (the
+        run's tokens over the GPUs) takes longer; a resharding choice whose leanest layout (the
+        most sharding, the smallest micro-batch) does not fit, as no other layout can; a layout
+        whose least unhidden communication makes it too slow. Only what is left is evaluated."""
+        ctx, pins = self.ctx, self.pins
         if ctx.total_steps is not None:
             tokens = ctx.total_steps * ctx.global_batch_seqs * ctx.seq_len
         else:
             tokens = ctx.total_tokens or 0
-        base, rec = self.per_token(c)
-        per_gpu = tokens / c.world
-        mb = self._largest_micro_batch(c.world)
-        least = exposed(self.comm(c), mb * ctx.seq_len * (base + rec), k.comm_overlap)
-        return (per_gpu * (base + rec) + per_gpu / (mb * ctx.seq_len) * least) / 3600.0
+        per_gpu = tokens / (count * ctx.instance.gpus_per_instance)
+        sp = space(ctx, count, pins)
+        if not sp.layouts:
+            return False
+        s_max, r_max = max(sp.layouts)
+        mb_min = min(m for m, _ in self._splits(s_max * r_max))
+        for p in precisions or self.precisions:
+            for mode in sp.modes:
+                for comp in sp.compiles:
+                    probe = Candidate(count, s_max, r_max, mb_min, 1, p, mode, comp, True)
+                    per_token = sum(self.per_token(probe))
+                    if per_gpu * per_token / 3600.0 > hours:
+                        continue
+                    for rs in sp.reshards if s_max > 1 else (True,):
+                        leanest = probe._replace(reshard_after_forward=rs)
+                        monotone = (  # full shard on offer, micro-batch not tied to the count
+                            pins.shard_degree is None
+                            and pins.replicate_degree is None
+                            and pins.grad_accum_steps is None
+                        )
+                        if not self._leanest_fits(leanest, monotone, top or count):
+                            continue
+                        for s, r in sp.layouts:
+                            c = probe._replace(
+                                shard_degree=s, replicate_degree=r, reshard_after_forward=rs
+                            )
+                            if (s > 1 or rs) and self._within(c, per_gpu, per_token, hours):
+                                return True
+        return False
 
-    def _largest_micro_batch(self, world: int) -> int:
-        mb = self._mb.get(world)
-        if mb is None:
+    def _leanest_fits(self, c: Candidate, monotone: bool, top: int) -> bool:
+        """Whether `c` (a count's most sharded layout, smallest micro-batch) fits. When full
+        sharding is on offer and the smallest micro-batch does not depend on the count, that
+        layout shards over every GPU and needs less memory on more instances (`monotone`): per
+        knob set the smallest count up to `top` where it fits is found once (a binary search)
+        and every count is answered from it."""
+        if not monotone:
+            return fits(self.ctx.instance, self.memory(c))
+        key = (c.precision, c.activation_checkpointing, c.compile, c.reshard_after_forward)
+        if key not in self._frontier:
+            lo, hi = 0, top + 1  # lo does not fit (or is 0); hi fits (or is past top)
+            while hi - lo > 1:
+                mid = (lo + hi) // 2
+                probe = c._replace(
+                    instance_count=mid, shard_degree=mid * self.ctx.instance.gpus_per_instance
+                )
+                if fits(self.ctx.instance, self.memory(probe)):
+                    hi = mid
+                else:
+                    lo = mid
+            self._frontier[key] = hi
+        return c.instance_count >= self._frontier[key]
+
+    def _within(self, group: Candidate, per_gpu: float, per_token: float, hours: float) -> bool:
+        """Whether a fitting split (micro-batch, accumulation) of `group`'s knobs takes at most
+        `hours`; a lower bound first: its compute and its least unhidden communication."""
+        ctx = self.ctx
+        splits = self._splits(group.world)
+        mb = max(m for m, _ in splits)
+        tokens_mb = mb * ctx.seq_len
+        least = exposed(self.comm(group), tokens_mb * per_token, constants(ctx).comm_overlap)
+        if (per_gpu * per_token + per_gpu / tokens_mb * least) / 3600.0 > hours:
+            return False
+        for m, ga in splits:  # ascending: memory grows with the micro-batch
+            c = group._replace(micro_batch_size=m, grad_accum_steps=ga)
+            if self.hours(c) <= hours:
+                return fits(ctx.instance, self.memory(c))
+        return False
+
+    def _splits(self, world: int) -> list[tuple[int, int]]:
+        """The (micro-batch, accumulation) pairs over `world` ranks (`search.batch_splits`)."""
+        got = self._split_cache.get(world)
+        if got is None:
             pins = self.pins
-            splits = batch_splits(
+            got = self._split_cache[world] = batch_splits(
                 self.ctx.global_batch_seqs, world, pins.micro_batch_size, pins.grad_accum_steps
             )
-            mb = self._mb[world] = max(m for m, _ in splits)
-        return mb
+        return got
 
     def ranked(self, count: int) -> list[tuple[float, Candidate]]:
         """Every candidate on `count` instances (all precisions) by ascending hours."""
