@@ -13,7 +13,7 @@ Hardware the catalog lacks: the torchtitan H100 rows ran on H100 96 GB HBM2e par
 500 W. We model them as an ml.p5.48xlarge whose GPU has 93.58 GiB usable and dense peaks scaled by
 calibration.H100_500W_CLOCK_DERATE (0.72); network as the row notes (400 Gb/s per GPU = 3200 Gb/s
 per node, as on p5). H200 rows map to ml.p5en.48xlarge, B200 to ml.p6-b200.48xlarge. The mapping
-lives in blackwell_sm/calibrate_sources.py (`csv_row`), shared with `bsm calibrate`.
+lives in blackwell_sm/runs/calibrate_sources.py (`csv_row`), shared with `bsm calibrate`.
 
 Leave-one-out calibration (`planner_accuracy.loo.*` lines): for every FSDP row (fitted and held
 out), `bsm calibrate`'s fit on all the other rows of its GPU kind, then that row predicted with the
@@ -30,10 +30,10 @@ import statistics
 import sys
 from pathlib import Path
 
-from blackwell_sm.calibrate import calibrate_rows, predict_with
-from blackwell_sm.calibrate_sources import csv_row, is_upper_bound, run_rows
 from blackwell_sm.planner.fit import Row, predict
 from blackwell_sm.planner.search import Evaluation, evaluate
+from blackwell_sm.runs.calibrate import calibrate_rows, predict_with
+from blackwell_sm.runs.calibrate_sources import csv_row, is_upper_bound, run_rows
 
 REPO = Path(__file__).resolve().parents[1]
 OWN_CSV = REPO / "benchmarks" / "data" / "measurements.csv"

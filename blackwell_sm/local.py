@@ -36,6 +36,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from blackwell_sm.errors import BsmError, InfeasiblePlanError, SpecError
 from blackwell_sm.opt_ml import COMPLETE_MARKER, ENV_MASTER_PORT, PLAN_FILE, OptMl
 from blackwell_sm.planner.plan import Plan
+from blackwell_sm.records import Summary, read_summary
 from blackwell_sm.spec import RunSpec
 
 LAUNCHER_MODULE = "blackwell_sm.launch"
@@ -127,7 +128,7 @@ class LocalRunResult(BaseModel):
     model_dir: str
     model_files: list[str]
     metrics_path: str
-    summary: dict[str, Any] | None = Field(description="The loop's summary.json, when written.")
+    summary: Summary | None = Field(description="The loop's summary.json, when written.")
     failure: str | None = None
 
 
@@ -149,7 +150,7 @@ def collect_result(out: Path, plan_path: Path, exit_code: int) -> LocalRunResult
         model_dir=str(model_dir),
         model_files=sorted(p.name for p in model_dir.iterdir()) if model_dir.is_dir() else [],
         metrics_path=str(tree.metrics),
-        summary=json.loads(summary_path.read_text()) if summary_path.is_file() else None,
+        summary=read_summary(summary_path) if summary_path.is_file() else None,
         failure=failure_path.read_text().strip() if failure_path.is_file() else None,
     )
 

@@ -1,5 +1,5 @@
-"""The metric lines: written by the training loop, parsed by SageMaker metric definitions and
-by `bsm status` (aws/progress.py).
+"""The metric lines: written by the training loop (from its typed records, blackwell_sm/records),
+parsed by SageMaker metric definitions, and read back as records by `records.record_from_line`.
 
 One source of truth: `format_step_line`, `format_check_line` and `format_alert_line` write
 exactly what `METRIC_REGEXES` reads, and the job builder turns `METRIC_REGEXES` into
@@ -78,11 +78,13 @@ METRIC_REGEXES["val:loss"] = _regex(VAL_PREFIX, "loss")
 METRIC_REGEXES.update({name: _regex(CHECK_PREFIX, key) for key, name in CHECK_FIELDS.items()})
 METRIC_REGEXES.update({name: _regex(ALERT_PREFIX, key) for key, name in ALERT_FIELDS.items()})
 
-_STEP_RE = re.compile(r"\bstep=([0-9]+)\b")
-
 
 def _fmt(value: float | int | str) -> str:
-    return value if isinstance(value, str) else f"{value:.6g}"
+    """Words as they are, whole numbers exactly (a step count past 999,999 too), floats in 6
+    significant digits."""
+    if isinstance(value, str):
+        return value
+    return str(value) if isinstance(value, int) else f"{value:.6g}"
 
 
 def format_step_line(step: int, *, eta_s: float | None = None, **values: float) -> str:
@@ -111,33 +113,6 @@ def format_alert_line(step: int, kind: str, key: str, value: float, message: str
     if key not in ALERT_FIELDS:
         raise ValueError(f"unknown alert field {key!r}")
     return f"{ALERT_PREFIX} step={step} kind={kind} {key}={value:.6g} {message}"
-
-
-def line_kind(line: str) -> str | None:
-    """ "step", "val", "check" or "alert" for a metric line (a launcher's `[default0]:` prefix
-    allowed, as the regexes allow it), else None."""
-    for kind, prefix in (("step", STEP_PREFIX), ("val", VAL_PREFIX), ("check", CHECK_PREFIX),
-                         ("alert", ALERT_PREFIX)):  # fmt: skip
-        if prefix + " " in line:
-            return kind
-    return None
-
-
-def line_step(line: str) -> int | None:
-    """The `step=N` of a `[bsm-step]`, `[bsm-check]`, `[bsm-alert]` or `[bsm-val]` line."""
-    if line_kind(line) is None:
-        return None
-    m = _STEP_RE.search(line)
-    return int(m.group(1)) if m else None
-
-
-def alert_message(line: str) -> str | None:
-    """The text of a `[bsm-alert]` line after its `step=`, `kind=` and figure."""
-    at = line.find(ALERT_PREFIX + " ")
-    if at < 0:
-        return None
-    words = line[at + len(ALERT_PREFIX) + 1 :].split(" ", 3)
-    return words[3] if len(words) == 4 else None
 
 
 def format_val_line(step: int, loss: float) -> str:

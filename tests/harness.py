@@ -250,12 +250,14 @@ def start_hosts(hosts: list[OptMlHost], *, port: int) -> list[Launch]:
 
 
 def metric_records(root: Path) -> list[dict[str, Any]]:
-    """All training records of `root/output/data/metrics.jsonl`, in file order."""
+    """All training records of `root/output/data/metrics.jsonl`, in file order, read through
+    the one reader (blackwell_sm/records): a malformed record fails the test that reads it."""
+    from blackwell_sm.records import TrainRecord, read_metrics
+
     path = OptMl(root).metrics
     if not path.is_file():
         return []
-    recs = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-    return [r for r in recs if r.get("kind", "train") == "train"]
+    return [r.model_dump() for r in read_metrics(path) if isinstance(r, TrainRecord)]
 
 
 def segments(root: Path) -> list[dict[int, float]]:

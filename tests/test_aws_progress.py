@@ -26,12 +26,8 @@ from blackwell_sm.aws.handle import TrainingJob
 from blackwell_sm.aws.logs import LOG_GROUP
 from blackwell_sm.aws.submit import prepare
 from blackwell_sm.cli import submit as submit_cli
-from blackwell_sm.metrics import (
-    CHECK_FIELDS,
-    format_alert_line,
-    format_check_line,
-    format_step_line,
-)
+from blackwell_sm.metrics import format_alert_line, format_step_line
+from blackwell_sm.records import CheckRecord, record_line
 
 NOW = datetime.now(UTC).replace(microsecond=0)
 STEP = dict(loss=2.0, lr=1e-4, grad_norm=1.0, tok_s_gpu=9000.0, mfu=0.41, step_time_s=1.5,
@@ -50,13 +46,16 @@ def put(aws, stream: str, messages: list[str], at: datetime = NOW) -> None:
 
 
 def check_line(step: int, **over: float) -> str:
-    values = {k: 1.0 for k in CHECK_FIELDS} | dict(
+    """A whole `[bsm-check]` line, as the loop prints it from its check record."""
+    values = dict(
         tok_s_gpu=9100.0, pred_tok_s_gpu=10000.0, pred_tok_s_gpu_low=7000.0,
-        pred_tok_s_gpu_high=11000.0, speed_ratio=0.91, step_time_s=1.45, compute_s=1.2,
-        exposed_comm_s=0.15, mem_reserved_gib=63.0, pred_mem_high_gib=70.0, eta_s=9000.0,
-        total_steps=1000,
+        pred_tok_s_gpu_high=11000.0, speed_ratio=0.91, speed="in_range", step_time_s=1.45,
+        pred_step_time_s=1.3, compute_s=1.2, pred_compute_s=1.1, exposed_comm_s=0.15,
+        pred_exposed_comm_s=0.1, other_s=0.1, mfu=0.4, pred_mfu=0.45, mem_reserved_gib=63.0,
+        pred_mem_gib=64.0, pred_mem_high_gib=70.0, memory="in_range", eta_s=9000.0,
+        total_steps=1000, timing="cuda_profiler",
     ) | over  # fmt: skip
-    return format_check_line(step, values | {"speed": "in_range"})
+    return record_line(CheckRecord(step=step, **values))
 
 
 def write_run(aws, name: str, *, last_step: int, eta: float) -> None:
@@ -211,3 +210,24 @@ def test_bsm_status_stands_when_the_logs_cannot_be_read(aws):
         code, out, err = run("status", name)
     assert code == 0, err
     assert "InProgress" in out and "progress unavailable" in out
+
+
+def test_a_metric_line_that_does_not_read_is_a_note_not_a_zero(aws):
+    """The newest step line lost a figure (a user's print, a cut line): `bsm status` shows the
+    newest step that reads, and says which line it could not read; a bad check line likewise."""
+    _rs, _plan, jr = prepare(make_spec())
+    write_run(aws, jr.job_name, last_step=20, eta=100.0)
+    cut = format_step_line(21, **STEP).replace(" tok_s_gpu=9000", "")
+    put(
+        aws,
+        f"{jr.job_name}/algo-1-1700000000",
+        [cut, check_line(22).replace("mfu=0.4", "mfu=x")],
+        at=NOW,
+    )
+    with Stubber(aws.sagemaker) as sm:
+        stub_job(sm, jr.request, **running(jr))
+        p = TrainingJob(jr.job_name, aws=aws).progress()
+    assert p.step == 20 and p.tokens_per_s_per_gpu == 9000.0  # not step 21 at 0 tokens/s
+    assert p.total_steps == 1000 and p.check["check:mfu"] == 0.4  # the earlier check line
+    assert any("tok_s_gpu" in n and "not read" in n for n in p.notes)
+    assert any("mfu" in n and "not read" in n for n in p.notes)

@@ -13,7 +13,6 @@ from pathlib import Path
 
 import pytest
 
-from blackwell_sm.calibrate_sources import csv_row, job_rows
 from blackwell_sm.cli import main
 from blackwell_sm.planner import calibration as C
 from blackwell_sm.planner.api import make_plan
@@ -25,6 +24,7 @@ from blackwell_sm.planner.profile import (
     ProfileConstants,
     resolve_profile,
 )
+from blackwell_sm.runs.calibrate_sources import csv_row, job_rows
 from blackwell_sm.spec import parse_spec
 
 FIELDS = ["id", "model", "gpu", "num_gpus", "precision", "seq_len", "micro_batch", "global_batch",
@@ -289,6 +289,22 @@ def test_a_job_without_output_is_read_from_its_step_lines(aws):
     assert row.tokens_per_s_per_gpu == 1050.0  # median of the steady steps 3..5
 
 
+def _summary(tok_s: float, mem_gib: float) -> str:
+    """A version 1 summary.json (no schema_version) of a CUDA run, as the loop wrote it."""
+    return json.dumps({
+        "status": "completed", "final_step": 5, "planned_steps": 5, "resumed_from_step": None,
+        "final_loss": 2.5, "final_val_loss": 2.9,
+        "measured": {"steps_timed": 3, "step_time_s": 1.0, "tokens_per_s_per_gpu": tok_s,
+                     "mfu": 0.4, "peak_memory_allocated_gib": 3.0,
+                     "peak_memory_reserved_gib": mem_gib,
+                     "memory_kind": "cuda_max_allocated_reserved"},
+        "predicted": {"step_time_s": 1.0, "tokens_per_s_per_gpu": 1000.0, "mfu": 0.4,
+                      "memory_gib": 3.0},
+        "ratio_measured_over_predicted": {"tokens_per_s_per_gpu": 1.2, "peak_memory": 1.1},
+        "check": None, "eta": None, "alerts": [],
+    })  # fmt: skip
+
+
 def test_a_job_source_for_calibrate_and_report(aws, tmp_path):
     """A job name: the plan from its code bundle, summary.json and metrics.jsonl from its
     output.tar.gz, for `bsm calibrate` (the summary's figures) and `bsm report` (the records)."""
@@ -296,7 +312,7 @@ def test_a_job_source_for_calibrate_and_report(aws, tmp_path):
 
     from blackwell_sm.aws.s3 import split_s3_uri
     from blackwell_sm.aws.submit import submit
-    from blackwell_sm.report import read_plot_data, write_report
+    from blackwell_sm.runs.report import read_plot_data, write_report
 
     job = submit(spec_dict(), aws=aws)
     d = aws.sagemaker.describe_training_job(TrainingJobName=job.name)
@@ -306,15 +322,12 @@ def test_a_job_source_for_calibrate_and_report(aws, tmp_path):
          "mem_alloc_gib": 10.0, "mem_reserved_gib": 12.0 + s / 10,
          "memory_kind": "cuda_max_allocated_reserved", "time": 1_700_000_000.0 + s}
         for s in range(1, 6)
-    ] + [{"kind": "val", "step": 5, "loss": 2.9, "time": 1_700_000_006.0},
-         {"kind": "check", "step": 3, "whatever": "a kind the report does not know"}]  # fmt: skip
+    ] + [{"kind": "val", "step": 5, "loss": 2.9, "time": 1_700_000_006.0}]  # fmt: skip
     jsonl = "".join(json.dumps(r) + "\n" for r in records).encode()
     bucket, key = split_s3_uri(d["OutputDataConfig"]["S3OutputPath"].rstrip("/"))
-    summary = {"status": "completed", "measured": {"tokens_per_s_per_gpu": 1234.5,
-               "peak_memory_reserved_gib": 3.25, "memory_kind": "cuda_max_allocated_reserved"}}  # fmt: skip
     aws.s3.put_object(
         Bucket=bucket, Key=f"{key}/{job.name}/output/output.tar.gz",
-        Body=_tar({"metrics.jsonl": jsonl, "summary.json": json.dumps(summary).encode()}),
+        Body=_tar({"metrics.jsonl": jsonl, "summary.json": _summary(1234.5, 3.25).encode()}),
     )  # fmt: skip
     [row] = job_rows(job.name, aws)
     assert row.id == job.name and row.tokens_per_s_per_gpu == 1234.5
@@ -349,36 +362,40 @@ def test_a_profile_without_the_plans_gpu_changes_nothing_and_says_so(tmp_path):
 def test_a_job_source_that_is_not_there_is_an_aws_error_not_a_crash(aws, tmp_path):
     """The job reader's calls go through the AWS layer (describe_raw, get_object_or_none): a job
     that does not exist is `not_found`, and a run directory with a broken plan names the field."""
-    from blackwell_sm.calibrate_sources import job_files, run_files
     from blackwell_sm.errors import AwsError, SpecError
+    from blackwell_sm.runs.read import read_job, read_run_dir
 
     with pytest.raises(AwsError) as e:
-        job_files(aws, "bsm-no-such-job")
+        read_job(aws, "bsm-no-such-job")
     assert e.value.code == "not_found"
     (tmp_path / "plan.json").write_text('{"schema_version": 1}')
     with pytest.raises(SpecError, match="required field is missing"):
-        run_files(tmp_path)
+        read_run_dir(tmp_path)
 
 
-def test_measured_figures_from_step_records_skip_warm_up_and_missing_values():
-    """No summary: medians of the timed step records (warm-up left out); a record without a
-    figure (None or absent) is skipped, not a crash; with a summary, its figures stand."""
-    from blackwell_sm.calibrate_sources import measured_figures
+def test_measured_figures_from_step_records_skip_warm_up_of_each_launch():
+    """No summary: medians of the timed step records, the first WARMUP_STEPS of each launch (a
+    `start` record, or a step that does not increase in a version 1 file) left out."""
     from blackwell_sm.metrics import WARMUP_STEPS
+    from blackwell_sm.records import StartRecord, TrainRecord, measured_from
 
-    recs = [
-        {"kind": "train", "step": i, "tok_s_gpu": 1.0, "step_time_s": 9.0}
-        for i in range(WARMUP_STEPS)
-    ]
-    recs += [{"kind": "train", "step": 10, "tok_s_gpu": 100.0, "step_time_s": 2.0, "mem_reserved_gib": None},
-             {"kind": "train", "step": 11, "tok_s_gpu": 300.0, "mfu": 0.5, "mem_reserved_gib": 3.0},
-             {"kind": "val", "step": 11, "loss": 1.0}]  # fmt: skip
-    m = measured_figures(None, recs)
-    assert m["tokens_per_s_per_gpu"] == 200.0 and m["step_time_s"] == 2.0 and m["mfu"] == 0.5
-    assert m["peak_memory_reserved_gib"] == 3.0
-    assert measured_figures({"measured": {"tokens_per_s_per_gpu": 7.0}}, recs) == {
-        "tokens_per_s_per_gpu": 7.0
-    }
+    def step(i: int, tok: float, mem: float = 1.0) -> TrainRecord:
+        return TrainRecord(step=i, loss=1.0, lr=1e-4, grad_norm=1.0, tok_s_gpu=tok, mfu=tok / 1000,
+                           step_time_s=100 / tok, mem_alloc_gib=mem, mem_reserved_gib=mem,
+                           memory_kind="cuda_max_allocated_reserved", time=1.0)  # fmt: skip
+
+    warm = [step(i, 1.0) for i in range(1, WARMUP_STEPS + 1)]
+    m = measured_from([*warm, step(10, 100.0), step(11, 300.0, mem=3.0)])
+    assert m.tokens_per_s_per_gpu == 200.0 and m.steps_timed == 2 and m.mfu == 0.2
+    assert m.peak_memory_reserved_gib == 3.0 and m.memory_kind == "cuda_max_allocated_reserved"
+    start = StartRecord(step=0, world_size=8, time=0.0)
+    resumed = StartRecord(step=11, resumed_from_step=11, world_size=8, time=9.0)
+    two = [start, *warm, step(10, 100.0), resumed, *[step(12 + i, 1.0) for i in range(WARMUP_STEPS)],
+           step(20, 500.0)]  # fmt: skip
+    assert measured_from(two).tokens_per_s_per_gpu == 300.0  # 100 and 500: warm-ups left out
+    v1 = [*warm, step(10, 100.0), *[step(5 + i, 1.0) for i in range(WARMUP_STEPS)], step(9, 500.0)]
+    assert measured_from(v1).tokens_per_s_per_gpu == 300.0
+    assert measured_from([start]).tokens_per_s_per_gpu is None  # nothing measured: None, not 0
 
 
 def test_calibration_reaches_every_preferences_plan(tmp_path, capsys):

@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 from cli_support import run_local_process
 
-from blackwell_sm.calibrate import predict_with
-from blackwell_sm.calibrate_sources import run_rows
 from blackwell_sm.planner.profile import load_profile
+from blackwell_sm.runs.calibrate import predict_with
+from blackwell_sm.runs.calibrate_sources import run_rows
 
 pytestmark = pytest.mark.slow
 

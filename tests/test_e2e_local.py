@@ -165,7 +165,7 @@ def test_report_of_the_demo_run_plots_what_metrics_jsonl_holds(reference: dict) 
     matplotlib lines, embedded in the HTML) are metrics.jsonl's, value for value."""
     from harness import metric_records
 
-    from blackwell_sm.report import read_plot_data
+    from blackwell_sm.runs.report import read_plot_data
 
     root = reference["root"]
     proc = subprocess.run(
@@ -193,12 +193,12 @@ def test_report_of_the_demo_run_plots_what_metrics_jsonl_holds(reference: dict) 
         plan["throughput"]["tokens_per_s_per_gpu"]
     }
     assert set(data["memory"]["usable limit"]["y"]) == {plan["memory_gib"]["usable"]}
-    # Both checkpoints kept on disk (steps 30 and 40) are marked on the time axis.
-    assert data["timeline"]["checkpoint save"]["y"] == [30.0, 40.0]
+    # Every save, from the log's save records: keep_last 2 left only 30 and 40 on disk.
+    assert data["timeline"]["checkpoint save"]["y"] == [10.0, 20.0, 30.0, 40.0]
 
 
 def test_report_marks_the_stop_and_the_resume(history: History, tmp_path: Path) -> None:
-    from blackwell_sm.report import read_plot_data, write_report
+    from blackwell_sm.runs.report import read_plot_data, write_report
 
     res = write_report(str(history.host.root), tmp_path / "r.html")
     data = read_plot_data(res.path.read_text())

@@ -165,10 +165,13 @@ def test_run_local_owns_its_run(tmp_path: Path) -> None:
 
 def test_the_speed_line_gives_the_checks_range_and_verdict():
     from blackwell_sm.cli.local import _speed_note
+    from blackwell_sm.records import CheckFigures
 
-    check = {"pred_tok_s_gpu_low": 2911.3, "pred_tok_s_gpu_high": 6046.5, "speed": "below_range"}
-    assert _speed_note({"check": check}) == "  (range 2911.3-6046.5: below range)"
-    assert "matmul rate" in _speed_note({})  # no check ran (a run shorter than its window)
+    check = CheckFigures.model_construct(
+        pred_tok_s_gpu_low=2911.3, pred_tok_s_gpu_high=6046.5, speed="below_range"
+    )
+    assert _speed_note(check) == "  (range 2911.3-6046.5: below range)"
+    assert "matmul rate" in _speed_note(None)  # no check ran (a run shorter than its window)
 
 
 def test_the_channels_a_spec_reads_include_init_for_s3_weights():

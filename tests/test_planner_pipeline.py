@@ -12,7 +12,6 @@ from pathlib import Path
 import pytest
 from cli_support import run
 
-from blackwell_sm.calibrate_sources import csv_row
 from blackwell_sm.errors import SpecError
 from blackwell_sm.launch.checks import check_plan
 from blackwell_sm.planner import calibration as C
@@ -24,6 +23,7 @@ from blackwell_sm.planner.plan import Plan
 from blackwell_sm.planner.precision import choose_precision
 from blackwell_sm.planner.search import candidates, evaluate, usable_bytes
 from blackwell_sm.planner.table import Table
+from blackwell_sm.runs.calibrate_sources import csv_row
 from blackwell_sm.spec import PRESETS, parse_spec
 
 ROOT = Path(__file__).resolve().parents[1]

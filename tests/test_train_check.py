@@ -7,7 +7,8 @@ import pytest
 import torch
 from train_support import local_plan
 
-from blackwell_sm.metrics import CHECK_FIELDS, METRIC_REGEXES, line_step, parse_line
+from blackwell_sm.metrics import CHECK_FIELDS, METRIC_REGEXES, parse_line
+from blackwell_sm.records import CheckRecord, record_from_line, record_line
 from blackwell_sm.train import check as C
 
 
@@ -36,13 +37,15 @@ def test_eta_and_overrun():
 
 
 class Sink:
+    """The check's records, and the log lines the loop prints for them (records.record_line)."""
+
     def __init__(self) -> None:
-        self.records: list[dict] = []
+        self.records: list = []
         self.lines: list[str] = []
 
-    def __call__(self, rec: dict, line: str) -> None:
+    def __call__(self, rec) -> None:
         self.records.append(rec)
-        self.lines.append(line)
+        self.lines.append(record_line(rec))
 
 
 def _check(plan, *, deadline=None, now=1_000_000.0, start=0) -> tuple[C.RunCheck, Sink]:
@@ -92,7 +95,10 @@ def test_check_line_carries_every_metric_and_parses_back():
     parsed = parse_line(line)
     for key, name in CHECK_FIELDS.items():
         assert parsed[name] == pytest.approx(got[key], rel=1e-5), key
-    assert line_step(line) == 5
+    back = record_from_line(line)  # what `bsm status` reads: the typed record, every field
+    assert isinstance(back, CheckRecord) and back.step == 5
+    for key, value in back.model_dump(exclude={"kind", "step", "slowest_rank_step_time_s"}).items():
+        assert value == (got[key] if isinstance(value, str) else pytest.approx(got[key], rel=1e-5))
     assert "speed=" in line and "memory=in_range" in line
     assert not any(k.startswith("train:") for k in parsed)  # the step regexes ignore it
 
@@ -102,8 +108,8 @@ def test_overrun_alert_names_what_to_do_once_and_is_a_metric():
     now = 1_000_000.0
     chk, sink = _check(plan, deadline=(now + 600.0, "job max runtime"), now=now)
     chk.observe(20, mem_gib=0.1, eta=500.0)  # ends 100 s before the deadline
-    assert sink.lines == [] and chk.last_eta["ends_before_deadline"] is True
-    assert chk.last_eta["overrun_s"] == pytest.approx(-100.0)
+    assert sink.lines == [] and chk.last_eta.ends_before_deadline is True
+    assert chk.last_eta.overrun_s == pytest.approx(-100.0)
     chk.observe(30, mem_gib=0.1, eta=4200.0)  # 1 h past it
     chk.observe(40, mem_gib=0.1, eta=4300.0)  # still past: no second line
     assert len(sink.lines) == 1
@@ -112,15 +118,16 @@ def test_overrun_alert_names_what_to_do_once_and_is_a_metric():
     assert "bsm plans extend" in line and "instance_count" in line and "--until-done" in line
     assert "job max runtime" in line
     assert parse_line(line) == {"alert:overrun_s": pytest.approx(3600.0)}
-    assert chk.summary()["eta"]["overrun_s"] == pytest.approx(3700.0)  # the latest
-    assert chk.summary()["alerts"][0]["alert"] == "overrun"
+    _, eta, alerts = chk.summary()
+    assert eta.overrun_s == pytest.approx(3700.0)  # the latest
+    assert alerts[0].alert == "overrun" and alerts[0].time == now
 
 
 def test_no_deadline_no_overrun_but_the_eta_is_kept():
     chk, sink = _check(local_plan(steps=100))
     chk.observe(5, mem_gib=0.1, eta=1e9)
-    assert sink.lines == [] and chk.last_eta["eta_s"] == 1e9
-    assert "deadline" not in chk.last_eta
+    assert sink.lines == [] and chk.last_eta.eta_s == 1e9
+    assert chk.last_eta.deadline is None and chk.last_eta.overrun_s is None
 
 
 def test_memory_above_the_plans_range_is_an_alert():

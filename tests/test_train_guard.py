@@ -12,11 +12,17 @@ import pytest
 from train_support import local_plan, spawn, train_worker
 
 from blackwell_sm.opt_ml import ENV_TEST_NAN_STEPS
+from blackwell_sm.records import read_metrics
 
 
 def _records(root: Path) -> list[dict]:
+    """metrics.jsonl as written (the file's own JSON, to check its format)."""
     path = root / "output/data/metrics.jsonl"
-    return [json.loads(line) for line in path.read_text().splitlines()]
+    return [json.loads(line, parse_constant=_refuse) for line in path.read_text().splitlines()]
+
+
+def _refuse(word: str) -> None:
+    raise AssertionError(f"metrics.jsonl holds {word}: not strict JSON")
 
 
 def test_one_nan_step_is_skipped_and_training_goes_on(tmp_path, monkeypatch):
@@ -29,8 +35,13 @@ def test_one_nan_step_is_skipped_and_training_goes_on(tmp_path, monkeypatch):
     train = {r["step"]: r for r in recs if r["kind"] == "train"}
     bad = [r for r in recs if r["kind"] == "bad_step"]
     assert sorted(train) == [1, 2, 4, 5, 6]  # step 3 has no train record ...
-    assert [(r["step"], r["in_row"], r["loss"]) for r in bad] == [(3, 1, "nan")]  # ... but this
+    # ... but this, in strict JSON: the non-finite loss is null, named under non_finite
+    assert [(r["step"], r["in_row"], r["loss"], r["non_finite"]) for r in bad] == [
+        (3, 1, None, {"loss": "nan", "grad_norm": "nan"})
+    ]
     assert all(math.isfinite(r["loss"]) and math.isfinite(r["grad_norm"]) for r in train.values())
+    [typed] = [r for r in read_metrics(root / "output/data/metrics.jsonl") if r.kind == "bad_step"]
+    assert math.isnan(typed.loss) and typed.step == 3  # the reader gives the NaN back
     summary = json.loads((root / "output/data/summary.json").read_text())
     assert summary["status"] == "completed" and summary["final_step"] == 6
     out = (root / "stdout-rank0.log").read_text()

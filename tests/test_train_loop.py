@@ -164,6 +164,29 @@ def test_sigterm_saves_and_stops_cleanly(stopped):
     assert not (stopped / "model").exists()  # not exported: training is not finished
 
 
+def test_the_log_records_each_launch_save_and_stop(base, stopped, skip):
+    """start, save and stop records (records.py): the report reads saves from the log, not from
+    the checkpoints still on disk (keep_last 2 of base's saves at 4, 8 and 10)."""
+    from blackwell_sm.records import SaveRecord, StartRecord, StopRecord, read_metrics
+
+    def events(root: Path) -> list:
+        recs = read_metrics(root / "output/data/metrics.jsonl")  # and every record reads back
+        return [r for r in recs if isinstance(r, (StartRecord, SaveRecord, StopRecord))]
+
+    got = [(r.kind, r.step) for r in events(base)]
+    assert got == [("start", 0), ("save", 4), ("save", 8), ("save", 10)]
+    assert [r.checkpoint for r in events(base)[1:]] == [f"step-{s:08d}" for s in (4, 8, 10)]
+    assert [(r.kind, r.step, getattr(r, "reason", None)) for r in events(stopped)] == [
+        ("start", 0, None),
+        ("save", 4, None),
+        ("save", 5, None),
+        ("stop", 5, "SIGTERM"),
+    ]
+    start = events(skip)[0]
+    assert (start.step, start.resumed_from_step, start.checkpoint) == (8, 8, "step-00000008")
+    assert start.world_size == 2
+
+
 def test_resume_after_a_stop_equals_an_uninterrupted_run(base, stopped, resumed):
     assert _losses(stopped) == {s: v for s, v in _losses(base).items() if s <= 5}
     assert _losses(resumed) == {s: v for s, v in _losses(base).items() if s > 5}

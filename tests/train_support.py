@@ -129,7 +129,7 @@ def sigterm_worker(plan_json: str, opt_ml: str, after_step: int) -> None:
     loop.Trainer.train_step = train_step
     with _stdout_to_file(opt_ml):
         summary = loop.train(Plan.from_json(plan_json), Path(opt_ml))
-    assert summary["status"].startswith("stopped"), summary
+    assert summary.status.startswith("stopped"), summary
 
 
 def fsdp_model_and_optimizer():

@@ -1,7 +1,7 @@
 """A running job's progress from outside: the latest `[bsm-step]` line, the `[bsm-check]` line and
-any `[bsm-alert]` lines in its CloudWatch logs, read through the metric regexes SageMaker uses
-(`blackwell_sm/metrics.py`), beside its deadlines: MaxRuntime (DescribeTrainingJob) and the
-training plan's EndTime (DescribeTrainingPlan).
+any `[bsm-alert]` lines in its CloudWatch logs, read as typed records (`record_from_line` of
+`blackwell_sm/records`: a metric line that does not read is a note, never a 0), beside its
+deadlines: MaxRuntime (DescribeTrainingJob) and the training plan's EndTime (DescribeTrainingPlan).
 
 Only what is needed is read: the last `RECENT_EVENTS` events of each stream for the step line,
 and the check and alert lines by a CloudWatch filter pattern (a handful per job).
@@ -16,15 +16,15 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from blackwell_sm.aws.errors import translate
 from blackwell_sm.aws.logs import LOG_GROUP, job_streams
+from blackwell_sm.errors import SpecError
 from blackwell_sm.metrics import (
     ALERT_PREFIX,
+    CHECK_FIELDS,
     CHECK_PREFIX,
     OVERRUN_ADVICE,
-    alert_message,
-    line_kind,
-    line_step,
-    parse_line,
+    STEP_PREFIX,
 )
+from blackwell_sm.records import AlertRecord, CheckRecord, Record, TrainRecord, record_from_line
 
 RECENT_EVENTS = 200  # per stream: enough for the latest step line between other log lines
 
@@ -97,6 +97,24 @@ def _when(ms: int) -> datetime:
     return datetime.fromtimestamp(ms / 1000.0, tz=UTC)
 
 
+def _latest(events: list[dict[str, Any]], kind: type, notes: list[str]) -> tuple[Any, int] | None:
+    """(the newest event's record of `kind`, its timestamp), past lines that do not read (each
+    named in `notes`)."""
+    for e in sorted(events, key=lambda e: e["timestamp"], reverse=True):
+        rec = _record(e, notes)
+        if isinstance(rec, kind):
+            return rec, e["timestamp"]
+    return None
+
+
+def _record(e: dict[str, Any], notes: list[str]) -> Record | None:
+    try:
+        return record_from_line(e["message"], time=e["timestamp"] / 1000.0)
+    except SpecError as err:
+        notes.append(f"a log line was not read: {' '.join(err.message.split())}")
+        return None
+
+
 def read_progress(
     sm: Any, logs: Any, name: str, described: dict[str, Any] | None = None
 ) -> Progress:
@@ -110,25 +128,16 @@ def read_progress(
     info = JobInfo.from_describe(described)
     p = Progress(job_name=name, status=info.status)
 
-    latest: dict[str, Any] | None = None
     streams = job_streams(logs, name)
-    for stream in streams:
-        for e in _recent_events(logs, stream):
-            if line_kind(e["message"]) == "step" and (
-                latest is None or e["timestamp"] > latest["timestamp"]
-            ):
-                latest = e
+    recent = [e for s in streams for e in _recent_events(logs, s) if STEP_PREFIX in e["message"]]
+    latest = _latest(recent, TrainRecord, p.notes)
     if latest is not None:
-        m = parse_line(latest["message"])
-        p.step = line_step(latest["message"])
-        p.as_of = _when(latest["timestamp"])
-        p.tokens_per_s_per_gpu = m.get("train:tokens_per_s_per_gpu")
-        p.step_time_s = m.get("train:step_time_s")
-        p.mfu = m.get("train:mfu")
-        p.mem_reserved_gib = m.get("train:peak_mem_reserved_gib")
-        p.eta_s = m.get("train:eta_s")
+        step, at = latest
+        p.step, p.as_of = step.step, _when(at)
+        p.tokens_per_s_per_gpu, p.step_time_s = step.tok_s_gpu, step.step_time_s
+        p.mfu, p.mem_reserved_gib, p.eta_s = step.mfu, step.mem_reserved_gib, step.eta_s
         per_step = described.get("HyperParameters", {}).get("bsm_tokens_per_step")
-        if p.step is not None and per_step:
+        if per_step:
             p.tokens = p.step * int(per_step)
     elif streams:
         p.notes.append(f"no [bsm-step] line in the last {RECENT_EVENTS} events of each stream")
@@ -136,24 +145,22 @@ def read_progress(
         p.notes.append("no log stream yet: SageMaker creates one per instance once they start")
 
     if streams:
-        checks = _matching_events(logs, name, CHECK_PREFIX)
-        if checks:
-            p.check = parse_line(checks[-1]["message"])
-            c = p.check
-            p.total_steps = int(c["check:total_steps"]) if "check:total_steps" in c else None
-            p.predicted_tokens_per_s_per_gpu = c.get("check:predicted_tokens_per_s_per_gpu")
-            lo = c.get("check:predicted_tokens_per_s_per_gpu_low")
-            hi = c.get("check:predicted_tokens_per_s_per_gpu_high")
-            p.predicted_range = (lo, hi) if lo is not None and hi is not None else None
-            p.predicted_mem_high_gib = c.get("check:predicted_mem_high_gib")
-            if p.eta_s is None and "check:eta_s" in c:  # no step line since the check
-                p.eta_s, p.as_of = c["check:eta_s"], _when(checks[-1]["timestamp"])
+        found = _latest(_matching_events(logs, name, CHECK_PREFIX), CheckRecord, p.notes)
+        if found is not None:
+            c, at = found
+            p.check = {metric: float(getattr(c, key)) for key, metric in CHECK_FIELDS.items()}
+            p.total_steps = c.total_steps
+            p.predicted_tokens_per_s_per_gpu = c.pred_tok_s_gpu
+            p.predicted_range = (c.pred_tok_s_gpu_low, c.pred_tok_s_gpu_high)
+            p.predicted_mem_high_gib = c.pred_mem_high_gib
+            if p.eta_s is None:  # no step line since the check
+                p.eta_s, p.as_of = c.eta_s, _when(at)
         elif latest is not None:
             p.notes.append("no [bsm-check] line yet: the loop checks after its warm-up steps")
         for e in _matching_events(logs, name, ALERT_PREFIX):
-            msg = alert_message(e["message"])
-            if msg:
-                p.alerts.append(msg)
+            rec = _record(e, p.notes)
+            if isinstance(rec, AlertRecord):
+                p.alerts.append(rec.message)
 
     if p.eta_s is not None and p.as_of is not None:
         p.projected_end = p.as_of + timedelta(seconds=p.eta_s)

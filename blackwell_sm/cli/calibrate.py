@@ -1,5 +1,5 @@
 """`bsm calibrate SOURCE... [--out FILE]`: fit the planner's constants to measured runs and write
-a calibration profile (blackwell_sm/calibrate.py; docs/calibration.md)."""
+a calibration profile (blackwell_sm/runs/calibrate.py; docs/calibration.md)."""
 
 from __future__ import annotations
 
@@ -7,9 +7,24 @@ import click
 
 from blackwell_sm.cli.output import OUTPUT_OPTION, emit_json
 
+EXACT = "exact by construction, not validated"
+
 
 def _pct(x: float | None) -> str:
     return "-" if x is None else f"{x:+.1%}"
+
+
+def _after(x: float | None, figure: str, exact: list[str]) -> str:
+    """An error after the fit; for a figure the fit matches by construction, not a 0 %."""
+    return "exact*" if figure in exact else _pct(x)
+
+
+def _median(before: float | None, after: float | None, figure: str, exact: list[str]) -> str:
+    if before is None:
+        return f"{figure}: not measured"
+    was = _pct(before).lstrip("+")
+    now = EXACT if figure in exact else f"{_pct(after).lstrip('+')} after"
+    return f"{figure} median |error| {was} before, {now}"
 
 
 @click.command("calibrate")
@@ -33,10 +48,12 @@ def calibrate(
     """Fit the planner's efficiency constants per GPU kind to SOURCEs (run directories,
     measurements CSVs, job names), print each row's error before and after, and write the
     profile to --out. Apply it with `bsm plan --calibration FILE`."""
-    from blackwell_sm.calibrate import calibrate as run_calibration
-    from blackwell_sm.calibrate import write_profile
-    from blackwell_sm.calibrate_sources import classify
+    from blackwell_sm.planner.fit import require_scipy
+    from blackwell_sm.runs.calibrate import calibrate as run_calibration
+    from blackwell_sm.runs.calibrate import write_profile
+    from blackwell_sm.runs.calibrate_sources import classify
 
+    require_scipy()  # before any source is read or AWS is set up
     aws = None
     if any(classify(s) == "job" for s in sources):
         from blackwell_sm.aws.session import AwsContext
@@ -63,9 +80,11 @@ def render(result: object) -> None:
         rows.add_column(col)
     for r in result.rows:  # type: ignore[attr-defined]
         tps = r.measured_tokens_per_s_per_gpu
+        ex = r.exact_by_construction
         rows.add_row(
             r.id, r.gpu, "-" if tps is None else f"{tps:,.1f}", _pct(r.speed_error_before),
-            _pct(r.speed_error_after), _pct(r.memory_error_before), _pct(r.memory_error_after),
+            _after(r.speed_error_after, "speed", ex), _pct(r.memory_error_before),
+            _after(r.memory_error_after, "memory", ex),
         )  # fmt: skip
     con.print(rows)
     consts = Table(title="constants", title_justify="left")
@@ -81,12 +100,15 @@ def render(result: object) -> None:
     for gpu, entry in prof.gpus.items():
         lo, hi = entry.speed_range or (None, None)
         rng = f", speed range -{lo:.0%}/+{hi:.0%}" if lo is not None else ""
+        ex = entry.exact_by_construction
+        speed = _median(entry.median_abs_error_before, entry.median_abs_error_after, "speed", ex)
+        mem = _median(
+            entry.memory_median_abs_error_before, entry.memory_median_abs_error_after, "memory", ex
+        )
+        con.print(text((gpu, "bold"), f": {speed}; {mem}; {entry.rows} rows{rng}"))
+    if any(e.exact_by_construction for e in prof.gpus.values()):
         con.print(
-            text(
-                (gpu, "bold"),
-                f": median |error| {_pct(entry.median_abs_error_before).lstrip('+')} before, "
-                f"{_pct(entry.median_abs_error_after).lstrip('+')} after, {entry.rows} rows{rng}",
-            )
+            text(f"exact*: {EXACT}: no more measurements than fitted constants moving the figure")
         )
     if not prof.gpus:
         con.print(text(("no constant could be fitted: the profile changes nothing", "yellow")))

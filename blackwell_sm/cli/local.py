@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 from typing import Any
@@ -26,14 +25,12 @@ def _channels(values: tuple[str, ...]) -> dict[str, Path]:
 
 
 def _first_loss(metrics_path: str) -> float | None:
-    p = Path(metrics_path)
-    if not p.is_file():
+    """The first logged step's loss in metrics.jsonl (read through blackwell_sm.records)."""
+    from blackwell_sm.records import TrainRecord, read_metrics
+
+    if not Path(metrics_path).is_file():
         return None
-    for line in p.read_text().splitlines():
-        rec = json.loads(line)
-        if rec.get("kind", "train") == "train":
-            return rec.get("loss")
-    return None
+    return next((r.loss for r in read_metrics(metrics_path) if isinstance(r, TrainRecord)), None)
 
 
 def _fmt(x: Any, spec: str = ".4g") -> str:
@@ -52,13 +49,12 @@ def _channels_read(spec: Any) -> set[str]:
     return {n for n in names if n}
 
 
-def _speed_note(summary: dict[str, Any]) -> str:
-    """The in-job check's verdict on speed (its range and where the run fell), else where the
-    prediction comes from."""
-    c = summary.get("check") or {}
-    if "pred_tok_s_gpu_low" in c and "speed" in c:
-        return (f"  (range {_fmt(c['pred_tok_s_gpu_low'], '.1f')}-"
-                f"{_fmt(c['pred_tok_s_gpu_high'], '.1f')}: {c['speed'].replace('_', ' ')})")  # fmt: skip
+def _speed_note(c: Any) -> str:
+    """The in-job check's verdict on speed (its range and where the run fell), else (no check
+    ran) where the prediction comes from."""
+    if c is not None:
+        low, high = _fmt(c.pred_tok_s_gpu_low, ".1f"), _fmt(c.pred_tok_s_gpu_high, ".1f")
+        return f"  (range {low}-{high}: {c.speed.replace('_', ' ')})"
     return "  (from this machine's matmul rate, timed at start)"
 
 
@@ -125,22 +121,33 @@ def run_local(
     if output == "json":
         emit_json(result)
         return
-    s = result.summary or {}
-    meas, pred = s.get("measured", {}), s.get("predicted", {})
-    lines = [
-        f"done: {s.get('status', '?')} at step {s.get('final_step', '?')}"
-        + (f" (resumed from step {s['resumed_from_step']})" if s.get("resumed_from_step") else ""),
-        f"  loss            {_fmt(_first_loss(result.metrics_path))} -> {_fmt(s.get('final_loss'))}",
-        f"  tokens/s/proc   measured {_fmt(meas.get('tokens_per_s_per_gpu'), '.1f')}"
-        f"  predicted {_fmt(pred.get('tokens_per_s_per_gpu'), '.1f')}" + _speed_note(s),
-        f"  step time (s)   measured {_fmt(meas.get('step_time_s'), '.3f')}"
-        f"  predicted {_fmt(pred.get('step_time_s'), '.3f')}",
-        f"  peak memory GiB measured {_fmt(meas.get('peak_memory_reserved_gib'), '.2f')}"
-        f" ({meas.get('memory_kind', '?')})  predicted {_fmt(pred.get('memory_gib'), '.2f')}",
+    for line in [*_summary_lines(result), *_file_lines(result)]:
+        info(line)
+
+
+def _summary_lines(result: Any) -> list[str]:
+    """The measured-against-predicted lines of run-local's text output."""
+    s = result.summary
+    if s is None:
+        return ["done, but the run wrote no summary.json: nothing was measured"]
+    meas, pred = s.measured, s.predicted
+    resumed = f" (resumed from step {s.resumed_from_step})" if s.resumed_from_step else ""
+    return [
+        f"done: {s.status} at step {s.final_step}{resumed}",
+        f"  loss            {_fmt(_first_loss(result.metrics_path))} -> {_fmt(s.final_loss)}",
+        f"  tokens/s/proc   measured {_fmt(meas.tokens_per_s_per_gpu, '.1f')}"
+        f"  predicted {_fmt(pred.tokens_per_s_per_gpu, '.1f')}" + _speed_note(s.check),
+        f"  step time (s)   measured {_fmt(meas.step_time_s, '.3f')}"
+        f"  predicted {_fmt(pred.step_time_s, '.3f')}",
+        f"  peak memory GiB measured {_fmt(meas.peak_memory_reserved_gib, '.2f')}"
+        f" ({meas.memory_kind or '?'})  predicted {_fmt(pred.memory_gib, '.2f')}",
+    ]
+
+
+def _file_lines(result: Any) -> list[str]:
+    return [
         f"  plan            {result.plan_path}",
         f"  checkpoints     {len(result.checkpoints)} complete under {Path(result.out_dir) / 'checkpoints'}",
         f"  model           {result.model_dir} ({', '.join(result.model_files) or 'none'})",
         f"  metrics         {result.metrics_path}",
     ]
-    for line in lines:
-        info(line)

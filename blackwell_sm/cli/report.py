@@ -1,5 +1,5 @@
 """`bsm report RUN_DIR|JOB [--out report.html]`: one self-contained HTML file of a run
-(blackwell_sm/report.py)."""
+(blackwell_sm/runs/report.py)."""
 
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ def report(run: str, out: str | None, region: str | None, output: str) -> None:
     the plan and the limit, checkpoint saves, stops and resumes, and measured vs predicted."""
     from pathlib import Path
 
-    from blackwell_sm.report import write_report
+    from blackwell_sm.runs.report import write_report
 
     aws = None
     if not Path(run).is_dir() and "/" not in run:

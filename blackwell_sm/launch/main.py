@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shutil
 import signal
@@ -45,6 +44,7 @@ from blackwell_sm.opt_ml import (
     OptMl,
     root_from_env,
 )
+from blackwell_sm.records import Summary, read_summary
 
 # SageMaker kills ~120 s after SIGTERM; workers get this long to finish the step and save.
 DEFAULT_STOP_GRACE_S = 100.0
@@ -151,7 +151,7 @@ def _parser() -> argparse.ArgumentParser:
 
 def completed_before_teardown(
     opt_ml: Path, since: float, failures: list[RankFailure]
-) -> dict | None:
+) -> Summary | None:
     """The run's summary if this launch wrote a `completed` summary.json and every rank torchrun
     reports failed died of a signal (an abort in process teardown, after everything was written);
     else None. Such a run is a success: the work is on disk, and a retry would only redo it.
@@ -163,12 +163,10 @@ def completed_before_teardown(
     try:
         if path.stat().st_mtime < since:
             return None  # an earlier launch's summary
-        summary = json.loads(path.read_text())
-    except (OSError, ValueError):
+        summary = read_summary(path)
+    except (OSError, BsmError):  # unreadable or malformed: not a proof of completion
         return None
-    if not isinstance(summary, dict) or summary.get("status") != "completed":
-        return None
-    return summary
+    return summary if summary.completed else None
 
 
 def run(spec: LaunchSpec, opt_ml: Path, log_dir: Path) -> int:
@@ -201,7 +199,7 @@ def run(spec: LaunchSpec, opt_ml: Path, log_dir: Path) -> int:
     if done is not None:
         who = ", ".join(f"rank {f.rank} by {signal_name(-f.exitcode)}" for f in failures)
         log(
-            f"the run completed (summary.json: status completed at step {done.get('final_step')}), "
+            f"the run completed (summary.json: status completed at step {done.final_step}), "
             f"then worker(s) died in process teardown ({who}); counted as a success, exit 0"
         )
         return 0

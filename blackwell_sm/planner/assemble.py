@@ -69,8 +69,17 @@ def assemble_plan(
     )
     tokens = best.steps * c.global_batch_seqs * tr.seq_len
     t, tps = best.time, best.tokens_per_s_per_gpu
-    sr = speed_range(tps, inst.gpu, model, c.precision, tr.seq_len, constants)
     notes = list(notes)
+    if calibration is not None and constants is not None:
+        # the profile vouches for this mode's speed only if it fitted it
+        from blackwell_sm.planner.profile import for_mode
+
+        constants, calibration, note = for_mode(
+            constants, calibration, inst.gpu.name, c.precision, c.compile
+        )
+        if note:
+            notes.append(warning("profile_mode_uncalibrated", note))
+    sr = speed_range(tps, inst.gpu, model, c.precision, tr.seq_len, constants)
     warn = over_published(tps, sr)
     if warn:
         notes.append(warning("over_published", warn))

@@ -2,9 +2,10 @@
 
 A row is one measured run: its configuration (a search `Context` and `Candidate`, predicted by
 the same `search.evaluate` as every plan) with its measured tokens/s/GPU and, when known, its peak
-memory. The residual of a row is log(predicted / measured) for each figure it has. The fit is a
-damped Gauss-Newton (Levenberg-Marquardt) on the constants of `calibration.FITTABLE` that the rows
-can identify, in pure Python (the client has no numpy), with finite-difference derivatives.
+memory. The residual of a row is log(predicted / measured) for each figure it has. The fit is SciPy's
+bounded `least_squares` (trust-region reflective, finite differences) on the constants of
+`calibration.FITTABLE` that the rows can identify. SciPy is the `[calibrate]` extra, imported only
+when a fit runs (`require_scipy`): 0.4 s to import, and the client otherwise needs no numpy.
 
 Identifiability: a constant is fitted only when some row's prediction depends on it (its
 Jacobian column, scaled to a relative change, is not ~0) and that dependence is not already
@@ -12,6 +13,10 @@ explained by the constants chosen before it (the part of its column outside thei
 least `MIN_INDEPENDENCE` of its norm), and at most one constant per figure less one (one from
 a single figure): with as many constants as figures any rows fit exactly and prove nothing.
 The rest keep their defaults and are reported with the reason.
+
+Exact by construction: a figure (speed, memory) with no more measurements than fitted constants
+that move it is matched by any fit; its error after the fit proves nothing, and the fit says so
+(`GpuFit.exact`) instead of reporting it as a 0 % error.
 """
 
 from __future__ import annotations
@@ -111,6 +116,9 @@ class GpuFit(NamedTuple):
     kept: dict[str, str]  # name -> why it kept its default
     errors: list[RowError]
     speed_range: tuple[float, float] | None
+    #: The figures ("speed", "memory") with no more measurements than fitted constants moving
+    #: them: their errors after the fit are 0 by construction and validate nothing.
+    exact: tuple[str, ...] = ()
 
     def median_abs(self, attr: str) -> float | None:
         vals = [abs(getattr(e, attr)) for e in self.errors if getattr(e, attr) is not None]
@@ -177,6 +185,37 @@ def candidate_params(rows: Sequence[Row]) -> list[str]:
 # ---------------------------------------------------------------------------------------------
 
 
+def figure_kinds(rows: Sequence[Row]) -> list[str]:
+    """ "speed" or "memory" for each entry of `residuals(rows, ...)`, in the same order."""
+    out: list[str] = []
+    for r in rows:
+        out += ["speed"] * bool(r.tokens_per_s_per_gpu) + ["memory"] * bool(r.memory_gib)
+    return out
+
+
+def exact_figures(
+    rows: Sequence[Row], names: Sequence[str], cols: Sequence[Sequence[float]]
+) -> tuple[tuple[str, ...], int]:
+    """(the figures the fitted `names` match by construction, the speed figures left over after
+    the constants that move speed: the residuals' degrees of freedom)."""
+    kinds = figure_kinds(rows)
+    exact: list[str] = []
+    speed_dof = 0
+    for kind in ("speed", "memory"):
+        n = kinds.count(kind)
+        moving = sum(
+            1
+            for col in cols
+            if math.sqrt(sum(v * v for v, k in zip(col, kinds, strict=True) if k == kind))
+            >= MIN_SENSITIVITY
+        )
+        if n and moving >= n:
+            exact.append(kind)
+        if kind == "speed":
+            speed_dof = n - moving
+    return tuple(exact), speed_dof
+
+
 def residuals(rows: Sequence[Row], k: C.Constants) -> list[float]:
     """log(predicted / measured) of every measured figure of every row."""
     out: list[float] = []
@@ -211,25 +250,6 @@ def _dot(a: Sequence[float], b: Sequence[float]) -> float:
     return sum(x * y for x, y in zip(a, b, strict=True))
 
 
-def _solve(a: list[list[float]], b: list[float]) -> list[float]:
-    """Solve a x = b (small, symmetric positive definite) by Gaussian elimination with pivoting."""
-    n = len(b)
-    m = [[*row, rhs] for row, rhs in zip(a, b, strict=True)]
-    for i in range(n):
-        p = max(range(i, n), key=lambda r: abs(m[r][i]))
-        m[i], m[p] = m[p], m[i]
-        if abs(m[i][i]) < 1e-300:
-            raise ZeroDivisionError("singular system")
-        for r in range(i + 1, n):
-            f = m[r][i] / m[i][i]
-            for c in range(i, n + 1):
-                m[r][c] -= f * m[i][c]
-    x = [0.0] * n
-    for i in range(n - 1, -1, -1):
-        x[i] = (m[i][n] - sum(m[i][c] * x[c] for c in range(i + 1, n))) / m[i][i]
-    return x
-
-
 def identifiable(
     names: Sequence[str], cols: Sequence[Sequence[float]], n_figures: int
 ) -> tuple[list[str], dict[str, str]]:
@@ -260,44 +280,41 @@ def identifiable(
     return chosen, why
 
 
-def least_squares(
-    rows: Sequence[Row], k: C.Constants, names: Sequence[str], *, iterations: int = 50
-) -> C.Constants:
-    """Levenberg-Marquardt on `names` (relative steps, clipped to BOUNDS) from `k`."""
-    r = residuals(rows, k)
-    cost = _dot(r, r)
-    lam = 1e-3
-    for _ in range(iterations):
-        cols = jacobian(rows, k, names, r)
-        n = len(names)
-        jtj = [[_dot(cols[i], cols[j]) for j in range(n)] for i in range(n)]
-        jtr = [_dot(cols[i], r) for i in range(n)]
-        improved = False
-        for _try in range(12):
-            a = [[jtj[i][j] + (lam * (jtj[i][i] or 1.0) if i == j else 0.0) for j in range(n)]
-                 for i in range(n)]  # fmt: skip
-            try:
-                step = _solve(a, [-g for g in jtr])
-            except ZeroDivisionError:
-                lam *= 10
-                continue
-            values = []
-            for name, s in zip(names, step, strict=True):
-                x = get_param(k, name)
-                lo, hi = _bounds(name)
-                values.append(min(hi, max(lo, x + s * max(abs(x), 0.01))))
-            k_new = set_params(k, names, values)
-            r_new = residuals(rows, k_new)
-            cost_new = _dot(r_new, r_new)
-            if cost_new < cost:
-                small = cost - cost_new < 1e-14 + 1e-10 * cost
-                k, r, cost, lam = k_new, r_new, cost_new, max(lam / 5, 1e-9)
-                improved = not small
-                break
-            lam *= 10
-        if not improved:
-            break
-    return k
+def require_scipy() -> None:
+    """SciPy is there, or a BsmError that says how to install it (called before any source is
+    read, so nothing is fetched for a fit that cannot run)."""
+    try:
+        import scipy.optimize  # noqa: F401
+    except ImportError:
+        from blackwell_sm.errors import BsmError
+
+        raise BsmError(
+            "bsm calibrate needs SciPy (its least-squares solver), which is not installed",
+            hint="pip install 'blackwell-sm[calibrate]'",
+            code="missing_extra",
+        ) from None
+
+
+def least_squares(rows: Sequence[Row], k: C.Constants, names: Sequence[str]) -> C.Constants:
+    """`k` with `names` fitted: SciPy's bounded least squares on the log residuals, each
+    constant scaled by its size (so that efficiencies near 0.5 and fragmentation near 0.05 move
+    alike), from `k`'s values (held inside BOUNDS)."""
+    from scipy.optimize import least_squares as solve
+
+    bounds = [_bounds(n) for n in names]
+    x0 = [min(hi, max(lo, get_param(k, n))) for n, (lo, hi) in zip(names, bounds, strict=True)]
+    res = solve(
+        lambda x: residuals(rows, set_params(k, names, [float(v) for v in x])),
+        x0,
+        bounds=([lo for lo, _ in bounds], [hi for _, hi in bounds]),
+        x_scale=[max(abs(v), 0.01) for v in x0],
+        diff_step=1e-6,
+        xtol=1e-12,
+        ftol=1e-12,
+        gtol=1e-12,
+        method="trf",
+    )
+    return set_params(k, names, [float(v) for v in res.x])
 
 
 def speed_range(
@@ -349,11 +366,16 @@ def fit_gpu(rows: Sequence[Row], base: C.Constants | None = None) -> GpuFit:
         sb, mb = row_errors(row, base)
         sa, ma = row_errors(row, k)
         errors.append(RowError(row.id, sb, sa, mb, ma))
-    rng = speed_range(base, errors, len(r0) - len(chosen)) if chosen else None
+    exact: tuple[str, ...] = ()
+    rng = None
     if chosen:
+        exact, speed_dof = exact_figures(
+            rows, chosen, jacobian(rows, k, chosen, residuals(rows, k))
+        )
+        rng = speed_range(base, errors, speed_dof)
         k = k._replace(evidence="calibrated", speed_range=rng)
     fitted = {name: (get_param(base, name), get_param(k, name)) for name in chosen}
-    return GpuFit(gpu, base, k, fitted, kept, errors, rng)
+    return GpuFit(gpu, base, k, fitted, kept, errors, rng, exact)
 
 
 def fit(rows: Sequence[Row]) -> dict[str, GpuFit]:

@@ -42,7 +42,7 @@ class Pins(NamedTuple):
 
 class Context(NamedTuple):
     """What does not change between candidates. `model` is the spec's `memory.Shape`, made once
-    where the planner is entered (`frame.context`, `calibrate_sources.csv_row`)."""
+    where the planner is entered (`frame.context`, `runs.calibrate_sources.csv_row`)."""
 
     model: Shape
     instance: InstanceType
@@ -154,6 +154,7 @@ def context(
             origin=applied.origin,
             gpu=key if key in held else "",
             changed={k: {"default": a, "profile": b} for k, (a, b) in changed.items()},
+            fitted=held[key].fitted_names() if key in held else [],
         )
         if key not in held:
             notes.append(

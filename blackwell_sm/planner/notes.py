@@ -16,6 +16,7 @@ NoteKind = Literal["warning", "reason", "advice"]
 NOTE_CODES: dict[str, str] = {
     # warnings
     "profile_no_entry": "the calibration profile has no entry for this GPU: defaults used",
+    "profile_mode_uncalibrated": "the profile did not fit the matmul efficiency this plan runs at",
     "default_tokens": "no total_tokens or total_steps: 20 tokens per parameter assumed",
     "price_source": "where the price per instance-hour comes from",
     "local_count_ignored": "a local run is one machine: compute.instance_count is ignored",

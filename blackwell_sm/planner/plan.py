@@ -1,21 +1,13 @@
 """The Plan: the planner's versioned JSON output, and the container's only source of settings.
 
-Versions. Within a `schema_version`, keys may be added, none removed or renamed. Version 2
-(2026-12) changed two things, which is why it is a new version:
-
-- `notes`: every warning, reason and advice is a typed note (`kind`, `code`, `text`); code branches
-  on `code` (the launcher accepts a rounded batch because of the note `batch_rounded`, never
-  because of how a sentence starts). `warnings`, `reasons` and `advice` are still in the JSON,
-  as the notes' texts by kind, for people and scripts; they are rendered from `notes` and ignored
-  when a plan is read back.
-- `seq_len` is stored once, in `config.seq_len`: the copy of the spec in the plan
-  (`spec.training`) is written without it and gets it back from `config` when read.
-
-Readers: `Plan.read` / `model_validate` read version 2 and also version 1 (a run folder written
-before 2026-12: its lists become notes with code `v1`, its `spec.training.seq_len` must equal
-`config.seq_len`), keeping `schema_version` as written. The launcher runs only the version its
-own code writes (`launch/checks.py`): a bundle's plan and code are made together, so anything
-else is refused with both versions named.
+Within a `schema_version` keys may be added, none removed or renamed. Version 2 (2026-12):
+every warning, reason and advice is a typed note (`notes`: kind, code, text; code reacts to the
+code, never the words; `warnings`/`reasons`/`advice` stay in the JSON as the notes' texts,
+ignored when read back), and `seq_len` is stored once, in `config.seq_len` (`spec.training` is
+written without it and gets it back on read). `Plan.read` reads version 2 and version 1 (its
+sentences become notes with code `v1`; its two seq_lens must agree), keeping `schema_version`;
+the launcher runs only the version its own code writes (`launch/checks.py`). docs/planner.md,
+"Plan schema versions".
 """
 
 from __future__ import annotations
@@ -23,14 +15,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import (
-    BaseModel,
-    ConfigDict,
-    Field,
-    computed_field,
-    model_serializer,
-    model_validator,
-)
+from pydantic import BaseModel, ConfigDict, Field, computed_field, model_serializer, model_validator
 
 from blackwell_sm.planner.notes import Note
 from blackwell_sm.spec import Checkpointing, ModelSpec, Precision, TrainingSpec
@@ -245,6 +230,16 @@ class CalibrationRef(_Out):
     changed: dict[str, dict[str, Any]] = Field(
         default_factory=dict,
         description="Each constant or GPU figure the profile changed: {default, profile}.",
+    )
+    fitted: list[str] = Field(
+        default_factory=list,
+        description="The constants the profile's entry fitted (or, hand-written, sets).",
+    )
+    defaults: list[str] = Field(
+        default_factory=list,
+        description="The constants this plan's configuration uses that the profile did not fit "
+        "(calibration.py's values); its speed is `calibrated` only when its own matmul "
+        "efficiency was fitted.",
     )
 
 

@@ -7,6 +7,13 @@ A profile entry is keyed by a GPU's key (the first word of its catalog name: `B2
 speed range, and describe the hardware itself: a part that runs differently from the catalog's
 (`peak_scale` for a power cap, `memory_gib` usable) or a GPU the catalog lacks (`peak_tflops`,
 `hbm_tb_s`, `memory_gib`, placed on the catalog instance types listed in `instance_types`).
+Every field is bounded and finite; a refused one names the file, the field's path and where the
+profile came from (`--calibration`, the spec's `compute.calibration`, `$BSM_CALIBRATION`).
+
+An entry records which constants its fit identified (`fitted`); a plan says which of the constants
+its configuration uses were fitted and which are defaults (`CalibrationRef.fitted` / `defaults`),
+and its speed is `calibrated` only when the matmul efficiency of its own precision and compile
+setting was fitted (`for_mode`): a profile fitted on bf16 runs does not vouch for an fp8 plan.
 Pure data and pure functions, but `load_profile` / `resolve_profile`, which read the file.
 """
 
@@ -15,16 +22,25 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from blackwell_sm.errors import SpecError
-from blackwell_sm.hardware import InstanceType
+from blackwell_sm.hardware import CATALOG, InstanceType
 from blackwell_sm.planner import calibration as C
 
 PROFILE_VERSION = 1
 ENV_CALIBRATION = "BSM_CALIBRATION"
+#: Where a profile came from, as its messages name it.
+ORIGINS = {
+    "flag": "--calibration",
+    "spec": "the spec's compute.calibration",
+    "env": f"${ENV_CALIBRATION}",
+    "api": "calibration=",
+}
+#: Highest dense peak a profile may give one GPU, TFLOP/s (a B200 has 4,500 at fp8).
+MAX_PEAK_TFLOPS = 100_000.0
 #: Matmul efficiency keys in a profile: precision, and "+compile" when under torch.compile.
 COMPILE_SUFFIX = "+compile"
 
@@ -40,7 +56,7 @@ def parse_matmul_key(key: str) -> tuple[str, bool]:
 
 
 class _In(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
 
 class ProfileConstants(_In):
@@ -76,21 +92,26 @@ class GpuProfile(_In):
     """One GPU kind in a profile (not calibration.GpuCalibration: that is the built-in table)."""
 
     constants: ProfileConstants = Field(default_factory=ProfileConstants)
-    speed_range: tuple[float, float] | None = Field(
+    speed_range: (
+        tuple[Annotated[float, Field(ge=0, lt=1)], Annotated[float, Field(ge=0, le=10)]] | None
+    ) = Field(
         None,
         description="(fraction below, fraction above) the speed estimate, from the fit's "
-        "residuals; default RANGE_BY_EVIDENCE['calibrated'].",
+        "residuals; below in [0, 1), above in [0, 10]; default RANGE_BY_EVIDENCE['calibrated'].",
     )
     peak_scale: float = Field(
         1.0, gt=0, le=2, description="Multiplies the catalog's dense peaks (a power-capped part)."
     )
     memory_gib: float | None = Field(None, gt=0, le=4096, description="Usable memory per GPU.")
-    peak_tflops: dict[str, float] | None = Field(
-        None, description="Dense peak TFLOP/s by precision: a GPU the catalog lacks."
+    peak_tflops: dict[str, Annotated[float, Field(gt=0, le=MAX_PEAK_TFLOPS)]] | None = Field(
+        None,
+        description="Dense peak TFLOP/s by precision (bf16 required; fp8, mxfp8): a GPU the "
+        "catalog lacks, or this machine's measured rate (`cpu`).",
     )
     hbm_tb_s: float | None = Field(None, gt=0, le=1000)
     instance_types: list[str] = Field(
         default_factory=list,
+        max_length=len(CATALOG),
         description="Catalog instance types whose GPU this entry replaces (a GPU the catalog "
         "lacks, placed in a known instance frame).",
     )
@@ -99,14 +120,29 @@ class GpuProfile(_In):
     kept: list[str] = Field(
         default_factory=list, description="Constants the data could not identify (defaults)."
     )
-    median_abs_error_before: float | None = None
-    median_abs_error_after: float | None = None
+    median_abs_error_before: float | None = Field(None, ge=0, description="Speed, before the fit.")
+    median_abs_error_after: float | None = Field(
+        None, ge=0, description="Speed, after; None when exact by construction."
+    )
+    memory_median_abs_error_before: float | None = Field(None, ge=0)
+    memory_median_abs_error_after: float | None = Field(
+        None, ge=0, description="None when exact by construction."
+    )
+    exact_by_construction: list[Literal["speed", "memory"]] = Field(
+        default_factory=list,
+        description="Figures with no more measurements than fitted constants moving them: any "
+        "fit matches them, so their error after proves nothing (not validated).",
+    )
+
+    def fitted_names(self) -> list[str]:
+        """What the fit identified, or for a hand-written entry the constants it sets."""
+        return list(self.fitted) or list(self.constants.changed())
 
 
 class ProfileSource(_In):
     kind: Literal["run", "csv", "job", "manual"]
     ref: str = Field(max_length=2048)
-    rows: int = 0
+    rows: int = Field(0, ge=0)
 
 
 class CalibrationProfile(_In):
@@ -115,9 +151,13 @@ class CalibrationProfile(_In):
     version: Literal[1] = PROFILE_VERSION
     kind: Literal["bsm-calibration-profile"] = "bsm-calibration-profile"
     name: str = Field("calibration", max_length=256)
-    created: str = Field(description="UTC date and time the profile was written (ISO 8601).")
-    sources: list[ProfileSource] = Field(default_factory=list)
-    gpus: dict[str, GpuProfile] = Field(default_factory=dict)
+    created: str = Field(
+        max_length=64, description="UTC date and time the profile was written (ISO 8601)."
+    )
+    sources: list[ProfileSource] = Field(default_factory=list, max_length=10_000)
+    gpus: dict[Annotated[str, Field(min_length=1, max_length=64)], GpuProfile] = Field(
+        default_factory=dict, max_length=64
+    )
 
     def entry(self, gpu_name: str) -> GpuProfile | None:
         return self.gpus.get(C.gpu_key(gpu_name))
@@ -137,21 +177,47 @@ class CalibrationProfile(_In):
         return head + yaml.safe_dump(data, sort_keys=False, default_flow_style=False)
 
 
-def _check_matmul_keys(entry: GpuProfile, where: str) -> None:
-    mm = entry.constants.matmul_efficiency or {}
-    for key, v in mm.items():
-        prec, comp = parse_matmul_key(key)
-        if (prec, comp) not in C.MATMUL_EFFICIENCY:
+def _check_entry(entry: GpuProfile, where: str, source: str) -> None:
+    """What the schema cannot say of one entry: known keys, bf16 among the peaks, a placed GPU
+    complete and on a catalog GPU instance type."""
+
+    def bad(msg: str, field: str) -> SpecError:
+        return SpecError(f"invalid {source}:\n  {where}.{field}: {msg}", field=f"{where}.{field}")
+
+    for key, v in (entry.constants.matmul_efficiency or {}).items():
+        if parse_matmul_key(key) not in C.MATMUL_EFFICIENCY:
             allowed = ", ".join(matmul_key(p, c) for p, c in C.MATMUL_EFFICIENCY)
-            raise SpecError(
+            raise bad(
                 f"unknown matmul efficiency key {key!r}; allowed: {allowed}",
-                field=f"{where}.constants.matmul_efficiency.{key}",
+                f"constants.matmul_efficiency.{key}",
             )
         if not 0 < v <= 2:
-            raise SpecError(
-                f"matmul efficiency {v} is outside (0, 2]",
-                field=f"{where}.constants.matmul_efficiency.{key}",
+            raise bad(
+                f"matmul efficiency {v} is outside (0, 2]", f"constants.matmul_efficiency.{key}"
             )
+    precisions = sorted({p for p, _ in C.MATMUL_EFFICIENCY})
+    if entry.peak_tflops is not None:
+        for key in entry.peak_tflops:
+            if key not in precisions:
+                raise bad(
+                    f"unknown precision {key!r}; allowed: {', '.join(precisions)}",
+                    f"peak_tflops.{key}",
+                )
+        if "bf16" not in entry.peak_tflops:
+            raise bad("needs a bf16 peak (the MFU basis)", "peak_tflops")
+    gpu_types = [n for n, i in CATALOG.items() if i.gpu.kind == "cuda"]
+    for i, name in enumerate(entry.instance_types):
+        if name not in gpu_types:
+            raise bad(
+                f"{name!r} is not a GPU instance type of the catalog; allowed: "
+                f"{', '.join(gpu_types)}",
+                f"instance_types.{i}",
+            )
+    if entry.instance_types and not (entry.peak_tflops and entry.hbm_tb_s and entry.memory_gib):
+        raise bad(
+            "a GPU placed on instance_types needs peak_tflops, hbm_tb_s and memory_gib",
+            "instance_types",
+        )
 
 
 def parse_profile(data: Any, *, source: str = "calibration profile") -> CalibrationProfile:
@@ -165,21 +231,20 @@ def parse_profile(data: Any, *, source: str = "calibration profile") -> Calibrat
     except ValidationError as e:
         raise spec_error(e, root=CalibrationProfile, source=source) from None
     for key, entry in prof.gpus.items():
-        _check_matmul_keys(entry, f"gpus.{key}")
-        if entry.instance_types and not (entry.peak_tflops and entry.hbm_tb_s and entry.memory_gib):
-            raise SpecError(
-                "a GPU placed on instance_types needs peak_tflops, hbm_tb_s and memory_gib",
-                field=f"gpus.{key}.instance_types",
-            )
+        _check_entry(entry, f"gpus.{key}", source)
     return prof
 
 
-def load_profile(path: str | Path, *, field: str = "--calibration") -> CalibrationProfile:
-    """Read a profile file (YAML or JSON) through the safe loader."""
+def load_profile(
+    path: str | Path, *, field: str = "--calibration", origin: str = "flag"
+) -> CalibrationProfile:
+    """Read a profile file (YAML or JSON) through the safe loader; errors name the file, the
+    field and where the path came from (`origin`: a key of ORIGINS)."""
     from blackwell_sm.safe_load import load_mapping
 
-    data = load_mapping(path, field=field, label="calibration profile")
-    return parse_profile(data, source=f"calibration profile {path}")
+    given = ORIGINS.get(origin, origin)
+    data = load_mapping(path, field=field, label=f"calibration profile (given by {given})")
+    return parse_profile(data, source=f"calibration profile {path} (given by {given})")
 
 
 class AppliedProfile(_In):
@@ -202,7 +267,7 @@ def resolve_profile(
         (env.get(ENV_CALIBRATION) or None, "env", ENV_CALIBRATION),
     ):
         if value:
-            prof = load_profile(value, field=field)
+            prof = load_profile(value, field=field, origin=origin)
             return AppliedProfile(profile=prof, path=str(value), origin=origin)  # type: ignore[arg-type]
     return None
 
@@ -295,3 +360,36 @@ def changed_constants(
         if getattr(g0, name) != getattr(g1, name):
             out[f"gpu.{name}"] = (getattr(g0, name), getattr(g1, name))
     return out
+
+
+def mode_constants(precision: str, compile: bool) -> list[str]:
+    """The constants a configuration's prediction uses: the matmul efficiency of its precision
+    and compile setting (and bf16's, for the output head of a low-precision run), the others."""
+    keys = [f"matmul_efficiency.{matmul_key(precision, compile)}"]
+    if precision != "bf16":
+        keys.append(f"matmul_efficiency.{matmul_key('bf16', compile)}")
+    return keys + list(C.FITTABLE[1:])
+
+
+def for_mode(
+    constants: C.Constants, ref: Any, gpu_name: str, precision: str, compile: bool
+) -> tuple[C.Constants, Any, str | None]:
+    """(constants, the plan's CalibrationRef, a warning or None) for the configuration a plan
+    runs: the ref lists the constants it uses at their defaults (`defaults`), and when the
+    profile did not fit this mode's own matmul efficiency the speed is not `calibrated` (the
+    evidence and range are the GPU's without the profile) and the warning says so."""
+    if ref is None or not ref.gpu:
+        return constants, ref, None
+    used = mode_constants(precision, compile)
+    ref = ref.model_copy(update={"defaults": [n for n in used if n not in ref.fitted]})
+    if used[0] in ref.fitted or constants.evidence != "calibrated":
+        return constants, ref, None
+    base = C.constants_for(gpu_name)
+    mode = matmul_key(precision, compile)
+    note = (
+        f"calibration profile {ref.profile} fitted {', '.join(ref.fitted) or 'no constant'} on "
+        f"{ref.gpu}, not the {mode} matmul efficiency this plan runs at: its speed and range are "
+        f"the uncalibrated ones ({base.evidence}); pin training.precision and compile to a "
+        "fitted mode, or calibrate on runs of this one"
+    )
+    return constants._replace(evidence=base.evidence, speed_range=None), ref, note

@@ -29,14 +29,9 @@ from typing import Any, NamedTuple
 import torch
 import torch.distributed as dist
 
-from blackwell_sm.metrics import (
-    MEMORY_ADVICE,
-    OVERRUN_ADVICE,
-    WARMUP_STEPS,
-    format_alert_line,
-    format_check_line,
-)
+from blackwell_sm.metrics import MEMORY_ADVICE, OVERRUN_ADVICE, WARMUP_STEPS
 from blackwell_sm.planner.plan import Plan
+from blackwell_sm.records import AlertRecord, CheckFigures, CheckRecord, Eta, Record
 
 PROFILE_STEPS = 3  # steps timed with a device sync each; the last one is profiled, not timed
 #: The plan's memory range above its point estimate: the planner's fragmentation term is fitted
@@ -160,7 +155,7 @@ class RunCheck:
         deadline: tuple[float, str] | None,
         tokens_per_step: int,
         n_gpus: int,
-        emit: Callable[[dict[str, Any], str], None],
+        emit: Callable[[Record], Any],
         memory: Callable[[], float],
         clock: Callable[[], float] = time.time,
     ) -> None:
@@ -177,8 +172,8 @@ class RunCheck:
         self.result: dict[str, Any] | None = None
         self.ready_at: tuple[int, float] | None = None  # (step, perf_counter) at the check
         self.alerted: set[str] = set()
-        self.alerts: list[dict[str, Any]] = []
-        self.last_eta: dict[str, Any] | None = None
+        self.alerts: list[AlertRecord] = []
+        self.last_eta: Eta | None = None
 
     @contextmanager
     def around(self, step: int) -> Iterator[None]:
@@ -219,8 +214,7 @@ class RunCheck:
         self.result = self.compare(mean_step, float(worst[1]), step_done)
         self.result["slowest_rank_step_time_s"] = float(worst[0])
         self.ready_at = (step_done, time.perf_counter())
-        line = format_check_line(step_done, self.result)
-        self.emit({"kind": "check", "step": step_done, **self.result}, line)
+        self.emit(CheckRecord(step=step_done, **self.result))
         self.observe(step_done, self.result["mem_reserved_gib"], self.result["eta_s"])
         return max(0.0, self.profiled_s - mean_step)
 
@@ -279,18 +273,20 @@ class RunCheck:
         """Rank 0, at the check and each logged step after it: the deadline and memory alerts."""
         now = self.clock()
         if eta is not None:
-            self.last_eta = {"step": step, "eta_s": eta, "projected_end_unix": now + eta}
+            fields: dict[str, Any] = {"step": step, "eta_s": eta, "projected_end_unix": now + eta}
+            over, at, what = None, 0.0, ""
             if self.deadline is not None:
                 at, what = self.deadline
                 over = overrun_s(now, eta, at)
-                self.last_eta.update(deadline_unix=at, deadline=what, overrun_s=over,
-                                     ends_before_deadline=over <= 0)  # fmt: skip
-                if over > 0:
-                    end = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(at))
-                    self._alert(step, "overrun", "overrun_s", over,
-                                f"at the measured rate the run ends {over / 3600:.2f} h after the "
-                                f"{what} ({end}): {OVERRUN_ADVICE}; the loop saves a checkpoint "
-                                f"ahead of the {what}")  # fmt: skip
+                fields.update(deadline_unix=at, deadline=what, overrun_s=over)
+                fields.update(ends_before_deadline=over <= 0)
+            self.last_eta = Eta(**fields)
+            if over is not None and over > 0:
+                end = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(at))
+                self._alert(step, "overrun", "overrun_s", over,
+                            f"at the measured rate the run ends {over / 3600:.2f} h after the "
+                            f"{what} ({end}): {OVERRUN_ADVICE}; the loop saves a checkpoint "
+                            f"ahead of the {what}")  # fmt: skip
         high = memory_high_gib(self.plan)
         if mem_gib > high:
             usable = self.plan.memory_gib.usable or self.plan.memory_gib.limit
@@ -303,10 +299,13 @@ class RunCheck:
         if kind in self.alerted:  # once per kind; the summary keeps the latest figures
             return
         self.alerted.add(kind)
-        rec = {"kind": "alert", "alert": kind, "step": step, key: value, "message": message}
+        rec = AlertRecord.model_validate(
+            {"alert": kind, "step": step, key: value, "message": message, "time": self.clock()}
+        )
         self.alerts.append(rec)
-        self.emit(rec, format_alert_line(step, kind, key, value, message))
+        self.emit(rec)
 
-    def summary(self) -> dict[str, Any]:
+    def summary(self) -> tuple[CheckFigures | None, Eta | None, list[AlertRecord]]:
         """summary.json's `check`, `eta` and `alerts` fields."""
-        return {"check": self.result, "eta": self.last_eta, "alerts": self.alerts}
+        check = None if self.result is None else CheckFigures(**self.result)
+        return check, self.last_eta, self.alerts

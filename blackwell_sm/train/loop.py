@@ -6,7 +6,6 @@ Everything comes from the plan: `plan.config` (parallelism, batch, precision, ch
 
 from __future__ import annotations
 
-import json
 import time
 from pathlib import Path
 
@@ -17,6 +16,7 @@ import torch.distributed as dist
 from blackwell_sm.errors import BsmError
 from blackwell_sm.opt_ml import OptMl
 from blackwell_sm.planner.plan import Plan
+from blackwell_sm.records import Summary
 from blackwell_sm.train.checkpoint import Checkpointer, run_identity
 from blackwell_sm.train.data import (
     SYNTHETIC_VALIDATION_OFFSET,
@@ -162,7 +162,7 @@ class Trainer:
         return float(total / n_tok.clamp(min=1.0))
 
     # -- the run -----------------------------------------------------------------------------
-    def run(self) -> dict:
+    def run(self) -> Summary:
         env, cfg, spec = self.env, self.cfg, self.plan.spec.model
         log(
             f"model {spec.name} ({spec.n_params:,} params) on {env.world_size} x {env.device.type}; "
@@ -186,6 +186,10 @@ class Trainer:
             folder = init_path(self.tr.init_from, self.paths.channel("init"))
             n = load_hf_weights(self.model, spec, folder)
             log(f"initialised {n} tensors from {folder}", is_main=env.is_main)
+        resumed = found[1].name if found else None
+        self.metrics.start(
+            start, resumed_from=resumed_from, checkpoint=resumed, world_size=env.world_size
+        )
         if self.triggers.deadline is not None:
             left = self.triggers.deadline[0] - time.time()
             log(f"{self.triggers.deadline[1]} in {left:.0f} s; saving "
@@ -222,18 +226,20 @@ class Trainer:
             save, stop = all_agree(save, stop, device=env.device)
             save = save and (stop or self.guard.in_row == 0)  # not right after a NaN step
             if save:
-                self.ckpt.save(self.model, self.optimizer, step)
+                self.metrics.saved(step, self.ckpt.save(self.model, self.optimizer, step))
                 self.triggers.saved()
                 last_saved = step
                 log(f"checkpoint step {step} saved", is_main=env.is_main)
             if stop:
-                status = f"stopped ({self.triggers.stop_reason or 'signal on another rank'})"
+                reason = self.triggers.stop_reason or "signal on another rank"
+                status = f"stopped ({reason})"
+                self.metrics.stopped(step, reason)
                 log(f"{status} after step {step}; exiting cleanly", is_main=env.is_main)
                 break
             if save or (self.val_data is not None and vi and step % vi == 0):
                 paused += time.perf_counter() - side_t0
         if status == "completed" and last_saved != step:
-            self.ckpt.save(self.model, self.optimizer, step)
+            self.metrics.saved(step, self.ckpt.save(self.model, self.optimizer, step))
         self.ckpt.wait()
         if status == "completed" and self.tr.export_model:
             from blackwell_sm.train.export import export_dtype, export_model
@@ -249,12 +255,11 @@ class Trainer:
             log(f"exported the model to {self.paths.model}", is_main=env.is_main)
         summary = self.metrics.summary(status=status, final_step=step, resumed_from=resumed_from)
         if env.is_main:
-            self.paths.output_data.mkdir(parents=True, exist_ok=True)
-            self.paths.summary.write_text(json.dumps(summary, indent=2))
+            self.metrics.write_summary(summary)
         return summary
 
 
-def train(plan: Plan, opt_ml: Path) -> dict:
+def train(plan: Plan, opt_ml: Path) -> Summary:
     """Run `plan` as this torchrun worker; returns the run summary (same on every rank)."""
     env = init_distributed()
     try:

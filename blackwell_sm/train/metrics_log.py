@@ -1,20 +1,34 @@
-"""Step metrics: the stdout line SageMaker parses, a JSONL copy, and the end-of-run summary."""
+"""The run's records (blackwell_sm/records): the stdout lines SageMaker parses, metrics.jsonl,
+and the end-of-run summary.json."""
 
 from __future__ import annotations
 
-import json
+import os
 import resource
-import statistics
 import sys
 import time
 from pathlib import Path
-from typing import Any
 
 import torch
 
-from blackwell_sm.metrics import WARMUP_STEPS, format_step_line, format_val_line
-from blackwell_sm.opt_ml import METRICS_FILE
+from blackwell_sm.opt_ml import METRICS_FILE, SUMMARY_FILE
 from blackwell_sm.planner.plan import Plan
+from blackwell_sm.records import (
+    BadStepRecord,
+    Measured,
+    Predicted,
+    Ratios,
+    Record,
+    SaveRecord,
+    StartRecord,
+    StopRecord,
+    Summary,
+    TrainRecord,
+    ValRecord,
+    measured_from,
+    record_line,
+    to_json,
+)
 from blackwell_sm.train.check import RunCheck
 
 GIB = 1024**3
@@ -47,127 +61,178 @@ def _own_peak_rss_bytes() -> int:
 
 
 class MetricsLog:
-    """Rank 0 prints one `[bsm-step]` line per logged step and appends it to metrics.jsonl."""
+    """The one writer of a run's records (blackwell_sm/records): rank 0 prints each record's
+    `[bsm-*]` line and appends it to metrics.jsonl; every rank keeps its own for the summary."""
 
     def __init__(self, out_dir: Path, plan: Plan, device: torch.device, *, is_main: bool) -> None:
         self.plan, self.device, self.is_main = plan, device, is_main
         self.path = out_dir / METRICS_FILE
+        self.summary_path = out_dir / SUMMARY_FILE
         self.flops_per_token = plan.spec.model.flops_per_token(plan.config.seq_len)
         self.peak_flops = plan.instance.peak_flops_bf16  # the MFU basis the planner used
-        self.records: list[dict[str, Any]] = []
+        self.records: list[Record] = []
         self.check: RunCheck | None = None
         if is_main:
             out_dir.mkdir(parents=True, exist_ok=True)
+            _end_torn_line(self.path)
 
-    def start_check(self, *, start_step: int, deadline: tuple[float, str] | None,
-                    tokens_per_step: int, n_gpus: int) -> RunCheck:  # fmt: skip
+    def start_check(
+        self,
+        *,
+        start_step: int,
+        deadline: tuple[float, str] | None,
+        tokens_per_step: int,
+        n_gpus: int,
+    ) -> RunCheck:
         """The measured-against-predicted check of this process's steps (train/check.py)."""
         self.check = RunCheck(
-            self.plan, self.device, start_step=start_step, deadline=deadline,
-            tokens_per_step=tokens_per_step, n_gpus=n_gpus, emit=self._emit,
+            self.plan,
+            self.device,
+            start_step=start_step,
+            deadline=deadline,
+            tokens_per_step=tokens_per_step,
+            n_gpus=n_gpus,
+            emit=self.write,
             memory=lambda: peak_memory(self.device)[1],
-        )  # fmt: skip
+        )
         return self.check
 
-    def _emit(self, rec: dict[str, Any], line: str) -> None:
+    def write(self, rec: Record) -> Record:
+        """Keep `rec`; on rank 0 print its log line (if it has one) and append it to metrics.jsonl."""
         self.records.append(rec)
         if self.is_main:
-            print(line, flush=True)
-            self._append(rec)
+            line = record_line(rec)
+            if line is not None:
+                print(line, flush=True)
+            with open(self.path, "a") as f:
+                f.write(to_json(rec) + "\n")
+        return rec
 
-    def step(self, step: int, *, loss: float, lr: float, grad_norm: float, tokens: int,
-             step_time_s: float, n_gpus: int) -> dict[str, Any]:  # fmt: skip
+    def start(
+        self, step: int, *, resumed_from: int | None, checkpoint: str | None, world_size: int
+    ) -> None:
+        """This launch's first record: the format version and where it resumed from."""
+        self.write(
+            StartRecord(
+                step=step,
+                resumed_from_step=resumed_from,
+                checkpoint=checkpoint,
+                world_size=world_size,
+                time=time.time(),
+            )
+        )
+
+    def saved(self, step: int, checkpoint: Path) -> None:
+        self.write(SaveRecord(step=step, checkpoint=checkpoint.name, time=time.time()))
+
+    def stopped(self, step: int, reason: str) -> None:
+        self.write(StopRecord(step=step, reason=reason, time=time.time()))
+
+    def step(
+        self,
+        step: int,
+        *,
+        loss: float,
+        lr: float,
+        grad_norm: float,
+        tokens: int,
+        step_time_s: float,
+        n_gpus: int,
+    ) -> TrainRecord:
         tok_s_gpu = tokens / step_time_s / n_gpus
         alloc, reserved, kind = peak_memory(self.device)
-        values = {
-            "loss": loss,
-            "lr": lr,
-            "grad_norm": grad_norm,
-            "tok_s_gpu": tok_s_gpu,
-            "mfu": tok_s_gpu * self.flops_per_token / self.peak_flops,
-            "step_time_s": step_time_s,
-            "mem_alloc_gib": alloc,
-            "mem_reserved_gib": reserved,
-        }
         eta = self.check.eta(step) if self.check is not None else None
-        rec = {"kind": "train", "step": step, **values, "memory_kind": kind, "time": time.time()}
-        if eta is not None:
-            rec["eta_s"] = eta
-        self.records.append(rec)
-        if self.is_main:
-            print(format_step_line(step, eta_s=eta, **values), flush=True)
-            self._append(rec)
-            if eta is not None and self.check is not None:
-                self.check.observe(step, reserved, eta)
+        rec = TrainRecord(
+            step=step,
+            loss=loss,
+            lr=lr,
+            grad_norm=grad_norm,
+            tok_s_gpu=tok_s_gpu,
+            mfu=tok_s_gpu * self.flops_per_token / self.peak_flops,
+            step_time_s=step_time_s,
+            mem_alloc_gib=alloc,
+            mem_reserved_gib=reserved,
+            memory_kind=kind,
+            time=time.time(),
+            eta_s=eta,
+        )
+        self.write(rec)
+        if self.is_main and eta is not None and self.check is not None:
+            self.check.observe(step, reserved, eta)
         return rec
 
     def validation(self, step: int, loss: float) -> None:
-        rec = {"kind": "val", "step": step, "loss": loss, "time": time.time()}
-        self.records.append(rec)
-        if self.is_main:
-            print(format_val_line(step, loss), flush=True)
-            self._append(rec)
-
-    def _append(self, rec: dict[str, Any]) -> None:
-        with open(self.path, "a") as f:
-            f.write(json.dumps(rec) + "\n")
-
-    def summary(self, *, status: str, final_step: int, resumed_from: int | None) -> dict[str, Any]:
-        """Measured figures beside the plan's predictions. Step-time statistics skip the first
-        WARMUP_STEPS steps of this process (allocator warm-up, compile)."""
-        train = [r for r in self.records if r["kind"] == "train"]
-        steady = train[WARMUP_STEPS:] or train
-        alloc, reserved, kind = peak_memory(self.device)
-        med = statistics.median([r["step_time_s"] for r in steady]) if steady else None
-        tok = statistics.median([r["tok_s_gpu"] for r in steady]) if steady else None
-        vals = [r for r in self.records if r["kind"] == "val"]
-        pred = self.plan.throughput
-        check = self.check.summary() if self.check is not None else {}
-        return {
-            "status": status,
-            "final_step": final_step,
-            "planned_steps": self.plan.run.steps,
-            "resumed_from_step": resumed_from,
-            "final_loss": train[-1]["loss"] if train else None,
-            "final_val_loss": vals[-1]["loss"] if vals else None,
-            "measured": {
-                "steps_timed": len(steady),
-                "step_time_s": med,
-                "tokens_per_s_per_gpu": tok,
-                "mfu": None if tok is None else tok * self.flops_per_token / self.peak_flops,
-                "peak_memory_allocated_gib": alloc,
-                "peak_memory_reserved_gib": reserved,
-                "memory_kind": kind,
-            },
-            "predicted": {
-                "step_time_s": pred.step_time_s,
-                "tokens_per_s_per_gpu": pred.tokens_per_s_per_gpu,
-                "mfu": pred.mfu,
-                "memory_gib": self.plan.predicted_memory_gib(),
-            },
-            "ratio_measured_over_predicted": {
-                "tokens_per_s_per_gpu": None
-                if tok is None or not pred.tokens_per_s_per_gpu
-                else tok / pred.tokens_per_s_per_gpu,
-                "peak_memory": reserved / self.plan.predicted_memory_gib()
-                if self.plan.predicted_memory_gib()
-                else None,
-            },
-            # train/check.py: the [bsm-check] figures, the latest ETA against the deadline, and
-            # the alerts (docs/training-loop.md). None/[] when the run was too short to check.
-            "check": check.get("check"),
-            "eta": check.get("eta"),
-            "alerts": check.get("alerts", []),
-        }
+        self.write(ValRecord(step=step, loss=loss, time=time.time()))
 
     def bad_step(self, step: int, *, loss: float, grad_norm: float, in_row: int) -> None:
-        """A step the NaN guard skipped (train/guard.py): a `bad_step` record in metrics.jsonl
-        (non-finite values as strings, so the file stays JSON)."""
-        rec = {"kind": "bad_step", "step": step, "loss": str(loss), "grad_norm": str(grad_norm),
-               "in_row": in_row, "time": time.time()}  # fmt: skip
-        self.records.append(rec)
-        if self.is_main:
-            self._append(rec)
+        """A step the NaN guard skipped (train/guard.py): a `bad_step` record (non-finite
+        figures as null, named under `non_finite`: records.to_json)."""
+        self.write(
+            BadStepRecord(
+                step=step, loss=loss, grad_norm=grad_norm, in_row=in_row, time=time.time()
+            )
+        )
+
+    def summary(self, *, status: str, final_step: int, resumed_from: int | None) -> Summary:
+        """Measured figures beside the plan's predictions. Step-time statistics skip the first
+        WARMUP_STEPS logged steps of this process (allocator warm-up, compile)."""
+        alloc, reserved, kind = peak_memory(self.device)
+        peak = Measured(
+            steps_timed=0,
+            peak_memory_allocated_gib=alloc,
+            peak_memory_reserved_gib=reserved,
+            memory_kind=kind,
+        )
+        measured = measured_from(self.records, peak=peak)
+        train = [r for r in self.records if isinstance(r, TrainRecord)]
+        vals = [r for r in self.records if isinstance(r, ValRecord)]
+        pred, pred_mem = self.plan.throughput, self.plan.predicted_memory_gib()
+        tok = measured.tokens_per_s_per_gpu
+        check, eta, alerts = self.check.summary() if self.check is not None else (None, None, [])
+        return Summary(
+            status=status,
+            final_step=final_step,
+            planned_steps=self.plan.run.steps,
+            resumed_from_step=resumed_from,
+            final_loss=train[-1].loss if train else None,
+            final_val_loss=vals[-1].loss if vals else None,
+            measured=measured,
+            predicted=Predicted(
+                step_time_s=pred.step_time_s,
+                tokens_per_s_per_gpu=pred.tokens_per_s_per_gpu,
+                mfu=pred.mfu,
+                memory_gib=pred_mem,
+            ),
+            ratio_measured_over_predicted=Ratios(
+                tokens_per_s_per_gpu=None
+                if tok is None or not pred.tokens_per_s_per_gpu
+                else tok / pred.tokens_per_s_per_gpu,
+                peak_memory=reserved / pred_mem if pred_mem else None,
+            ),
+            check=check,
+            eta=eta,
+            alerts=alerts,
+        )
+
+    def write_summary(self, summary: Summary) -> None:
+        """summary.json, whole or not at all (a temporary file renamed over it)."""
+        tmp = self.summary_path.with_suffix(".json.tmp")
+        tmp.write_text(to_json(summary, indent=2) + "\n")
+        os.replace(tmp, self.summary_path)
+
+
+def _end_torn_line(path: Path) -> None:
+    """End a last line a killed run left unfinished, so the next record starts its own line (the
+    reader then leaves only that torn line out)."""
+    try:
+        with open(path, "rb+") as f:
+            if f.seek(0, os.SEEK_END) == 0:
+                return
+            f.seek(-1, os.SEEK_END)
+            if f.read(1) != b"\n":
+                f.write(b"\n")
+    except FileNotFoundError:
+        return
 
 
 def log(msg: str, *, is_main: bool = True) -> None:

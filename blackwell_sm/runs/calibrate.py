@@ -20,14 +20,14 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from blackwell_sm.calibrate_sources import load_rows
-from blackwell_sm.planner.fit import GpuFit, Row, fit
+from blackwell_sm.planner.fit import GpuFit, Row, fit, require_scipy
 from blackwell_sm.planner.profile import (
     CalibrationProfile,
     GpuProfile,
     ProfileConstants,
     ProfileSource,
 )
+from blackwell_sm.runs.calibrate_sources import load_rows
 
 # ---------------------------------------------------------------------------------------------
 # calibrate: sources -> rows -> fits -> profile
@@ -66,7 +66,8 @@ def predict_with(profile: CalibrationProfile | None, row: Row) -> float:
 
 
 def gpu_profile(f: GpuFit) -> GpuProfile:
-    """The profile entry of one GPU's fit: only the fitted constants."""
+    """The profile entry of one GPU's fit: only the fitted constants; errors after the fit left
+    out (None) for a figure the fit matches by construction."""
     mm: dict[str, float] = {}
     other: dict[str, float] = {}
     for name, (_, value) in f.fitted.items():
@@ -81,8 +82,16 @@ def gpu_profile(f: GpuFit) -> GpuProfile:
         fitted=list(f.fitted),
         kept=list(f.kept),
         median_abs_error_before=_round(f.median_abs("speed_before")),
-        median_abs_error_after=_round(f.median_abs("speed_after")),
+        median_abs_error_after=_after(f, "speed", f.median_abs("speed_after")),
+        memory_median_abs_error_before=_round(f.median_abs("memory_before")),
+        memory_median_abs_error_after=_after(f, "memory", f.median_abs("memory_after")),
+        exact_by_construction=list(f.exact),
     )
+
+
+def _after(f: GpuFit, figure: str, error: float | None) -> float | None:
+    """An error after the fit, or None when the fit matches `figure` by construction."""
+    return None if figure in f.exact else _round(error)
 
 
 def _round(x: float | None) -> float | None:
@@ -100,6 +109,11 @@ class RowReport(BaseModel):
     measured_memory_gib: float | None
     memory_error_before: float | None
     memory_error_after: float | None
+    exact_by_construction: list[str] = Field(
+        default_factory=list,
+        description="Figures the fit matches by construction: their error after is None (not "
+        "validated, not 0).",
+    )
 
 
 class ConstantReport(BaseModel):
@@ -132,6 +146,7 @@ def calibrate(
     now: dt.datetime | None = None,
 ) -> CalibrationResult:
     """Fit every GPU kind of the sources' rows; the profile and the report (nothing written)."""
+    require_scipy()  # before any source is read
     rows, recorded = load_rows(sources, aws)
     return calibrate_rows(rows, recorded, name=name, now=now)
 
@@ -160,10 +175,11 @@ def calibrate_rows(
             gpu=f.gpu,
             measured_tokens_per_s_per_gpu=by_id[e.id].tokens_per_s_per_gpu,
             speed_error_before=_round(e.speed_before),
-            speed_error_after=_round(e.speed_after),
+            speed_error_after=_after(f, "speed", e.speed_after),
             measured_memory_gib=by_id[e.id].memory_gib,
             memory_error_before=_round(e.memory_before),
-            memory_error_after=_round(e.memory_after),
+            memory_error_after=_after(f, "memory", e.memory_after),
+            exact_by_construction=list(f.exact),
         )
         for f in fits.values()
         for e in f.errors

@@ -6,8 +6,8 @@ prediction and its range; peak memory against the plan and the usable limit; che
 stops and resumes on the time axis; and a table of measured against predicted. The figures are
 inline SVG; the arrays each figure plots, read back from its matplotlib lines, are embedded as
 JSON (`<script id="bsm-plot-data">`) so that a program can check them against metrics.jsonl.
-Readers are tolerant: records of kinds other than train/val are ignored unless they carry a
-`time` and name an event (checkpoint, stop, resume).
+The run is read through `runs/read.py` (typed records: a malformed file is refused, naming it);
+a run with no measured step is refused rather than drawn empty.
 """
 
 from __future__ import annotations
@@ -18,15 +18,14 @@ import json
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from blackwell_sm.calibrate_sources import job_files, measured_figures, run_files
-from blackwell_sm.errors import BsmError
+from blackwell_sm.errors import BsmError, SpecError
 from blackwell_sm.opt_ml import COMPLETE_MARKER, OptMl
 from blackwell_sm.planner.plan import Plan
+from blackwell_sm.records import Record, SaveRecord, StopRecord, Summary, TrainRecord, ValRecord
+from blackwell_sm.records import segments as launches
+from blackwell_sm.runs.read import RunFiles, read_run
 
 PLOT_DATA_ID = "bsm-plot-data"
-#: Record kinds (from the loop, now or later) drawn as events on the time axis.
-EVENT_KINDS = {"checkpoint": "checkpoint save", "save": "checkpoint save", "stop": "stop",
-               "resume": "resume"}  # fmt: skip
 
 
 class RunData(NamedTuple):
@@ -34,9 +33,10 @@ class RunData(NamedTuple):
 
     source: str
     plan: Plan
-    summary: dict[str, Any] | None
-    records: list[dict[str, Any]]
+    summary: Summary | None
+    records: list[Record]
     saves: list[tuple[int, float]]  # (step, unix time) of complete checkpoints still on disk
+    run: RunFiles
 
 
 def _saves(run_dir: Path) -> list[tuple[int, float]]:
@@ -54,35 +54,24 @@ def _saves(run_dir: Path) -> list[tuple[int, float]]:
 
 
 def load_run(source: str, aws: Any = None) -> RunData:
-    """A run directory, or a job name (its plan, summary and step records from S3 and logs)."""
-    p = Path(source)
-    if p.is_dir():
-        plan, summary, records = run_files(p)
-        return RunData(str(p), plan, summary, records, _saves(p))
-    if "/" in source or p.exists():
-        raise BsmError(f"{source} is neither a run directory nor a job name", field="RUN")
-    if aws is None:
-        from blackwell_sm.aws.session import AwsContext
-
-        aws = AwsContext()
-    plan, summary, records = job_files(aws, source)
-    return RunData(source, plan, summary, records, [])
-
-
-def train_records(data: RunData) -> list[dict[str, Any]]:
-    return [r for r in data.records if r.get("kind", "train") == "train" and "step" in r]
+    """A run directory, or a job name (its plan, summary and records from S3, else its logs).
+    A run that measured nothing (no summary figures, no logged step) is SpecError."""
+    run = read_run(source, aws, field="RUN")
+    if run.measured().tokens_per_s_per_gpu is None:
+        raise SpecError(
+            f"nothing was measured in {source}: no summary.json figures and no logged step "
+            f"({len(run.records)} records)",
+            field="RUN",
+            hint="the run may still be starting or have died before its first logged step; "
+            "`bsm status` or the run's output/failure says which",
+            code="nothing_measured",
+        )
+    saves = _saves(Path(source)) if Path(source).is_dir() else []
+    return RunData(run.source, run.plan, run.summary, run.records, saves, run)
 
 
-def segments(records: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
-    """Train records split where the step does not increase (a resumed launch)."""
-    out: list[list[dict[str, Any]]] = []
-    last = None
-    for r in records:
-        if last is None or r["step"] <= last:
-            out.append([])
-        out[-1].append(r)
-        last = r["step"]
-    return out
+def train_records(data: RunData) -> list[TrainRecord]:
+    return [r for r in data.records if isinstance(r, TrainRecord)]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -107,17 +96,17 @@ class Comparison(NamedTuple):
 def comparisons(data: RunData) -> list[Comparison]:
     """The table's rows: the summary's measured figures (else the steady records' medians)."""
     plan, t = data.plan, data.plan.throughput
-    meas = measured_figures(data.summary, train_records(data))
-    kind = meas.get("memory_kind") or ""
+    meas = data.run.measured()
+    kind = meas.memory_kind or ""
     cuda = kind.startswith("cuda")
     mem_pred = plan.predicted_memory_gib()
     lo, hi = t.tokens_per_s_per_gpu_range or (None, None)
     rng = f"range {lo:,.0f}-{hi:,.0f} ({t.evidence})" if lo is not None else ""
     return [
-        Comparison("step time", "s", meas.get("step_time_s"), t.step_time_s),
-        Comparison("tokens/s/GPU", "", meas.get("tokens_per_s_per_gpu"), t.tokens_per_s_per_gpu, rng),
-        Comparison("MFU", "", meas.get("mfu"), t.mfu, "against the dense BF16 peak"),
-        Comparison("peak memory", "GiB", meas.get("peak_memory_reserved_gib"), mem_pred,
+        Comparison("step time", "s", meas.step_time_s, t.step_time_s),
+        Comparison("tokens/s/GPU", "", meas.tokens_per_s_per_gpu, t.tokens_per_s_per_gpu, rng),
+        Comparison("MFU", "", meas.mfu, t.mfu, "against the dense BF16 peak"),
+        Comparison("peak memory", "GiB", meas.peak_memory_reserved_gib, mem_pred,
                    "allocator reserved" if cuda else f"{kind or 'memory'} vs the plan's total"),
     ]  # fmt: skip
 
@@ -155,16 +144,16 @@ def figures(data: RunData) -> dict[str, Any]:
 
     t, m = data.plan.throughput, data.plan.memory_gib
     train = train_records(data)
-    vals = [r for r in data.records if r.get("kind") == "val" and "step" in r]
-    steps = [r["step"] for r in train]
+    vals = [r for r in data.records if isinstance(r, ValRecord)]
+    steps = [r.step for r in train]
     x0, x1 = (min(steps), max(steps)) if steps else (0, 1)
     figs: dict[str, Any] = {}
 
     fig = Figure(figsize=(8, 3.2))
     ax = fig.add_subplot()
-    ax.plot(steps, [r["loss"] for r in train], label="train loss", lw=1.2)
+    ax.plot(steps, [r.loss for r in train], label="train loss", lw=1.2)
     if vals:
-        ax.plot([r["step"] for r in vals], [r["loss"] for r in vals], "o-",
+        ax.plot([r.step for r in vals], [r.loss for r in vals], "o-",
                 label="validation loss", lw=1.2)  # fmt: skip
     ax.set_xlabel("step")
     ax.set_ylabel("loss")
@@ -175,7 +164,7 @@ def figures(data: RunData) -> dict[str, Any]:
 
     fig = Figure(figsize=(8, 5.6))
     ax, ax2 = fig.subplots(2, 1, sharex=True)
-    ax.plot(steps, [r["tok_s_gpu"] for r in train], label="measured tokens/s/GPU", lw=1.2)
+    ax.plot(steps, [r.tok_s_gpu for r in train], label="measured tokens/s/GPU", lw=1.2)
     _flat(ax, x0, x1, t.tokens_per_s_per_gpu, "predicted tokens/s/GPU", ls="--", color="C3")
     if t.tokens_per_s_per_gpu_range:
         lo, hi = t.tokens_per_s_per_gpu_range
@@ -185,7 +174,7 @@ def figures(data: RunData) -> dict[str, Any]:
     ax.set_title("speed against the plan")
     ax.legend(loc="lower right")
     ax.grid(alpha=0.3)
-    ax2.plot(steps, [r["mfu"] for r in train], label="measured MFU", lw=1.2, color="C2")
+    ax2.plot(steps, [r.mfu for r in train], label="measured MFU", lw=1.2, color="C2")
     _flat(ax2, x0, x1, t.mfu, "predicted MFU", ls="--", color="C3")
     if t.tokens_per_s_per_gpu_range and t.tokens_per_s_per_gpu:
         lo, hi = (v / t.tokens_per_s_per_gpu * t.mfu for v in t.tokens_per_s_per_gpu_range)
@@ -198,15 +187,14 @@ def figures(data: RunData) -> dict[str, Any]:
 
     fig = Figure(figsize=(8, 3.2))
     ax = fig.add_subplot()
-    kinds = {r.get("memory_kind") for r in train}
-    ax.plot(steps, [r.get("mem_reserved_gib") for r in train], label="measured peak memory",
-            lw=1.2)  # fmt: skip
+    kinds = {r.memory_kind for r in train}
+    ax.plot(steps, [r.mem_reserved_gib for r in train], label="measured peak memory", lw=1.2)
     _flat(ax, x0, x1, m.total, "predicted total", ls="--", color="C3")
     if m.allocator_reserved is not None and any(str(k).startswith("cuda") for k in kinds):
         _flat(ax, x0, x1, m.allocator_reserved, "predicted allocator reserved", ls=":", color="C3")
     if m.usable is not None:
         _flat(ax, x0, x1, m.usable, "usable limit", color="k", lw=1.0)
-        seen = [r.get("mem_reserved_gib") or 0.0 for r in train] + [m.total]
+        seen = [r.mem_reserved_gib for r in train] + [m.total]
         if m.usable > 2.5 * max(seen):  # far above: keep the run readable, say where it is
             ax.set_ylim(0, 1.3 * max(seen))
             ax.text(0.01, 0.95, f"usable limit {m.usable:,.1f} GiB (above the plot)",
@@ -220,28 +208,27 @@ def figures(data: RunData) -> dict[str, Any]:
 
     fig = Figure(figsize=(8, 3.2))
     ax = fig.add_subplot()
-    start = min((r["time"] for r in data.records if "time" in r), default=0.0)
+    times = [t for r in data.records if (t := getattr(r, "time", None)) is not None]
+    start = min(times, default=0.0)
     mins = lambda ts: (ts - start) / 60.0  # noqa: E731
-    timed = [r for r in train if "time" in r]
-    ax.plot([mins(r["time"]) for r in timed], [r["step"] for r in timed], label="step", lw=1.2)
+    timed = [r for r in train if r.time is not None]
+    ax.plot([mins(r.time) for r in timed], [r.step for r in timed], label="step", lw=1.2)
     events: dict[str, list[tuple[float, int]]] = {"checkpoint save": [], "stop": [], "resume": []}
-    for step, when in data.saves:
+    logged = [r for r in data.records if isinstance(r, SaveRecord)]
+    # Saves from the log; a version 1 run (no save records): the checkpoints still on disk.
+    for step, when in [(r.step, r.time) for r in logged] or data.saves:
         events["checkpoint save"].append((mins(when), step))
-    segs = [[r for r in s if "time" in r] for s in segments(timed)]
+    segs = launches(data.records)
     for i, seg in enumerate(segs):
-        if not seg:
-            continue
-        if i > 0:
-            events["resume"].append((mins(seg[0]["time"]), seg[0]["step"]))
-        if i < len(segs) - 1:
-            events["stop"].append((mins(seg[-1]["time"]), seg[-1]["step"]))
-    status = (data.summary or {}).get("status")
-    if timed and status and status != "completed":
-        events["stop"].append((mins(timed[-1]["time"]), timed[-1]["step"]))
-    for r in data.records:
-        label = EVENT_KINDS.get(str(r.get("kind")))
-        if label and "time" in r and "step" in r:
-            events[label].append((mins(r["time"]), r["step"]))
+        steps_t = [r for r in seg if isinstance(r, TrainRecord) and r.time is not None]
+        stops = [r for r in seg if isinstance(r, StopRecord)]
+        if i > 0 and steps_t:
+            events["resume"].append((mins(steps_t[0].time), steps_t[0].step))
+        last = i == len(segs) - 1
+        if stops:
+            events["stop"].append((mins(stops[-1].time), stops[-1].step))
+        elif steps_t and (not last or (data.summary is not None and not data.summary.completed)):
+            events["stop"].append((mins(steps_t[-1].time), steps_t[-1].step))
     style = {"checkpoint save": ("s", "C1"), "stop": ("x", "C3"), "resume": ("^", "C2")}
     for label, pts in events.items():
         if pts:
@@ -313,8 +300,8 @@ def render_html(data: RunData, figs: dict[str, Any]) -> str:
         f"<td>{'-' if x.ratio is None else f'{x.ratio:.2f}'}</td><td>{e(x.note)}</td></tr>"
         for x in comparisons(data)
     )
-    s = data.summary or {}
-    status = s.get("status", "no summary (the run did not finish writing one)")
+    s = data.summary
+    status = s.status if s else "no summary (the run did not finish writing one)"
     cal = plan.calibration
     cal_line = (
         f"<p>calibration profile: {e(cal.profile)} ({e(cal.name)}, {e(cal.created)})</p>"
@@ -328,7 +315,7 @@ def render_html(data: RunData, figs: dict[str, Any]) -> str:
         f"replicate {c.replicate_degree}, micro-batch {c.micro_batch_size} x accumulation "
         f"{c.grad_accum_steps}, seq {c.seq_len}, {e(c.precision)}, checkpointing "
         f"{e(c.activation_checkpointing)}, compile {c.compile}</p>"
-        f"<p>status: {e(str(status))}; final step {e(str(s.get('final_step', '-')))} of "
+        f"<p>status: {e(status)}; final step {e(str(s.final_step if s else '-'))} of "
         f"{plan.run.steps}; {e(summary_line(data))}</p>{cal_line}"
     )
     table = (
