@@ -312,3 +312,15 @@ def test_each_instance_preference_is_planned_with_the_specs_objective():
     auto = plans.plans[0]
     assert auto.other_objective.objective == "time" and not auto.other_objective.same_as_plan
     assert auto.run.cost_usd < auto.other_objective.cost_usd
+
+
+def test_a_preferences_cost_warning_uses_the_specs_threshold():
+    spec = {
+        "model": "llama-3.1-70b",
+        "compute": {
+            "confirm_cost_usd": 10**8,
+            "instance_preferences": [{"instance_type": "ml.p6-b200.48xlarge"}],
+        },
+    }
+    [p] = plan(parse_spec(spec)).plans
+    assert p.run.cost_usd_range[1] > 100_000 and not p.has_note("cost_confirm")

@@ -90,6 +90,7 @@ def preference_spec(spec: RunSpec, pref: InstancePreference) -> RunSpec:
         price_per_hour=pref.price_per_hour,
         deadline_hours=spec.compute.deadline_hours,
         optimize=spec.compute.optimize,
+        confirm_cost_usd=spec.compute.confirm_cost_usd,  # the plan's cost warning: the spec's
     )
     return spec.model_copy(update={"compute": compute})
 
