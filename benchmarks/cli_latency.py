@@ -51,7 +51,12 @@ def commands() -> dict[str, list[str]]:
         "python_startup": [sys.executable, "-c", "pass"],
         "bsm_help": [*bsm, "--help"],
         "bsm_plan": [*bsm, "plan", "--model", "llama-3.1-8b", "--output", "json"],
-        "bsm_submit_dry_run": [*bsm, "submit", "--dry-run", "templates/llama-3.1-8b.yaml"],
+        "bsm_submit_dry_run": [
+            *bsm,
+            "submit",
+            "--dry-run",
+            "blackwell_sm/templates/llama-3.1-8b.yaml",
+        ],
         "sdk_import": [sys.executable, "-c", "from sagemaker.train import ModelTrainer"],
     }
 

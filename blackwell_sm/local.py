@@ -61,6 +61,8 @@ def layout_opt_ml(
     network_interface_name: str = "lo",
 ) -> Path:
     """Write an /opt/ml-shaped tree at `root` for one host of `plan`; returns the plan path."""
+    from blackwell_sm.atomic_write import write_text  # every file whole, as everywhere
+
     hosts = hosts or host_names(plan.instance.count)
     if current_host not in hosts:
         raise BsmError(f"current host {current_host!r} is not among {hosts}")
@@ -73,10 +75,10 @@ def layout_opt_ml(
         "hosts": hosts,
         "network_interface_name": network_interface_name,
     }
-    tree.resource_config.write_text(json.dumps(rc, indent=2) + "\n")
+    write_text(tree.resource_config, json.dumps(rc, indent=2) + "\n", flag=None)
     # SageMaker passes hyperparameters as strings; the plan is the real source of settings.
     hp = {"plan": PLAN_FILE, "model": plan.model.name}
-    tree.hyperparameters.write_text(json.dumps(hp, indent=2) + "\n")
+    write_text(tree.hyperparameters, json.dumps(hp, indent=2) + "\n", flag=None)
     data_cfg: dict[str, Any] = {}
     for name, src in (channels or {}).items():
         dst = tree.channel(name)
@@ -88,9 +90,9 @@ def layout_opt_ml(
                 shutil.rmtree(dst)
         dst.symlink_to(Path(src).resolve(), target_is_directory=True)
         data_cfg[name] = {"TrainingInputMode": "File", "S3DistributionType": "FullyReplicated"}
-    tree.input_data_config.write_text(json.dumps(data_cfg, indent=2) + "\n")
+    write_text(tree.input_data_config, json.dumps(data_cfg, indent=2) + "\n", flag=None)
     plan_path = root / PLAN_FILE
-    plan_path.write_text(plan.to_json() + "\n")
+    write_text(plan_path, plan.to_json() + "\n", flag=None)
     return plan_path
 
 

@@ -22,6 +22,8 @@ Test-only hooks (the fault suites set them; never set in a job):
 - `BSM_TEST_FREE_BYTES`: bytes; stands in for the free space the launcher's preflight reads.
 - `BSM_TEST_NAN_STEPS`: 1-based steps (comma-separated) or `all`; rank 0's loss is made NaN there.
 - `BSM_TEST_ABORT_AT_EXIT`: a rank; that worker aborts after a completed run (teardown guard).
+- `BSM_TEST_FP32_COMPUTE`: `1`; FSDP computes in fp32, not bf16 (step-for-step comparisons of
+  the loss paths and context-parallel layouts, tests/test_long_context_loop.py).
 """
 
 from __future__ import annotations
@@ -45,6 +47,7 @@ ENV_CAPACITY_EXPIRY = "SAGEMAKER_CURRENT_CAPACITY_BLOCK_EXPIRATION_TIMESTAMP"
 ENV_TEST_FREE_BYTES = "BSM_TEST_FREE_BYTES"
 ENV_TEST_NAN_STEPS = "BSM_TEST_NAN_STEPS"
 ENV_TEST_ABORT_AT_EXIT = "BSM_TEST_ABORT_AT_EXIT"
+ENV_TEST_FP32_COMPUTE = "BSM_TEST_FP32_COMPUTE"
 
 # SageMaker shows the first 1024 characters of output/failure as the job's FailureReason.
 FAILURE_LIMIT = 1024

@@ -155,6 +155,25 @@ def offering(offering_id: str, *, start: datetime, hours: int, fee: str, count: 
     }
 
 
+def stub_plan_commands(
+    st: Any, offering_id: str, *, start: datetime, listed: list[dict] | None = None
+) -> None:
+    """Stubber answers for `bsm plans search`, `reserve --yes`, `list` and `describe`, in that
+    order (moto has no training plans): one 24-hour offering, the reserved plan, `listed`."""
+    offer = offering(offering_id, start=start, hours=24, fee="100.00")
+    st.add_response("search_training_plan_offerings", {"TrainingPlanOfferings": [offer]})
+    # reserve: is there a plan of that name already? (no) then search, create, describe
+    st.add_client_error(
+        "describe_training_plan", service_error_code="ResourceNotFound", http_status_code=400
+    )
+    st.add_response("search_training_plan_offerings", {"TrainingPlanOfferings": [offer]})
+    st.add_response("create_training_plan", {"TrainingPlanArn": PLAN_ARN})
+    st.add_response("describe_training_plan", plan_response(status="Scheduled", start=start))
+    st.add_response("list_training_plans", {"TrainingPlanSummaries": listed or []})
+    st.add_response("describe_training_plan", plan_response())
+    st.add_response("describe_training_plan_extension_history", {"TrainingPlanExtensions": []})
+
+
 FAULT_HEADER = "X-Bsm-Test-Fault"
 _FAULTS: dict[str, tuple[int, dict[str, str], bytes]] = {}
 

@@ -28,6 +28,8 @@ from blackwell_sm.aws.session import MAX_ATTEMPTS, AwsContext
 from blackwell_sm.aws.submit import prepare, submit
 from blackwell_sm.errors import AwsError
 
+NONE_LIVE = {"TrainingJobSummaries": []}  # ListTrainingJobs: no live job on the spec's prefix
+
 
 def jobs(aws):
     return aws.sagemaker.list_training_jobs()["TrainingJobSummaries"]
@@ -90,23 +92,29 @@ def test_retried_create_answered_resource_in_use_is_ours_when_tags_match(aws):
     described = describe_response(jr.request)
     arn = described["TrainingJobArn"]
     with Stubber(aws.sagemaker) as sm:
-        sm.add_client_error("describe_training_job", **not_found_error(jr.job_name))
-        sm.add_client_error(
-            "create_training_job",
-            service_error_code="ResourceInUse",
-            service_message=f"Training job {jr.job_name} already exists",
-            http_status_code=400,
-        )
-        sm.add_response("describe_training_job", described, {"TrainingJobName": jr.job_name})
-        sm.add_response(
-            "list_tags",
-            {"Tags": [{"Key": SPEC_HASH_TAG, "Value": jr.spec_hash}]},
-            {"ResourceArn": arn, "MaxResults": 100},
-        )
-        sm.add_response("describe_training_job", described, {"TrainingJobName": jr.job_name})
-        job = submit(spec_dict(), aws=aws)
-        sm.assert_no_pending_responses()
-    assert job.created and job.name == jr.job_name
+        for retried in (1, 0):  # botocore retried (an earlier attempt made it), or not
+            sm.add_client_error("describe_training_job", **not_found_error(jr.job_name))
+            sm.add_response("list_training_jobs", NONE_LIVE)
+            sm.add_client_error(
+                "create_training_job",
+                service_error_code="ResourceInUse",
+                service_message=f"Training job {jr.job_name} already exists",
+                http_status_code=400,
+                response_meta={"RetryAttempts": retried},
+            )
+            sm.add_response("describe_training_job", described, {"TrainingJobName": jr.job_name})
+            sm.add_response(
+                "list_tags",
+                {"Tags": [{"Key": SPEC_HASH_TAG, "Value": jr.spec_hash}]},
+                {"ResourceArn": arn, "MaxResults": 100},
+            )
+            sm.add_response("describe_training_job", described, {"TrainingJobName": jr.job_name})
+            sm.add_response("list_training_jobs", NONE_LIVE)
+            job = submit(spec_dict(), aws=aws)
+            sm.assert_no_pending_responses()
+            assert job.name == jr.job_name
+            # created only where this process's CreateTrainingJob made the job
+            assert (job.created, job.reattached) == ((True, False) if retried else (False, True))
 
 
 def test_resource_in_use_by_another_spec_is_refused(aws):
@@ -114,6 +122,7 @@ def test_resource_in_use_by_another_spec_is_refused(aws):
     described = describe_response(jr.request)
     with Stubber(aws.sagemaker) as sm:
         sm.add_client_error("describe_training_job", **not_found_error(jr.job_name))
+        sm.add_response("list_training_jobs", NONE_LIVE)
         sm.add_client_error(
             "create_training_job", service_error_code="ResourceInUse", http_status_code=400
         )
@@ -128,6 +137,7 @@ def test_resource_limit_exceeded_names_the_quota(aws):
     _rs, _plan, jr = prepare(spec_dict())
     with Stubber(aws.sagemaker) as sm:
         sm.add_client_error("describe_training_job", **not_found_error(jr.job_name))
+        sm.add_response("list_training_jobs", NONE_LIVE)
         sm.add_client_error(
             "create_training_job",
             service_error_code="ResourceLimitExceeded",
@@ -147,6 +157,7 @@ def test_access_denied_names_the_permission(aws):
     _rs, _plan, jr = prepare(spec_dict())
     with Stubber(aws.sagemaker) as sm:
         sm.add_client_error("describe_training_job", **not_found_error(jr.job_name))
+        sm.add_response("list_training_jobs", NONE_LIVE)
         sm.add_client_error(
             "create_training_job",
             service_error_code="AccessDeniedException",
@@ -171,6 +182,7 @@ def test_validation_exception_passes_through_with_the_field(aws):
     _rs, _plan, jr = prepare(spec_dict())
     with Stubber(aws.sagemaker) as sm:
         sm.add_client_error("describe_training_job", **not_found_error(jr.job_name))
+        sm.add_response("list_training_jobs", NONE_LIVE)
         sm.add_client_error(
             "create_training_job",
             service_error_code="ValidationException",
@@ -191,6 +203,7 @@ def test_dropped_training_plan_arn_is_detected_and_the_job_stopped(aws):
             "describe_training_plan", plan_response(), {"TrainingPlanName": PLAN_NAME}
         )
         sm.add_client_error("describe_training_job", **not_found_error(jr.job_name))
+        sm.add_response("list_training_jobs", NONE_LIVE)
         sm.add_response("create_training_job", {"TrainingJobArn": kept["TrainingJobArn"]})
         sm.add_response("describe_training_job", kept, {"TrainingJobName": jr.job_name})
         sm.add_response("stop_training_job", {}, {"TrainingJobName": jr.job_name})

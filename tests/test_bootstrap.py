@@ -22,9 +22,7 @@ from pathlib import Path
 import pytest
 from aws_support import plan_for, run_spec
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "entrypoints"))
-import bootstrap
-
+from blackwell_sm.entrypoints import bootstrap
 from blackwell_sm.job.bundle import build_bundle
 from blackwell_sm.job.images import MANYLINUX_X86_64, PINNED_TARGET, TARGETS, ImageTarget
 from blackwell_sm.job.request import CONTAINER_COMMAND, build_job_request
@@ -282,7 +280,7 @@ def test_dry_run_lists_what_the_bundle_carries_why_and_its_size():
 
     from blackwell_sm.cli import cli
 
-    tpl = str(ROOT / "templates" / "llama-3.2-1b.yaml")
+    tpl = str(ROOT / "blackwell_sm" / "templates" / "llama-3.2-1b.yaml")
     text = CliRunner().invoke(cli, ["submit", tpl, "--dry-run"])
     assert text.exit_code == 0, text.output
     assert "# container requirements (wheels for sagemaker-pytorch-2.8):" in text.output

@@ -47,17 +47,6 @@ print(json.dumps(results))
 """
 
 
-@pytest.fixture(scope="module")
-def moto_server():
-    from moto.server import ThreadedMotoServer
-
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
-    yield f"http://{host}:{port}"
-    server.stop()
-
-
 def _run_cli_process(endpoint: str, tmp_path: Path, cases: list) -> list[dict]:
     env = {
         "PATH": "/usr/bin:/bin",
@@ -163,6 +152,9 @@ def test_exit_5_consent_required(aws_cli):
     offer_id = "tpo-" + "d" * 20
     start = datetime.now(UTC) + timedelta(days=1)
     with Stubber(aws_cli.plans) as st:
+        st.add_client_error(  # no plan named p1 yet
+            "describe_training_plan", service_error_code="ResourceNotFound", http_status_code=400
+        )
         st.add_response(
             "search_training_plan_offerings",
             {"TrainingPlanOfferings": [offering(offer_id, start=start, hours=24, fee="9.00")]},

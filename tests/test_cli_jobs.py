@@ -25,7 +25,7 @@ from blackwell_sm.aws.logs import LOG_GROUP
 from blackwell_sm.cli import submit as submit_cli
 
 ROOT = Path(__file__).resolve().parents[1]
-TEMPLATES = sorted((ROOT / "templates").glob("*.yaml"))
+TEMPLATES = sorted((ROOT / "blackwell_sm" / "templates").glob("*.yaml"))
 
 
 @pytest.fixture
@@ -125,7 +125,7 @@ def test_submit_then_status_logs_list_and_reattach(aws, spec_file):
     assert [json.loads(x)["host"] for x in out.strip().splitlines()][:2] == ["algo-1", "algo-2"]
 
     code, out, _ = run("list", "--output", "json")
-    assert code == 0 and [r["TrainingJobName"] for r in json.loads(out)] == [name]
+    assert code == 0 and [r["training_job_name"] for r in json.loads(out)] == [name]
 
     # --logs with --output json: log lines go to stderr, stdout is one JSON document.
     code, out, err = run("submit", spec_file, "--logs", "--output", "json")
@@ -159,8 +159,11 @@ def test_stop_and_ctrl_c_during_wait_leaves_the_job_running(aws, spec_file, monk
     running = describe_response(jr.request)
     with Stubber(aws.sagemaker) as sm:
         sm.add_client_error("describe_training_job", **not_found_error(jr.job_name))
+        none_live = {"TrainingJobSummaries": []}
+        sm.add_response("list_training_jobs", none_live)  # no live job on the prefix
         sm.add_response("create_training_job", {"TrainingJobArn": running["TrainingJobArn"]})
         sm.add_response("describe_training_job", running)  # the post-create check
+        sm.add_response("list_training_jobs", none_live)  # still none came first
         sm.add_response("describe_training_job", running)  # wait(): still starting
         import blackwell_sm.aws.handle as handle
 

@@ -181,21 +181,23 @@ def test_prepare_finetune_is_all_or_nothing(tmp_path, monkeypatch):
     assert e.value.field == "--out"
     before = {p.relative_to(out): p.read_bytes() for p in out.rglob("*") if p.is_file()}
     # the disk fills while the second shard is written: nothing new is left, the old is intact
-    real = finetune.write_shard
+    from blackwell_sm.data.shards import ShardWriter
 
-    def failing(path, *a, **k):
-        if path.name == "shard-00001.bin":
+    real = ShardWriter.append
+
+    def failing(self, *a, **k):
+        if self.path.name == "shard-00001.bin":
             raise OSError(28, "No space left on device")
-        return real(path, *a, **k)
+        return real(self, *a, **k)
 
-    monkeypatch.setattr(finetune, "write_shard", failing)
+    monkeypatch.setattr(ShardWriter, "append", failing)
     for target, overwrite in ((tmp_path / "a" / "sft"), False), (out, True):
         with pytest.raises(OSError, match="No space left"):
             finetune.prepare_finetune([src], target, overwrite=overwrite, **kw)
     assert not (tmp_path / "a").exists()
     assert {p.relative_to(out): p.read_bytes() for p in out.rglob("*") if p.is_file()} == before
     assert sorted(p.name for p in tmp_path.iterdir()) == ["chat.jsonl", "sft", "tok"]
-    monkeypatch.setattr(finetune, "write_shard", real)
+    monkeypatch.setattr(ShardWriter, "append", real)
     m2 = finetune.prepare_finetune([src], out, overwrite=True, **{**kw, "shard_tokens": 1024})
     assert sorted(p.name for p in out.glob("*.bin")) == [s.file for s in m2.shards]
 

@@ -17,7 +17,16 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 import yaml
-from aws_support import ACCOUNT, PLAN_ARN, PLAN_NAME, REGION, offering, plan_response, spec_dict
+from aws_support import (
+    ACCOUNT,
+    PLAN_ARN,
+    PLAN_NAME,
+    REGION,
+    offering,
+    plan_response,
+    spec_dict,
+    stub_plan_commands,
+)
 from botocore.stub import ANY, Stubber
 from cli_support import run
 
@@ -183,19 +192,17 @@ def test_every_call_of_every_command_is_allowed_by_the_generated_policy(aws, tmp
     # training plans (moto has none): search, reserve with --yes, list, describe, submit auto
     now = datetime.now(UTC) + timedelta(hours=1)
     with Stubber(aws.plans) as st:
-        offer = offering(OFFER, start=now, hours=24, fee="100.00")
-        st.add_response("search_training_plan_offerings", {"TrainingPlanOfferings": [offer]})
-        st.add_response("search_training_plan_offerings", {"TrainingPlanOfferings": [offer]})
-        st.add_response("create_training_plan", {"TrainingPlanArn": PLAN_ARN})
-        st.add_response("describe_training_plan", plan_response(status="Scheduled", start=now))
-        st.add_response("list_training_plans", {"TrainingPlanSummaries": []})
+        stub_plan_commands(st, OFFER, start=now)
+        # extend --days: the plan, again under the lock, its history, offerings, the purchase,
+        # and the history once more (another machine's extension is pointed out)
+        st.add_response("describe_training_plan", plan_response())
         st.add_response("describe_training_plan", plan_response())
         st.add_response("describe_training_plan_extension_history", {"TrainingPlanExtensions": []})
-        st.add_response("describe_training_plan", plan_response())
         st.add_response("search_training_plan_offerings", {"TrainingPlanOfferings": [], "TrainingPlanExtensionOfferings": [
             {"TrainingPlanExtensionOfferingId": "ext-1", "DurationHours": 24,
              "UpfrontFee": "10.00", "CurrencyCode": "USD"}]})  # fmt: skip
         st.add_response("extend_training_plan", {"TrainingPlanExtensions": []})
+        st.add_response("describe_training_plan_extension_history", {"TrainingPlanExtensions": []})
         for command, args in (
             ("plans search", ["--instance-type", "ml.p6-b200.48xlarge", "--hours", "24"]),
             ("plans reserve", [OFFER, "--name", PLAN_NAME, "--instance-type",

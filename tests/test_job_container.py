@@ -44,7 +44,7 @@ def test_container_command_starts_the_launcher_with_the_shipped_plan(tmp_path):
     code = opt_ml / "code"
     shipped = code / "plan.json"
     assert Plan.from_json(shipped.read_text()) == plan
-    assert (code / "entrypoints" / "launch.py").is_file()
+    assert (code / "blackwell_sm" / "entrypoints" / "launch.py").is_file()
     torchrun = launch["torchrun"]
     assert torchrun[torchrun.index("-m", 3) + 1] == "blackwell_sm.train.main"
     assert torchrun[torchrun.index("--plan") + 1] == str(shipped.resolve())
@@ -56,11 +56,11 @@ def test_container_command_starts_the_launcher_with_the_shipped_plan(tmp_path):
 
 
 def test_container_command_execs_the_launcher_so_it_receives_sigterm(tmp_path):
-    """The process that runs `python entrypoints/launch.py` is the entrypoint process itself
+    """The process that runs `python blackwell_sm/entrypoints/launch.py` is the entrypoint process itself
     (PID 1 in the container), so SageMaker's SIGTERM goes straight to the launcher. Recent bash
     often execs a -c string's last command by itself; the explicit `exec` makes it certain on
     every bash, which is why the command must keep it."""
-    assert "; exec python entrypoints/launch.py " in CONTAINER_COMMAND
+    assert "; exec python blackwell_sm/entrypoints/launch.py " in CONTAINER_COMMAND
     spec = run_spec()
     req = build_job_request(spec, plan_for(spec))
     opt_ml = tmp_path / "ml"
@@ -80,4 +80,4 @@ def test_container_command_execs_the_launcher_so_it_receives_sigterm(tmp_path):
     assert proc.returncode == 0, err
     pid, args = out.strip().split(" ", 1)
     assert int(pid) == proc.pid
-    assert args == f"entrypoints/launch.py --plan plan.json --opt-ml {opt_ml}"
+    assert args == f"blackwell_sm/entrypoints/launch.py --plan plan.json --opt-ml {opt_ml}"

@@ -13,9 +13,10 @@ import pytest
 from aws_support import plan_for, run_spec
 
 from blackwell_sm.errors import InfeasiblePlanError, SpecError
-from blackwell_sm.job import bundle as bundle_mod
+from blackwell_sm.job.bundle import ENTRYPOINT_SCRIPT
 from blackwell_sm.job.limits import MAX_RUNTIME_S
 from blackwell_sm.job.names import spec_hash
+from blackwell_sm.job.package_files import package_files
 from blackwell_sm.job.request import CONTAINER_ENTRYPOINT, STARTUP_HOURS, build_job_request
 from blackwell_sm.job.validate import validate_request
 from blackwell_sm.metrics import METRIC_REGEXES
@@ -89,7 +90,9 @@ def test_request_fields(built):
     _spec, _plan, r = built
     q = r.request
     assert q["AlgorithmSpecification"]["ContainerEntrypoint"] == CONTAINER_ENTRYPOINT
-    assert "exec python entrypoints/launch.py --plan plan.json" in CONTAINER_ENTRYPOINT[2]
+    assert (
+        "exec python blackwell_sm/entrypoints/launch.py --plan plan.json" in CONTAINER_ENTRYPOINT[2]
+    )
     assert q["AlgorithmSpecification"]["MetricDefinitions"] == [
         {"Name": k, "Regex": v} for k, v in METRIC_REGEXES.items()
     ]
@@ -128,7 +131,7 @@ def test_request_fields(built):
     json.dumps(r.model_dump(mode="json"))  # the dry run prints it: JSON-safe, bundle bytes left out
 
 
-def test_bundle_holds_only_package_entrypoints_plan_and_wheel_manifest(built):
+def test_bundle_holds_the_package_files_plan_and_wheel_manifest(built):
     _, plan, r = built
     with tarfile.open(fileobj=io.BytesIO(r.bundle.data), mode="r:gz") as tar:
         members = tar.getmembers()
@@ -136,35 +139,12 @@ def test_bundle_holds_only_package_entrypoints_plan_and_wheel_manifest(built):
     names = [m.name for m in members]
     # Built without fetching: the manifest (what the bootstrap checks) but no wheels.
     assert names == r.bundle.files == [*sorted(names[:-2]), "plan.json", "wheels/manifest.json"]
-    assert all(n.startswith(("blackwell_sm/", "entrypoints/")) for n in names[:-2])
-    assert "entrypoints/launch.py" in names and "blackwell_sm/launch/main.py" in names
+    assert names[:-2] == [f.arcname for f in package_files().files]  # what a wheel holds
+    assert ENTRYPOINT_SCRIPT in names and "blackwell_sm/launch/main.py" in names
     assert not [n for n in names if "__pycache__" in n or n.endswith(".pyc") or "/." in n]
-    assert all(m.mtime == 0 and m.uid == 0 and m.uname == "" for m in members)
+    assert all(m.mtime == 0 and m.uid == 0 and m.uname == "" and m.mode == 0o644 for m in members)
+    assert [m.size for m in members] == r.bundle.sizes
     assert plan_text == plan.to_json()
-
-
-def test_bundle_skips_git_env_caches_and_tests(tmp_path, monkeypatch):
-    pkg, eps = tmp_path / "blackwell_sm", tmp_path / "entrypoints"
-    for rel in [
-        "__init__.py", "train/loop.py", ".env", ".git/config", "__pycache__/x.cpython-311.pyc",
-        "tests/test_x.py", "mod.pyc", "thing.egg-info/PKG-INFO", ".DS_Store",
-    ]:  # fmt: skip
-        (pkg / rel).parent.mkdir(parents=True, exist_ok=True)
-        (pkg / rel).write_text("x")
-    eps.mkdir()
-    (eps / "launch.py").write_text("x")
-    (eps / ".env").write_text("AWS_SECRET_ACCESS_KEY=no")
-    monkeypatch.setattr(bundle_mod, "PACKAGE_DIR", pkg)
-    monkeypatch.setattr(bundle_mod, "ENTRYPOINTS_DIR", eps)
-    b = bundle_mod.build_bundle("{}")
-    assert b.files == [
-        "blackwell_sm/__init__.py",
-        "blackwell_sm/train/loop.py",
-        "entrypoints/launch.py",
-        "plan.json",
-    ]
-    assert bundle_mod.build_bundle("{}").data == b.data
-    assert bundle_mod.build_bundle('{"x": 1}').sha256 != b.sha256
 
 
 def _refused(request, *words):
@@ -336,7 +316,9 @@ def test_plan_must_fit_the_spec():
         build_job_request(no_job, plan_for(no_job))
 
 
-TEMPLATES = sorted(p for p in (ROOT / "templates").glob("*.yaml") if "job:" in p.read_text())
+TEMPLATES = sorted(
+    p for p in (ROOT / "blackwell_sm" / "templates").glob("*.yaml") if "job:" in p.read_text()
+)
 
 
 @pytest.mark.parametrize("path", TEMPLATES, ids=[p.stem for p in TEMPLATES])

@@ -35,7 +35,7 @@ CONTRACT_KEYS = {"torchrun", "env", "nnodes", "node_rank", "master_addr", "maste
 @cache
 def cluster_plan(instance_type: str, count: int) -> Plan:
     spec = with_overrides(
-        load_spec(REPO / "templates" / "llama-3.1-8b.yaml"),
+        load_spec(REPO / "blackwell_sm" / "templates" / "llama-3.1-8b.yaml"),
         {"compute.instance_type": instance_type, "compute.instance_count": count},
     )
     plan = make_plan(spec)
@@ -45,7 +45,7 @@ def cluster_plan(instance_type: str, count: int) -> Plan:
 
 @cache
 def local_plan(nproc: int = 2) -> Plan:
-    spec = load_spec(REPO / "templates" / "demo-tiny.yaml")
+    spec = load_spec(REPO / "blackwell_sm" / "templates" / "demo-tiny.yaml")
     return make_plan(spec, instance=local_instance(nproc=nproc))
 
 
@@ -195,14 +195,14 @@ def test_cuda_plan_needs_visible_gpus(tmp_path: Path) -> None:
 
 
 def test_dry_run_via_the_bundle_entrypoint(tmp_path: Path) -> None:
-    """`python entrypoints/launch.py --dry-run` from another directory, no PYTHONPATH: the
+    """`python blackwell_sm/entrypoints/launch.py --dry-run` from another directory, no PYTHONPATH: the
     entrypoint finds its bundle's package and prints the contract's JSON."""
     plan = cluster_plan("ml.p6-b200.48xlarge", 2)
     root = host_dir(tmp_path, plan, "algo-2", host_names(2))
     env = {k: v for k, v in launcher_env(master_port=29500).items() if k != "PYTHONPATH"}
     env["NCCL_PROTO"] = "simple"
     out = subprocess.run(
-        [sys.executable, str(REPO / "entrypoints" / "launch.py"), "--plan", "plan.json",
+        [sys.executable, str(REPO / "blackwell_sm" / "entrypoints" / "launch.py"), "--plan", "plan.json",
          "--dry-run"],
         cwd=root, env=env | {"BSM_OPT_ML": str(root)}, capture_output=True, text=True,
         timeout=60, check=True,

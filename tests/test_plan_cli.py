@@ -75,7 +75,9 @@ def test_json_shape_is_stable(capsys):
 
 
 def test_table_shows_config_memory_speed_cost_and_runner_ups(capsys):
-    code, out, _ = run(["plan", str(ROOT / "templates" / "llama-64b.yaml")], capsys)
+    code, out, _ = run(
+        ["plan", str(ROOT / "blackwell_sm" / "templates" / "llama-64b.yaml")], capsys
+    )
     out = " ".join(out.split())
     assert code == 0
     for words in ("shard_degree", "memory per GPU", "usable", "tokens/s/GPU", "MFU", "MFU basis",
@@ -113,20 +115,20 @@ def test_instance_count_auto_and_type(capsys):
 
 
 def test_seventy_b_bf16_long_sequences_exits_3_with_prediction_and_advice(capsys):
-    args = ["plan", "--model", "llama-3.1-70b", "--seq-len", "32768", "--set", "precision=bf16",
+    args = ["plan", "--model", "llama-3.1-70b", "--seq-len", "131072", "--set", "precision=bf16",
             "--output", "json"]  # fmt: skip
     code, out, err = run(args, capsys)
     assert code == 3
     obj = json.loads(out)  # one object: the error, and the whole prediction under "plan"
     assert obj["error"]["code"] == "infeasible_plan" and obj["error"]["exit_code"] == 3
     d = obj["plan"]
-    assert d["feasible"] is False and d["memory_gib"]["total"] > d["memory_gib"]["limit"]
+    assert d["feasible"] is False and d["memory_gib"]["total"] > d["memory_gib"]["usable"]
     assert d["throughput"]["step_time_s"] > 0 and d["advice"]
     assert "GiB" in err and "instances" in err and "seq_len" in err
 
 
 def test_infeasible_table_also_shows_advice(capsys):
-    args = ["plan", "--model", "llama-3.1-70b", "--seq-len", "32768", "--set", "precision=bf16"]
+    args = ["plan", "--model", "llama-3.1-70b", "--seq-len", "131072", "--set", "precision=bf16"]
     code, out, err = run(args, capsys)
     out = " ".join(out.split())  # rich wraps at the terminal width
     assert code == 3 and "does NOT fit" in out and "to make it fit" in out

@@ -16,7 +16,6 @@ from cli_support import run
 
 from blackwell_sm.aws.submit import submit
 from blackwell_sm.aws.training_plans import fmt_time
-from blackwell_sm.cli import submit as submit_cli
 from blackwell_sm.errors import InfeasiblePlanError
 
 START = (datetime.now(UTC) - timedelta(hours=1)).replace(microsecond=0)
@@ -58,14 +57,6 @@ BOUGHT = {
 }
 
 
-@pytest.fixture
-def plans(aws, monkeypatch):
-    monkeypatch.setattr(submit_cli, "aws_context", lambda region: aws)
-    with Stubber(aws.plans) as st:
-        yield st
-        st.assert_no_pending_responses()
-
-
 def _describe(st) -> None:
     st.add_response(
         "describe_training_plan",
@@ -97,9 +88,25 @@ def test_the_offerings_are_shown_with_fee_currency_and_new_end(plans, tmp_path):
     assert fits["ext-7d"] is True and fits["ext-1d"] is False
 
 
+def _before_buying(st, history: list | None = None) -> None:
+    """What `extend` reads before it buys: the plan, again under the lock, its extension
+    history and the offerings."""
+    _describe(st)
+    st.add_response(
+        "describe_training_plan",
+        plan_response(start=START, hours=24),
+        {"TrainingPlanName": PLAN_NAME},
+    )
+    st.add_response(
+        "describe_training_plan_extension_history",
+        {"TrainingPlanExtensions": history or []},
+        {"TrainingPlanArn": PLAN_ARN},
+    )
+    st.add_response("search_training_plan_offerings", OFFERS, SEARCH)
+
+
 def test_no_consent_no_purchase_then_yes_extends(plans):
-    _describe(plans)
-    plans.add_response("search_training_plan_offerings", OFFERS, SEARCH)
+    _before_buying(plans)
     code, out, err = run("plans", "extend", PLAN_NAME, "--days", "3", "--output", "json")
     assert code == 5
     error = json.loads(out)["error"]
@@ -107,21 +114,25 @@ def test_no_consent_no_purchase_then_yes_extends(plans):
     assert "8300.00 USD" in error["message"] and "(offering ext-3d)" in error["message"]
     plans.assert_no_pending_responses()  # searched, never extended
 
-    _describe(plans)
-    plans.add_response("search_training_plan_offerings", OFFERS, SEARCH)
+    _before_buying(plans)
     plans.add_response(
         "extend_training_plan",
         {"TrainingPlanExtensions": [BOUGHT]},
         {"TrainingPlanExtensionOfferingId": "ext-3d"},
     )
+    plans.add_response(
+        "describe_training_plan_extension_history",
+        {"TrainingPlanExtensions": [BOUGHT]},
+        {"TrainingPlanArn": PLAN_ARN},
+    )
     code, out, err = run("plans", "extend", PLAN_NAME, "--days", "3", "--yes")
     assert code == 0, err
     assert "extended bsm-test-plan-0001: " in out and "Pending" in out
+    assert "key extension-" in out and "recorded: " in out
 
 
 def test_an_offering_that_is_not_offered_is_exit_2(plans):
-    _describe(plans)
-    plans.add_response("search_training_plan_offerings", OFFERS, SEARCH)
+    _before_buying(plans)
     code, out, _ = run("plans", "extend", PLAN_NAME, "--days", "2", "--yes", "--output", "json")
     assert code == 2
     error = json.loads(out)["error"]
@@ -159,8 +170,7 @@ def test_submit_on_a_plan_too_short_names_the_command_with_the_best_offering(aws
         (o for o in OFFERS["TrainingPlanExtensionOfferings"] if o["DurationHours"] >= missing),
         key=lambda o: o["DurationHours"],
     )
-    assert f"bsm plans extend {PLAN_NAME} --offering {best['TrainingPlanExtensionOfferingId']}" in (
-        e.value.hint
-    )
+    assert f"bsm plans extend {PLAN_NAME} --to-fit SPEC.yaml" in e.value.hint
+    assert f"--offering {best['TrainingPlanExtensionOfferingId']}" in e.value.hint
     assert "--allow-partial" in e.value.hint
     assert aws.sagemaker.list_training_jobs()["TrainingJobSummaries"] == []

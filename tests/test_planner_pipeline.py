@@ -80,8 +80,10 @@ def _brute(table: Table, n: int) -> tuple[str, object] | None:
         {"model": "llama-3.2-1b"},
         {"model": "llama-3.1-8b", "training": {"precision": "bf16", "global_batch_seqs": 100}},
         {"model": "qwen3-32b", "compute": {"instance_type": "ml.p5.48xlarge"}},
+        {"model": "llama-3.1-8b", "training": {"seq_len": 131072}},  # context parallelism
+        {"model": "qwen3-14b", "training": {"seq_len": 32768, "task": "finetune"}},  # + masks
     ],
-    ids=["70b-8k", "1b", "8b-pinned", "32b-h100"],
+    ids=["70b-8k", "1b", "8b-pinned", "32b-h100", "8b-128k-cp", "14b-32k-finetune-cp"],
 )
 def test_the_table_chooses_as_evaluating_everything_would(spec):
     problem = frame(parse_spec(spec), None, None)
@@ -102,8 +104,16 @@ def test_the_table_chooses_as_evaluating_everything_would(spec):
         {"model": "llama-64b", "compute": {"instance_type": "ml.p5.48xlarge"}},
         {"model": "llama-3.1-8b", "training": {"pins": {"shard_degree": 8}}},
         {"model": "llama-3.2-3b", "training": {"pins": {"grad_accum_steps": 2}}},
+        {"model": "llama-3.1-70b", "training": {"seq_len": 32768, "total_tokens": 10**10}},
     ],
-    ids=["70b-template", "70b-default", "64b-h100", "8b-hsdp-pinned", "3b-accum-pinned"],
+    ids=[
+        "70b-template",
+        "70b-default",
+        "64b-h100",
+        "8b-hsdp-pinned",
+        "3b-accum-pinned",
+        "70b-32k-cp",
+    ],
 )
 def test_the_cost_scan_is_exact(spec):
     """By cost over counts 1..16 equals choosing on every count and applying the rule by hand."""
@@ -297,7 +307,9 @@ def test_each_instance_preference_is_planned_with_the_specs_objective():
     spec = parse_spec(
         {
             "model": "llama-3.1-70b",
-            "training": {"seq_len": 8192, "total_tokens": 2 * 10**10},
+            # the plain loss: 70B needs two nodes for speed, one is cheaper (the chunked loss
+            # fits the fast layout on one node, where both objectives agree)
+            "training": {"seq_len": 8192, "total_tokens": 2 * 10**10, "loss_impl": "full-logits"},
             "compute": {
                 "optimize": "cost",
                 "instance_preferences": [

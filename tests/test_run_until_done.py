@@ -157,6 +157,13 @@ def test_never_a_next_job_on_capacity_nobody_agreed_to(aws):
         submit(spec, aws=aws, yes=True)
         # job 2: the plan has expired; a new one would have to be bought
         st.add_response("describe_training_plan", plan_response(name=name, status="Expired"))
+        # job 2's own plan (<base>-r2: a new intent) does not exist yet
+        st.add_client_error(
+            "describe_training_plan",
+            service_error_code="ResourceNotFound",
+            http_status_code=400,
+            expected_params={"TrainingPlanName": name + "-r2"},
+        )
         st.add_response("search_training_plan_offerings", {"TrainingPlanOfferings": [_offer()]})
         with pytest.raises(ConsentRequiredError):
             _follow(aws, spec)

@@ -74,7 +74,7 @@ def test_model_trainer_sends_the_builders_request(sent):
     algo, want = wire["AlgorithmSpecification"], q["AlgorithmSpecification"]
     assert algo["TrainingImage"] == want["TrainingImage"]
     assert algo["ContainerEntrypoint"] == want["ContainerEntrypoint"]
-    assert "exec python entrypoints/launch.py" in algo["ContainerEntrypoint"][-1]
+    assert "exec python blackwell_sm/entrypoints/launch.py" in algo["ContainerEntrypoint"][-1]
     assert "ContainerArguments" not in algo  # no SDK bash driver in front of the launcher
     assert algo["MetricDefinitions"] == want["MetricDefinitions"]
     assert wire["Environment"] == q["Environment"]

@@ -219,12 +219,15 @@ def test_cli_plans_reserve_refuses_without_tty_or_yes_and_reserves_with_yes(
     ]
     from blackwell_sm.errors import BsmError
 
+    no_plan = {"service_error_code": "ResourceNotFound", "http_status_code": 400}
     with Stubber(aws.plans) as st:
+        st.add_client_error("describe_training_plan", **no_plan)  # no plan of that name yet
         st.add_response("search_training_plan_offerings", search)
         r = CliRunner().invoke(cli, args)
         assert isinstance(r.exception, ConsentRequiredError) and r.exception.exit_code == 5
         st.assert_no_pending_responses()  # searched, never created
 
+        st.add_client_error("describe_training_plan", **no_plan)
         st.add_response("search_training_plan_offerings", search)
         st.add_response("create_training_plan", {"TrainingPlanArn": PLAN_ARN})
         st.add_response("describe_training_plan", plan_response(status="Scheduled"))

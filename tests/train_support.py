@@ -33,13 +33,14 @@ def local_plan(
     training: dict[str, Any] | None = None,
     gpu: GpuSpec | None = None,
     model: ModelSpec | None = None,
+    cp_degree: int = 1,
 ) -> Plan:
     """`model` (default: the `tiny` preset) on `nproc` CPU processes (or local `gpu`s) with
     exactly this config."""
     t = {
         "seq_len": seq_len,
         "total_steps": steps,
-        "global_batch_seqs": micro_batch_size * grad_accum_steps * nproc,
+        "global_batch_seqs": micro_batch_size * grad_accum_steps * nproc // cp_degree,
         "precision": precision,
         "activation_checkpointing": activation_checkpointing,
         "optimizer": {"lr": 3e-3, "weight_decay": 0.0, "grad_clip": 1.0},
@@ -54,7 +55,7 @@ def local_plan(
     cfg = dict(shard_degree=nproc // replicate_degree, replicate_degree=replicate_degree,
                micro_batch_size=micro_batch_size, grad_accum_steps=grad_accum_steps,
                precision=precision, activation_checkpointing=activation_checkpointing,
-               compile=False, reshard_after_forward=True)  # fmt: skip
+               compile=False, reshard_after_forward=True, cp_degree=cp_degree)  # fmt: skip
     device = "cpu" if gpu is None else "cuda"
     return pinned_plan(spec, cfg, instance=local_instance(nproc=nproc, device=device, gpu=gpu))
 

@@ -1,9 +1,10 @@
-"""Extending a Flexible Training Plan (ExtendTrainingPlan), with consent, and its history.
+"""Extending a Flexible Training Plan (ExtendTrainingPlan): offerings, the purchase, history.
 
 Extension offerings come from `SearchTrainingPlanOfferings(TrainingPlanArn=...)`: 1-day steps up
 to 14 days or 7-day steps up to 182 days, bought between 1 hour and 56 days before the plan
-expires. An extension cannot be cancelled, so `extend` shows the fee and the new end time and
-needs an explicit yes (`consent`), as reserving does.
+expires. An extension cannot be cancelled, so `extend_plan` shows the fee and the new end time
+and needs an explicit yes (`consent`), as reserving does. `bsm plans extend` buys through
+`aws/extend_once.py`, which buys at most once per intent.
 """
 
 from __future__ import annotations
@@ -133,7 +134,8 @@ def choose_extension(
 def extend_plan(
     sm: Any, info: TrainingPlanInfo, offer: ExtensionOffering, *, consent: Consent = None
 ) -> list[Extension]:
-    """ExtendTrainingPlan with `offer` after `consent` (exit 5 without it)."""
+    """ExtendTrainingPlan with `offer` after `consent` (exit 5 without it). No check of what
+    was bought before: `extend_once` is the command's way in."""
     require_consent(
         f"Extend training plan {info.name!r} (ends {fmt_time(info.end_time)}) by "
         + offer.describe(),

@@ -48,6 +48,7 @@ class TrainingJob:
         plan_fit: PlanFit | None = None,
         warnings: list[str] | None = None,
         preference_plans: Any = None,
+        region_source: str | None = None,
     ) -> None:
         self.name = name
         self.region = region or (aws.region if aws else None)
@@ -63,7 +64,7 @@ class TrainingJob:
         # With compute.instance_preferences: the PreferencePlans (`plan` is the first one's).
         self.preference_plans = preference_plans
         self.warnings = list(warnings or [])
-        self.region_source = (
+        self.region_source = region_source or (
             aws.region_choice.source if aws is not None and hasattr(aws, "region_choice") else None
         )
 
@@ -113,8 +114,10 @@ class TrainingJob:
         on_status: Callable[[JobInfo], None] | None = None,
         sleep: Callable[[float], None] | None = None,
         raise_on_failure: bool = True,
+        on_poll: Callable[[JobInfo], None] | None = None,
     ) -> JobInfo:
-        """Poll until the job ends. Ctrl-C stops waiting, not the job.
+        """Poll until the job ends. Ctrl-C stops waiting, not the job. `on_status` hears each
+        change of status, `on_poll` every poll (a progress display).
 
         Raises AwsError for a Failed job (with its reason explained) unless
         `raise_on_failure=False`; raises BsmError when `timeout_s` passes first.
@@ -127,6 +130,8 @@ class TrainingJob:
             key = (info.status, info.secondary_status)
             if on_status and key != last:
                 on_status(info)
+            if on_poll:
+                on_poll(info)
             last = key
             if info.terminal:
                 if info.status == "Failed" and raise_on_failure:

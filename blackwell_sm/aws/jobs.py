@@ -208,7 +208,8 @@ def create_job(sm: Any, request: dict[str, Any], *, spec_hash: str) -> tuple[dic
     """Create the job and check SageMaker kept its capacity settings.
 
     Returns (DescribeTrainingJob response, created). created=False: a job of this name and spec
-    already existed (a retried create that went through the first time).
+    was made by another process (ResourceInUse on the first attempt); a ResourceInUse after
+    botocore retried means an earlier attempt of this call made it (created=True).
     """
     from botocore.exceptions import ClientError
 
@@ -231,7 +232,9 @@ def create_job(sm: Any, request: dict[str, Any], *, spec_hash: str) -> tuple[dic
                     code="resource_in_use",
                     hint="submit with --new for a fresh job name",
                 ) from None
-            created = False
+            # Refused on the first attempt: another process made it. After a retry, an
+            # earlier attempt of this call made it (its answer was lost): ours.
+            created = e.response.get("ResponseMetadata", {}).get("RetryAttempts", 0) > 0
     described = find_job(sm, name)
     if described is None:
         raise AwsError(

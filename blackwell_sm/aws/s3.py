@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import io
+from collections.abc import Callable
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict
@@ -75,8 +77,16 @@ def _matches(head: dict[str, Any] | None, sha256: str, size: int) -> bool:
     )
 
 
-def upload_bundle(s3: Any, data: bytes, s3_uri: str, *, sha256: str | None = None) -> UploadResult:
-    """Make sure `data` is at `s3_uri` (content-addressed); upload only if it is not there yet."""
+def upload_bundle(
+    s3: Any,
+    data: bytes,
+    s3_uri: str,
+    *,
+    sha256: str | None = None,
+    progress: Callable[..., None] | None = None,
+) -> UploadResult:
+    """Make sure `data` is at `s3_uri` (content-addressed); upload only if it is not there yet.
+    `progress(key, done, total)` hears the bytes sent ("upload"), as a display wants them."""
     digest = hashlib.sha256(data).hexdigest()
     if sha256 is not None and sha256 != digest:
         raise AwsError(
@@ -91,7 +101,7 @@ def upload_bundle(s3: Any, data: bytes, s3_uri: str, *, sha256: str | None = Non
         s3.put_object(
             Bucket=bucket,
             Key=key,
-            Body=data,
+            Body=data if progress is None else ProgressReader(data, progress),
             ContentType="application/gzip",
             ChecksumSHA256=base64.b64encode(hashlib.sha256(data).digest()).decode(),
             Metadata={HASH_METADATA: digest},
@@ -106,6 +116,20 @@ def upload_bundle(s3: Any, data: bytes, s3_uri: str, *, sha256: str | None = Non
             hint="run the command again",
         )
     return UploadResult(s3_uri=s3_uri, sha256=digest, size_bytes=len(data), uploaded=True)
+
+
+class ProgressReader(io.BytesIO):
+    """The upload's body, telling `progress("upload", position, size)` as botocore reads it (a
+    retry seeks back, and the display follows)."""
+
+    def __init__(self, data: bytes, progress: Callable[..., None]) -> None:
+        super().__init__(data)
+        self._size, self._progress = len(data), progress
+
+    def read(self, size: int | None = -1) -> bytes:
+        chunk = super().read(size)
+        self._progress("upload", self.tell(), self._size)
+        return chunk
 
 
 def bucket_region(s3: Any, bucket: str) -> str:

@@ -11,6 +11,7 @@ proportion to its size. Credentials are never read, logged or printed here: boto
 
 from __future__ import annotations
 
+import io
 import os
 import time
 from functools import cache, cached_property
@@ -137,7 +138,10 @@ class CallDeadlineExceeded(Exception):
 
 def _call_budget(params: Any, model: Any, t: Timeouts) -> float:
     body = params.get("Body") if isinstance(params, dict) else None
-    size = len(body) if isinstance(body, (bytes, bytearray)) else 0
+    if isinstance(body, io.BytesIO):  # an upload that reports its progress (aws/s3.py)
+        size = body.getbuffer().nbytes
+    else:
+        size = len(body) if isinstance(body, (bytes, bytearray)) else 0
     return t.call_deadline_s + size / (t.upload_mib_per_s * 2**20)
 
 
@@ -273,6 +277,12 @@ class AwsContext:
                 "no AWS region: set job.region in the spec, AWS_REGION, or a region in the profile",
                 code="no_region",
             )
+
+    def region_source_for(self, spec_region: str | None) -> str:
+        """Where this region came from, told as a dry run tells it: the spec's `job.region` or
+        the environment when they name this region, else whoever made this context."""
+        choice = choose_region(None, spec_region, session=self.session)
+        return choice.source if choice.region == self.region else self.region_choice.source
 
     def client(self, service: str) -> Any:
         client = self.session.client(service, region_name=self.region, config=client_config())

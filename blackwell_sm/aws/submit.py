@@ -3,15 +3,20 @@
 Order matters, so that no failure leaves partial state that a job would use:
 1. plan and build the request (pure; a dry run stops here: no AWS call, nothing uploaded);
 2. refuse REPLACE-ME placeholders before any call;
-3. reattach: a job with the spec's deterministic name and spec-hash tag is returned as is
+3. take this machine's lock on the spec's checkpoint prefix (`aws/one_job.py`), so that
+   concurrent submits of one spec here take turns;
+4. reattach: a job with the spec's deterministic name and spec-hash tag is returned as is
    (a CI rerun never duplicates a job or books a second plan), once its live ResourceConfig
    is checked against the capacity asked for (capacity is part of the name's hash, so a
    difference means the job was changed outside the toolkit: refused, never reused);
-4. resolve the training plan (ARN, name or 'auto' → search and reserve with consent) and check
-   that the run fits it;
-5. check the bucket is in the job's region (GetBucketLocation), upload the code bundle (once
-   per content hash, verified) and only then create the job;
-6. describe the job and fail loudly if SageMaker did not keep the plan ARN or instance type.
+5. resolve the training plan (ARN, name or 'auto' → reserved once per name, `aws/reserve.py`)
+   and check that the run fits it;
+6. refuse when another job of the spec is live on the checkpoint prefix (exit 5);
+7. check the bucket is in the job's region (GetBucketLocation), upload the code bundle (once
+   per content hash, verified) and only then create the job; `created` is True only in the
+   process whose CreateTrainingJob made it (the others report `reattached`);
+8. describe the job and fail loudly if SageMaker did not keep the plan ARN or instance type;
+   list the prefix's live jobs again and stop this one if another came first.
 """
 
 from __future__ import annotations
@@ -25,12 +30,11 @@ from blackwell_sm.errors import AwsError, InfeasiblePlanError, SpecError
 
 if TYPE_CHECKING:
     from blackwell_sm.aws.session import AwsContext
-    from blackwell_sm.aws.training_plans import Confirm, Consent, PlanFit, TrainingPlanInfo
+    from blackwell_sm.aws.training_plans import Confirm, PlanFit, TrainingPlanInfo
     from blackwell_sm.planner.plan import Plan
     from blackwell_sm.spec.run import RunSpec
 
 Notify = Callable[[str], None]
-AUTO_OFFERINGS_SHOWN = 3
 
 
 def as_spec(spec: RunSpec | str | Path | dict[str, Any]) -> RunSpec:
@@ -63,6 +67,7 @@ def prepare(
     new: bool = False,
     run_index: int = 1,
     done_steps: int = 0,
+    progress: Callable[..., None] | None = None,
 ) -> tuple[RunSpec, Any, Any]:
     """(spec, plan, JobRequest) without any AWS call: what a dry run shows. With
     `compute.instance_preferences` the plan is a PreferencePlans (a plan per type)."""
@@ -81,7 +86,7 @@ def prepare(
 
         plans = plan_preferences(rs, profile_for(rs))
         plans.require_feasible()  # exit 3 naming each preference that cannot fit
-        wheels = fetch_for(rs, plans.primary, plans.plans[1:])
+        wheels = fetch_for(rs, plans.primary, plans.plans[1:], progress=progress)
         jr = build_job_request(rs, plans, new=new, region=_region(rs), wheelhouse=wheels, **run)
         return rs, plans, jr
     plan = make_plan(rs, calibration=profile_for(rs))
@@ -92,7 +97,7 @@ def prepare(
             plan=plan,
             hint="; ".join(plan.advice) or "see `bsm plan SPEC`",
         )
-    wheels = fetch_for(rs, plan)  # the container's wheels: downloaded once, then cached
+    wheels = fetch_for(rs, plan, progress=progress)  # the container's: fetched once, cached
     jr = build_job_request(rs, plan, new=new, region=_region(rs), wheelhouse=wheels, **run)
     return rs, plan, jr
 
@@ -110,6 +115,7 @@ def submit(
     notify: Notify | None = None,
     run_index: int = 1,
     done_steps: int = 0,
+    progress: Callable[..., None] | None = None,
 ) -> TrainingJob:
     """Submit `spec` as a SageMaker training job and return its handle.
 
@@ -121,10 +127,8 @@ def submit(
     `done_steps` make the N-th job of a run longer than one job (`aws/run.py`).
     """
     say = notify or (lambda _msg: None)
-    rs, plan, jr = prepare(
-        spec, training_plan=training_plan, new=new, run_index=run_index, done_steps=done_steps
-    )
     run = {"run_index": run_index, "done_steps": done_steps}
+    rs, plan, jr = prepare(spec, training_plan=training_plan, new=new, progress=progress, **run)
     prefs = None
     if rs.compute.instance_preferences:
         prefs, plan = plan, plan.primary
@@ -148,14 +152,12 @@ def submit(
             "the request)",
         )
 
-    from blackwell_sm.aws.jobs import JobInfo, create_job, find_job, owned_by_spec
-    from blackwell_sm.aws.s3 import check_bucket_region, upload_bundle
+    from blackwell_sm.aws.job_plans import resolve_preference_plans
     from blackwell_sm.aws.session import AwsContext
     from blackwell_sm.job.request import build_job_request
 
     aws = aws or AwsContext(jr.region)
-    sm = aws.sagemaker
-    pref_fits: list[PlanFit] = []
+    infos: dict[int, TrainingPlanInfo] = {}
     if prefs is not None:
         # Plan names become ARNs first (describe only), so a reattach compares the very list.
         infos = resolve_preference_plans(aws, prefs)
@@ -163,6 +165,51 @@ def submit(
             rs, prefs, new=new, region=jr.region, wheelhouse=jr.wheelhouse,
             preference_arns={i: info.arn for i, info in infos.items()}, **run,
         )  # fmt: skip
+    from blackwell_sm.aws.one_job import checkpoint_lock
+
+    with checkpoint_lock(jr.checkpoint_s3_uri, say=say):
+        return _submit_locked(
+            aws,
+            rs,
+            plan,
+            jr,
+            prefs,
+            infos,
+            new=new,
+            yes=yes,
+            confirm=confirm,
+            allow_partial=allow_partial,
+            say=say,
+            run=run,
+            progress=progress,
+        )
+
+
+def _submit_locked(
+    aws: AwsContext,
+    rs: RunSpec,
+    plan: Plan,
+    jr: Any,
+    prefs: Any,
+    infos: dict[int, TrainingPlanInfo],
+    *,
+    new: bool,
+    yes: bool,
+    confirm: Confirm | None,
+    allow_partial: bool,
+    say: Notify,
+    run: dict[str, int],
+    progress: Callable[..., None] | None = None,
+) -> TrainingJob:
+    """Steps 4-8 of the module docstring, under this machine's lock on the prefix."""
+    from blackwell_sm.aws import one_job
+    from blackwell_sm.aws.cost import confirm_cost
+    from blackwell_sm.aws.job_plans import check_preference_fits, resolve_training_plan
+    from blackwell_sm.aws.jobs import JobInfo, create_job, find_job, owned_by_spec
+    from blackwell_sm.aws.s3 import check_bucket_region, upload_bundle
+    from blackwell_sm.job.request import build_job_request
+
+    sm = aws.sagemaker
     if not new:
         existing = find_job(sm, jr.job_name)
         if existing is not None:
@@ -175,6 +222,8 @@ def submit(
                 )
             info = JobInfo.from_describe(existing)
             _require_same_capacity(existing, jr, rs.compute.training_plan)
+            if info.training_plan_arn and jr.training_plan_arn is None:  # 'auto' or a name
+                jr = jr.model_copy(update={"training_plan_arn": info.training_plan_arn})
             say(f"reattached to {jr.job_name} ({info.status}): the same spec was submitted before")
             if info.status in ("Failed", "Stopped"):
                 say(
@@ -185,9 +234,8 @@ def submit(
             return TrainingJob(
                 jr.job_name, aws=aws, plan=plan, job_request=jr, reattached=True,
                 warnings=jr.warnings, preference_plans=prefs,
+                region_source=aws.region_source_for(rs.job.region if rs.job else None),
             )  # fmt: skip
-
-    from blackwell_sm.aws.cost import confirm_cost
 
     confirm_cost(rs, plan, consent=True if yes else confirm)
     plan_info: TrainingPlanInfo | None = None
@@ -202,6 +250,7 @@ def submit(
             rs,
             plan,
             base_name=jr.base_job_name,
+            run_index=run["run_index"],
             consent=True if yes else confirm,
             allow_partial=allow_partial,
             say=say,
@@ -212,160 +261,35 @@ def submit(
         )  # fmt: skip
         warnings = list(jr.warnings) + fit.warnings
 
+    one_job.refuse_if_live(sm, jr.base_job_name, jr.checkpoint_s3_uri)
     check_bucket_region(aws.s3, jr.bundle_s3_uri, aws.region)
-    upload = upload_bundle(aws.s3, jr.bundle.data, jr.bundle_s3_uri, sha256=jr.bundle.sha256)
+    upload = upload_bundle(
+        aws.s3, jr.bundle.data, jr.bundle_s3_uri, sha256=jr.bundle.sha256, progress=progress
+    )
     say(
         ("uploaded" if upload.uploaded else "reusing")
         + f" code bundle {jr.bundle_s3_uri} ({upload.size_bytes} bytes)"
     )
     _described, created = create_job(sm, jr.request, spec_hash=jr.spec_hash)
     say(
-        f"{'created' if created else 'found (created by a retried call)'} training job "
-        f"{jr.job_name} in {aws.region}"
+        f"{'created' if created else 'found (created by another process or a retried call)'} "
+        f"training job {jr.job_name} in {aws.region}"
         + (f" on training plan {plan_info.name}" if plan_info else "")
     )
+    one_job.keep_first(sm, jr.job_name, jr.base_job_name, jr.checkpoint_s3_uri, say=say)
     return TrainingJob(
         jr.job_name,
         aws=aws,
         plan=plan,
         job_request=jr,
-        created=True,
+        created=created,
+        reattached=not created,
         upload=upload,
         training_plan=plan_info,
         plan_fit=fit,
         warnings=warnings,
         preference_plans=prefs,
-    )
-
-
-def resolve_preference_plans(aws: AwsContext, prefs: Any) -> dict[int, TrainingPlanInfo]:
-    """DescribeTrainingPlan for each instance preference that names a plan (index -> plan)."""
-    from blackwell_sm.aws import training_plans as tp
-
-    out = {}
-    for pp in prefs.preferences:
-        if pp.training_plan is None:
-            continue
-        try:
-            out[pp.index] = tp.describe_plan(aws.plans, pp.training_plan)
-        except SpecError as e:
-            e.field = f"compute.instance_preferences.{pp.index}.training_plan"
-            raise
-    return out
-
-
-def check_preference_fits(
-    infos: dict[int, TrainingPlanInfo], prefs: Any, *, allow_partial: bool
-) -> list[PlanFit]:
-    """Each preference's plan can take that preference's run (type, count, status, window)."""
-    from blackwell_sm.aws import training_plans as tp
-    from blackwell_sm.job.request import STARTUP_HOURS
-
-    fits = []
-    for index, info in sorted(infos.items()):
-        pp = prefs.preferences[index]
-        fit = tp.check_plan(
-            info,
-            instance_type=pp.instance_type,
-            instance_count=pp.instance_count,
-            run_hours=pp.plan.run.pessimistic_hours,  # the range's high end, as for one type
-            startup_hours=STARTUP_HOURS,
-        )
-        try:
-            tp.require_fit(fit, allow_partial=allow_partial)
-        except (SpecError, InfeasiblePlanError) as e:
-            e.message = f"instance_preferences[{index}] ({pp.instance_type}): {e.message}"
-            if isinstance(e, SpecError):
-                e.field = f"compute.instance_preferences.{index}.training_plan"
-            raise
-        fits.append(fit)
-    return fits
-
-
-def resolve_training_plan(
-    aws: AwsContext,
-    spec: RunSpec,
-    plan: Plan,
-    *,
-    base_name: str,
-    consent: Consent,
-    allow_partial: bool,
-    say: Notify,
-) -> tuple[TrainingPlanInfo, PlanFit]:
-    """compute.training_plan (ARN, name or 'auto') → a checked plan the run can use."""
-    from blackwell_sm.aws import training_plans as tp
-    from blackwell_sm.job.request import STARTUP_HOURS
-
-    ref = spec.compute.training_plan
-    assert ref is not None
-    sm = aws.plans
-    kw = dict(
-        instance_type=plan.instance.type,
-        instance_count=plan.instance.count,
-        run_hours=plan.run.pessimistic_hours,  # capacity is sized from the range's high end
-        startup_hours=STARTUP_HOURS,
-    )
-    if ref != "auto":
-        info = tp.describe_plan(sm, ref)
-        fit = tp.check_plan(info, **kw)
-        try:
-            tp.require_fit(fit, allow_partial=allow_partial)
-        except InfeasiblePlanError as e:
-            e.hint = extension_advice(sm, info, fit) or e.hint
-            raise
-        return info, fit
-
-    # 'auto': a plan this spec booked before (same name) is reused, never bought twice.
-    name = tp.auto_plan_name(base_name)
-    existing = tp.find_plan(sm, name)
-    if existing is not None:
-        fit = tp.check_plan(existing, **kw)
-        if fit.usable:
-            tp.require_fit(fit, allow_partial=allow_partial)
-            say(f"using training plan {name}, reserved for this spec before")
-            return existing, fit
-    hours = plan.run.pessimistic_hours + STARTUP_HOURS + tp.RECLAIM_HOURS
-    offers = tp.search_offerings(
-        sm,
-        instance_type=plan.instance.type,
-        instance_count=plan.instance.count,
-        duration_hours=hours,
-        start_after=tp.utcnow(),
-    )
-    if not offers:
-        raise AwsError(
-            f"no training plan offerings for {plan.instance.count} x {plan.instance.type} for "
-            f"{hours:.0f} h",
-            code="capacity",
-            hint="try fewer instances, a shorter run (training.total_tokens), another region, "
-            "or `bsm plans search` with a later window",
-        )
-    say("best training plan offerings:")
-    for i, o in enumerate(offers[:AUTO_OFFERINGS_SHOWN], 1):
-        say(f"  {i}. {o.describe()}")
-    info = tp.reserve(sm, offers[0], name, consent=consent, tags={"bsm:job": base_name})
-    info = tp.wait_until_booked(sm, info)
-    fit = tp.check_plan(info, **kw)
-    tp.require_fit(fit, allow_partial=allow_partial)
-    say(f"reserved training plan {info.name} ({info.arn})")
-    return info, fit
-
-
-def extension_advice(sm: Any, info: TrainingPlanInfo, fit: PlanFit) -> str | None:
-    """For a plan too short: the `bsm plans extend` command with the best extension offering
-    (the shortest that covers the missing hours), or None when there is none to name."""
-    from blackwell_sm.aws.extensions import best_extension, search_extensions
-
-    try:
-        best = best_extension(search_extensions(sm, info), fit.extension_hours)
-    except AwsError:  # the advice is a courtesy; the refusal stands without it
-        return None
-    if best is None:
-        return None
-    return (
-        f"extend the plan by the {fit.extension_hours} h it lacks: bsm plans extend {info.name} "
-        f"--offering {best.offering_id} ({best.describe()}); or submit with --allow-partial to "
-        "run until the plan ends and resume on the next one"
+        region_source=aws.region_source_for(rs.job.region if rs.job else None),
     )
 
 

@@ -5,9 +5,13 @@ from __future__ import annotations
 import importlib
 import os
 import sys
+import traceback
+import warnings
+from typing import Any
 
 import click
 
+from blackwell_sm.cli import help as _help
 from blackwell_sm.errors import BsmError
 
 # command name -> "module:attribute" of its click command. Each module owns one area.
@@ -31,6 +35,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "Fit the planner's constants to measured runs; write a calibration profile.",
     ),
     "report": ("blackwell_sm.cli.report:report", "Write an HTML report of a run: plots and table."),
+    "completion": (
+        "blackwell_sm.cli.completion:completion",
+        "Print the shell completion script (bash, zsh, fish).",
+    ),
 }
 
 
@@ -46,9 +54,24 @@ class LazyGroup(click.Group):
         target, _ = COMMANDS[name]
         module, attr = target.split(":")
         try:
-            return getattr(importlib.import_module(module), attr)
+            cmd = getattr(importlib.import_module(module), attr)
         except (ImportError, AttributeError) as e:
             raise click.ClickException(f"command {name!r} is not available: {e}") from e
+        return _help.decorate(cmd, name)
+
+    def resolve_command(
+        self, ctx: click.Context, args: list[str]
+    ) -> tuple[str | None, click.Command | None, list[str]]:
+        """As click's, with a did-you-mean for an unknown command."""
+        name = args[0] if args else ""
+        if name and not name.startswith("-") and self.get_command(ctx, name) is None:
+            from blackwell_sm.spec.suggest import did_you_mean
+
+            hint = did_you_mean(name, COMMANDS)
+            ctx.fail(
+                f"No such command {name!r}." + (f" {hint[0].upper()}{hint[1:]}" if hint else "")
+            )
+        return super().resolve_command(ctx, args)
 
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
         rows = [(name, COMMANDS[name][1]) for name in self.list_commands(ctx)]
@@ -61,63 +84,86 @@ class LazyGroup(click.Group):
 def cli() -> None:
     """blackwell_sm: plan, submit and run FSDP2 training jobs on SageMaker ml.p6-b200.48xlarge.
 
-    Exit codes: 0 ok, 2 bad input, 3 infeasible plan, 4 AWS error, 5 consent needed, 130 Ctrl-C.
+    Exit codes: 0 ok, 1 anything else (an internal error: code "internal"), 2 bad input,
+    3 infeasible plan, 4 AWS error, 5 consent needed, 6 capability, 130 Ctrl-C.
+    With --output json every failure is one {"error": {...}} object on stdout.
     """
+
+
+cli.epilog = _help.epilog("")
 
 
 def main(argv: list[str] | None = None) -> None:
     """Console entry point: run the group and map toolkit errors to exit codes.
 
     The human message always goes to stderr, printed literally. With `--output json`, every
-    failure also prints one error object on stdout (see `blackwell_sm.errors`).
+    failure also prints one error object on stdout (see `blackwell_sm.errors`); an exception
+    nobody expected is a bug, reported as code `internal` (exit 1) with its traceback on stderr.
     """
     # bsm uses no pydantic plugins: skip pydantic's scan of every installed package's entry
     # points at the first model class (~10-15 ms CPU of each command). A user's setting wins.
     os.environ.setdefault("PYDANTIC_DISABLE_PLUGINS", "__all__")
-    from blackwell_sm.cli.output import err_console, text, wants_json
+    args = list(sys.argv[1:] if argv is None else argv)
+    with warnings.catch_warnings():
+        warnings.showwarning = _show_warning
+        try:
+            rv = cli.main(args=args, prog_name="bsm", standalone_mode=False)
+        except BrokenPipeError:  # `bsm list | head`: the reader left; nothing more to say
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            sys.exit(1)
+        except (Exception, KeyboardInterrupt) as e:  # every failure ends as one error object
+            _fail(args, e)
+    sys.exit(rv if isinstance(rv, int) else 0)
+
+
+def _show_warning(message: Any, category: type[Warning], *args: Any, **kw: Any) -> None:
+    """The toolkit's own warning categories print as `note: ...` / `warning: ...` lines on
+    stderr (literally); others as Python prints them."""
+    if category.__module__.startswith("blackwell_sm."):
+        from blackwell_sm.cli.output import say
+
+        say(f"{getattr(category, 'label', 'warning')}: {message}")
+    else:
+        _PY_SHOWWARNING(message, category, *args, **kw)
+
+
+_PY_SHOWWARNING = warnings.showwarning
+
+
+def _fail(args: list[str], e: Exception) -> None:
+    """Print the failure for people (stderr) and, under `--output json`, as one object on
+    stdout; exit with its code."""
+    from blackwell_sm.cli.output import emit_json, err_console, text, wants_json
     from blackwell_sm.errors import error_object
 
-    args = list(sys.argv[1:] if argv is None else argv)
-    as_json = wants_json(args)
+    def obj(code: str, message: str, exit_code: int, field: str | None = None) -> dict:
+        return error_object(code=code, message=message, field=field, hint=None, exit_code=exit_code)
 
-    def fail(obj: dict, human: str, exit_code: int) -> None:
-        err_console().print(text(("error: ", "bold red"), human))
-        if as_json:
-            from blackwell_sm.cli.output import emit_json
-
-            emit_json(obj)
-        sys.exit(exit_code)
-
-    try:
-        rv = cli.main(args=args, prog_name="bsm", standalone_mode=False)
-    except click.exceptions.Abort:
-        fail(
-            error_object(code="aborted", message="Aborted.", field=None, hint=None, exit_code=130),
-            "Aborted.",
-            130,
-        )
-    except click.ClickException as e:
-        if not as_json:
+    if isinstance(e, click.exceptions.Abort):
+        out, human, exit_code = obj("aborted", "Aborted.", 130), "Aborted.", 130
+    elif isinstance(e, click.ClickException):
+        if not wants_json(args):
             e.show()
             sys.exit(e.exit_code)
         param = getattr(e, "param", None)
         field = f"--{param.name.replace('_', '-')}" if param is not None and param.name else None
-        fail(
-            error_object(
-                code="usage", message=e.format_message(), field=field, hint=None,
-                exit_code=e.exit_code,
-            ),
-            e.format_message(),
-            e.exit_code,
-        )  # fmt: skip
-    except BsmError as e:
-        fail(e.to_json(), str(e), e.exit_code)
-    except KeyboardInterrupt:
-        fail(
-            error_object(
-                code="interrupted", message="Interrupted.", field=None, hint=None, exit_code=130
-            ),
-            "Interrupted.",
-            130,
+        human, exit_code = e.format_message(), e.exit_code
+        out = obj("usage", human, exit_code, field)
+    elif isinstance(e, BsmError):
+        out, human, exit_code = e.to_json(), str(e), e.exit_code
+    elif isinstance(e, KeyboardInterrupt):
+        out, human, exit_code = obj("interrupted", "Interrupted.", 130), "Interrupted.", 130
+    else:
+        traceback.print_exc(file=sys.stderr)
+        human = f"internal error: {type(e).__name__}: {e}"
+        out = obj("internal", f"{type(e).__name__}: {e}", 1)
+        out["error"]["hint"] = (
+            "this is a bug in bsm, not in your input: the traceback is on stderr; please report "
+            "it with the command line"
         )
-    sys.exit(rv if isinstance(rv, int) else 0)
+        human += f"\n  hint: {out['error']['hint']}"
+        exit_code = 1
+    err_console().print(text(("error: ", "bold red"), human))
+    if wants_json(args):
+        emit_json(out)
+    sys.exit(exit_code)

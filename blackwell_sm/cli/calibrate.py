@@ -48,12 +48,14 @@ def calibrate(
     """Fit the planner's efficiency constants per GPU kind to SOURCEs (run directories,
     measurements CSVs, job names), print each row's error before and after, and write the
     profile to --out. Apply it with `bsm plan --calibration FILE`."""
+    from blackwell_sm.atomic_write import check_out_path
     from blackwell_sm.planner.fit import require_scipy
     from blackwell_sm.runs.calibrate import calibrate as run_calibration
     from blackwell_sm.runs.calibrate import write_profile
     from blackwell_sm.runs.calibrate_sources import classify
 
     require_scipy()  # before any source is read or AWS is set up
+    check_out_path(out, flag="--out")  # before the fit: a bad --out is refused at once
     aws = None
     if any(classify(s) == "job" for s in sources):
         from blackwell_sm.aws.session import AwsContext

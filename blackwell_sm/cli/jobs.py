@@ -7,9 +7,11 @@ from typing import Any
 import click
 
 from blackwell_sm.cli import submit as submit_cli
-from blackwell_sm.cli.output import OUTPUT_OPTION, emit_json
+from blackwell_sm.cli.output import OUTPUT_OPTION, emit_json, snake_keys
+from blackwell_sm.cli.progress import ProgressDisplay, wait_poller
 from blackwell_sm.cli.submit import Interrupted, print_log_event, reattach_hint, say
 from blackwell_sm.errors import AwsError
+from blackwell_sm.planner.units import hours_text
 
 REGION_OPTION = click.option(
     "--region", metavar="REGION", help="Default: AWS_REGION / AWS_DEFAULT_REGION / the profile."
@@ -70,8 +72,8 @@ def show_info(info: Any, region: str | None = None) -> None:
         ("created", _fmt_time(info.creation_time)),
         ("started", _fmt_time(info.training_start_time)),
         ("ended", _fmt_time(info.training_end_time)),
-        ("billable", f"{info.billable_seconds} s" if info.billable_seconds else "-"),
-        ("max runtime", f"{info.max_runtime_s} s" if info.max_runtime_s else "-"),
+        ("billable", _hours(info.billable_seconds)),
+        ("max runtime", _hours(info.max_runtime_s)),
         ("model", info.model_artifacts or "-"),
     ]
     width = max(len(k) for k, _ in rows)
@@ -98,10 +100,12 @@ def status(name: str, wait: bool, region: str | None, output: str) -> None:
     described = None  # one DescribeTrainingJob serves the status and the progress
     if wait:
         try:
-            info = job.wait(
-                on_status=lambda i: say(f"{i.name}: {i.status} / {i.secondary_status}"),
-                raise_on_failure=False,
-            )
+            with ProgressDisplay(output) as display:
+                info = job.wait(
+                    on_status=lambda i: say(f"{i.name}: {i.status} / {i.secondary_status}"),
+                    raise_on_failure=False,
+                    on_poll=wait_poller(job, display),
+                )
         except KeyboardInterrupt:
             raise Interrupted("stopped waiting", hint=reattach_hint(name)) from None
     else:
@@ -118,7 +122,9 @@ def status(name: str, wait: bool, region: str | None, output: str) -> None:
         progress = Progress(job_name=name, status=info.status,
                             notes=[f"progress unavailable: {e.message}"])  # fmt: skip
     if output == "json":
-        emit_json({**info.model_dump(mode="json"), "running_plan": info.running_plan,
+        described_json = info.model_dump(mode="json")
+        described_json["instance_preferences"] = snake_keys(info.instance_preferences)
+        emit_json({**described_json, "running_plan": info.running_plan,
                    "region": job.region, "run": run and run.model_dump(mode="json"),
                    "progress": progress.model_dump(mode="json")})  # fmt: skip
     else:
@@ -133,8 +139,14 @@ def _num(value: float | None, fmt: str = ",.1f") -> str:
 
 
 def _duration(seconds: float) -> str:
+    """A countdown to the minute (an ETA); totals take `_hours`, as the plan shows them."""
     h, rest = divmod(round(seconds), 3600)
     return f"{h} h {rest // 60:02d} min" if h else f"{rest // 60} min {rest % 60:02d} s"
+
+
+def _hours(seconds: float | None) -> str:
+    """A duration as the plan shows one (planner/units.py): hours, days over 48 h, minutes."""
+    return "-" if not seconds else hours_text(seconds / 3600)
 
 
 def _in_time(ok: bool | None, end: Any) -> str:
@@ -187,10 +199,10 @@ def show_run(run: Any) -> None:
     for j in run.jobs:
         why = f" ({j.failure_reason})" if j.failure_reason else ""
         click.echo(f"  {j.index}. {j.name}  {j.status} / {j.secondary_status or '-'}  "
-                   f"{j.instance}  {j.billable_seconds or 0} s billable{why}")  # fmt: skip
+                   f"{j.instance}  {_hours(j.billable_seconds)} billable{why}")  # fmt: skip
     steps = "-" if run.steps_done is None else f"{run.steps_done:,}"
     tokens = "-" if run.tokens_done is None else f"{run.tokens_done:,}"
-    click.echo(f"  so far: {steps} steps, {tokens} tokens, {run.billable_seconds / 3600:.2f} h "
+    click.echo(f"  so far: {steps} steps, {tokens} tokens, {_hours(run.billable_seconds)} "
                f"billable job time; checkpoint {run.checkpoint or '-'}")  # fmt: skip
 
 
@@ -262,7 +274,7 @@ def list_jobs(
         only_ours=not all_jobs,
     )
     if output == "json":
-        emit_json(rows)
+        emit_json(snake_keys(rows))
         return
     if not rows:
         say(f"no {'' if all_jobs else 'bsm '}training jobs in {aws.region}")

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import sys
+from datetime import datetime
 from typing import Any
 
 import click
@@ -77,6 +79,26 @@ def dumps(obj: Any, *, indent: int | None = 2) -> str:
     if hasattr(obj, "model_dump"):
         obj = obj.model_dump(mode="json")
     return json.dumps(obj, indent=indent, default=str, allow_nan=False)
+
+
+def snake_case(name: str) -> str:
+    """AWS's PascalCase as the toolkit's snake_case: TrainingJobArn -> training_job_arn,
+    KmsKeyId / KMSKeyId -> kms_key_id."""
+    name = re.sub(r"([A-Z]+)([A-Z][a-z])", r"\1_\2", name)
+    return re.sub(r"([a-z0-9])([A-Z])", r"\1_\2", name).lower()
+
+
+def snake_keys(obj: Any) -> Any:
+    """AWS data (dicts of PascalCase keys, datetimes) in the toolkit's JSON form: snake_case keys
+    all the way down, ISO 8601 times. Every command's JSON is snake_case (tests/test_cli_json.py);
+    AWS's own names stay only in the `request` a dry run prints."""
+    if isinstance(obj, dict):
+        return {snake_case(str(k)): snake_keys(v) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return [snake_keys(v) for v in obj]
+    if isinstance(obj, datetime):
+        return obj.isoformat()
+    return obj
 
 
 def emit_json(obj: Any) -> None:

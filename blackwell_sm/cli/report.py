@@ -23,8 +23,11 @@ def report(run: str, out: str | None, region: str | None, output: str) -> None:
     the plan and the limit, checkpoint saves, stops and resumes, and measured vs predicted."""
     from pathlib import Path
 
+    from blackwell_sm.atomic_write import check_out_path
     from blackwell_sm.runs.report import write_report
 
+    if out is not None:
+        check_out_path(out, flag="--out")  # before drawing: a bad --out is refused at once
     aws = None
     if not Path(run).is_dir() and "/" not in run:
         from blackwell_sm.aws.session import AwsContext

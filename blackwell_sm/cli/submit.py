@@ -9,6 +9,7 @@ from typing import Any
 import click
 
 from blackwell_sm.cli.output import OUTPUT_OPTION, emit_json, say
+from blackwell_sm.cli.progress import ProgressDisplay, wait_poller
 from blackwell_sm.errors import BsmError
 
 
@@ -103,9 +104,10 @@ def submit(
 ) -> None:
     """Submit SPEC.yaml as a SageMaker training job, or reattach to the one it already made.
 
-    The job name is <model>-<spec hash>: running the same spec again (e.g. a CI rerun) returns
-    the existing job instead of creating a second one; --new forces a fresh job, which resumes
-    from the spec's checkpoints.
+    The job name is bsm-<model>-<hash>, the hash over the spec, the plan's configuration and
+    the capacity (instance type and count, the training plan as written): running the same
+    spec on the same capacity again (e.g. a CI rerun) returns the existing job instead of
+    creating a second one; --new forces a fresh job, which resumes from the spec's checkpoints.
     """
     from blackwell_sm.aws.session import check_settings
     from blackwell_sm.aws.submit import region_choice
@@ -133,17 +135,20 @@ def submit(
              aws=aws_context(region or (spec.job.region if spec.job else None)),
              output=output)  # fmt: skip
         return
-    job = do_submit(
-        spec,
-        training_plan=training_plan,
-        new=new,
-        yes=yes,
-        dry_run=dry_run,
-        allow_partial=allow_partial,
-        aws=None if dry_run else aws_context(region or (spec.job.region if spec.job else None)),
-        confirm=consent_prompt(),
-        notify=say,
-    )
+    with ProgressDisplay(output) as progress:
+        job = do_submit(
+            spec,
+            training_plan=training_plan,
+            new=new,
+            yes=yes,
+            dry_run=dry_run,
+            allow_partial=allow_partial,
+            aws=None if dry_run else aws_context(region or (spec.job.region if spec.job else None)),
+            confirm=consent_prompt(),
+            notify=say,
+            progress=progress,
+        )
+    job.region_source = choice.source  # as printed above: --region counts as the flag
     if dry_run:
         _show_dry_run(job, output)
         return
@@ -159,9 +164,11 @@ def submit(
                         say(f"{event.host} | {event.message.rstrip()}")
                     else:
                         print_log_event(event, output="table")
-            final = job.wait(
-                on_status=lambda i: say(f"{i.name}: {i.status} / {i.secondary_status}"),
-            )
+            with ProgressDisplay(output) as display:
+                final = job.wait(
+                    on_status=lambda i: say(f"{i.name}: {i.status} / {i.secondary_status}"),
+                    on_poll=wait_poller(job, display),
+                )
         except KeyboardInterrupt:
             raise Interrupted("stopped waiting", hint=reattach_hint(job.name)) from None
         result["status"] = final.model_dump(mode="json")
@@ -247,10 +254,7 @@ def _show_dry_run(job: Any, output: str) -> None:
             render(job.plan)
         click.echo(f"\n# CreateTrainingJob request ({jr.region}); nothing was sent or uploaded")
         click.echo(json.dumps(jr.request, indent=2, default=str))
-        click.echo(
-            f"# code bundle: {jr.bundle.size_bytes} bytes, {len(jr.bundle.files)} files, "
-            f"→ {jr.bundle_s3_uri}"
-        )
+        _show_bundle(jr.bundle, jr.bundle_s3_uri)
         _show_carried(jr.bundle)
     for w in jr.warnings:
         say(f"warning: {w}")
@@ -259,6 +263,28 @@ def _show_dry_run(job: Any, output: str) -> None:
             "dry run OK, but `bsm submit` will refuse until these REPLACE-ME placeholders are "
             "set: " + ", ".join(placeholders)
         )
+
+
+def _mib(n: int) -> str:
+    return f"{n / 2**20:.2f} MiB" if n >= 2**20 else f"{n / 1024:.1f} KiB"
+
+
+def _show_bundle(bundle: Any, uri: str) -> None:
+    """The bundle in short: its size, its members by folder, the largest ones."""
+    groups: dict[str, list[int]] = {}
+    for name, size in zip(bundle.files, bundle.sizes, strict=True):
+        top = name.split("/", 1)[0] + "/" if "/" in name else name
+        groups.setdefault(top, []).append(size)
+    click.echo(
+        f"# code bundle: {bundle.size_bytes} bytes ({_mib(bundle.size_bytes)} compressed, "
+        f"{_mib(sum(bundle.sizes))} of members), {len(bundle.files)} files → {uri}"
+    )
+    for top, sizes in groups.items():
+        count = f"{len(sizes)} files, " if top.endswith("/") else ""
+        why = f" ({bundle.package_source})" if top == "blackwell_sm/" else ""
+        click.echo(f"#   {top}: {count}{_mib(sum(sizes))}{why}")
+    largest = sorted(zip(bundle.sizes, bundle.files, strict=True), reverse=True)[:3]
+    click.echo("#   largest: " + ", ".join(f"{name} ({_mib(size)})" for size, name in largest))
 
 
 def _show_carried(bundle: Any) -> None:

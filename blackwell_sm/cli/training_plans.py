@@ -151,9 +151,12 @@ def reserve(
     yes: bool,
     output: str,
 ) -> None:
-    """Buy an offering (CreateTrainingPlan) after showing its fee and window and asking."""
+    """Buy an offering (CreateTrainingPlan) after showing its fee and window and asking.
+
+    Once per name: when a plan of that name exists (a retry, another terminal or machine), it
+    is used if it matches (type, count, window) and nothing is bought; else exit 2."""
+    from blackwell_sm.aws.reserve import mismatches, reserve_once
     from blackwell_sm.aws.training_plans import find_offering
-    from blackwell_sm.aws.training_plans import reserve as do_reserve
     from blackwell_sm.spec.compute import TRAINING_PLAN_NAME_RE
 
     if not TRAINING_PLAN_NAME_RE.match(plan_name):
@@ -162,21 +165,57 @@ def reserve(
         )
     itype, n, h, region = capacity_for(spec_path, instance_type, count, hours, region)
     aws = submit_cli.aws_context(region)
-    offer = find_offering(
-        aws.plans, offering_id, instance_type=itype, instance_count=n, duration_hours=h
+    done = reserve_once(
+        aws.plans,
+        plan_name,
+        find_offer=lambda: find_offering(
+            aws.plans, offering_id, instance_type=itype, instance_count=n, duration_hours=h
+        ),
+        differences=lambda info, offer: mismatches(
+            info, instance_type=itype, instance_count=n, hours=h, window=offer
+        ),
+        consent=True if yes else consent_prompt(),
+        say=say,
     )
-    info = do_reserve(aws.plans, offer, plan_name, consent=True if yes else consent_prompt())
+    info = done.info
     if output == "json":
-        emit_json(info)
-    else:
-        click.echo(f"reserved {info.name}: {info.arn} ({info.status})")
-        click.echo(f"use it: compute.training_plan: {info.name}  (or --training-plan {info.name})")
+        emit_json(
+            {
+                **info.model_dump(mode="json"),
+                "key": done.key,
+                "bought": done.bought and done.bought.model_dump(mode="json"),
+                "reason": done.reason,
+            }
+        )
+        return
+    click.echo(f"reserved {info.name}: {info.arn} ({info.status})")
+    click.echo(
+        done.reason if done.bought is None else f"{done.reason}; recorded: {done.bought.record}"
+    )
+    click.echo(f"use it: compute.training_plan: {info.name}  (or --training-plan {info.name})")
 
 
 @plans.command("extend")
 @click.argument("ref", metavar="PLAN")
+@click.option(
+    "--until", "until", metavar="ISO", help="Extend until the plan ends at or after this time."
+)
+@click.option(
+    "--to-fit",
+    "to_fit",
+    metavar="SPEC.yaml",
+    type=click.Path(dir_okay=False),
+    help="Extend until SPEC's predicted run fits the plan.",
+)
 @click.option("--days", type=click.IntRange(1, 182), help="Buy the extension of this many days.")
 @click.option("--offering", "offering_id", metavar="ID", help="Buy this extension offering.")
+@click.option(
+    "--again-after",
+    "again_after",
+    metavar="EXTENSION",
+    help="With --days/--offering: buy although the plan was extended in the last 24 h, naming "
+    "that latest extension (its offering id).",
+)
 @click.option(
     "--spec", "spec_path", type=click.Path(dir_okay=False), help="Say whether SPEC's run fits."
 )
@@ -185,58 +224,59 @@ def reserve(
 @OUTPUT_OPTION
 def extend(
     ref: str,
+    until: str | None,
+    to_fit: str | None,
     days: int | None,
     offering_id: str | None,
+    again_after: str | None,
     spec_path: str | None,
     yes: bool,
     region: str | None,
     output: str,
 ) -> None:
-    """Extend a training plan (ExtendTrainingPlan): without --days/--offering, list the
-    extension offerings (fee, currency, new end); with one, show it and ask before buying."""
+    """Extend a training plan (ExtendTrainingPlan), at most once per intent.
+
+    Without a flag: list the extension offerings (fee, currency, new end). --until TIME and/or
+    --to-fit SPEC say where the plan must end: the cheapest shortest offering that gets there
+    is bought, and a retry buys nothing. --days N / --offering ID buy one extension, refused
+    when the plan was extended in the last 24 hours unless --again-after names that extension.
+    Each purchase is shown, asked for, and recorded with its key (docs/spending.md)."""
     from blackwell_sm.aws import extensions as ext
     from blackwell_sm.aws.training_plans import describe_plan
+    from blackwell_sm.cli.extend_once import extend_intent, extend_once, load_flag_spec
 
-    if days is not None and offering_id is not None:
-        raise SpecError("give --days or --offering, not both", field="--days")
+    intent = extend_intent(until, to_fit, days, offering_id, again_after)
+    to_fit_spec = load_flag_spec(to_fit, "--to-fit") if to_fit else None
     if region is None and ref.startswith("arn:"):
         region = ref.split(":")[3]
     aws = submit_cli.aws_context(region)
+    if intent is not None:
+        extend_once(aws, ref, intent, to_fit_spec, yes=yes, output=output)
+        return
     info = describe_plan(aws.plans, ref)
     offers = ext.search_extensions(aws.plans, info)
     fits = {o.offering_id: _fits_after(info, o, spec_path) for o in offers} if spec_path else {}
-    if days is None and offering_id is None:
-        if output == "json":
-            emit_json({"plan": info.model_dump(mode="json"), "offerings": [
-                {**o.model_dump(mode="json"), "run_fits": fits.get(o.offering_id)} for o in offers
-            ]})  # fmt: skip
-            return
-        if not offers:
-            say(f"no extension offerings for {info.name} now (extensions are bought 1 hour to 56 "
-                "days before a plan ends)")  # fmt: skip
-        for i, o in enumerate(offers, 1):
-            verdict = (
-                ""
-                if o.offering_id not in fits
-                else (
-                    "; the run then fits" if fits[o.offering_id] else "; the run still does not fit"
-                )
-            )
-            click.echo(f"{i}. {o.describe()}{verdict}")
-        if offers:
-            say(f"buy one (spends the fee shown; extensions cannot be cancelled): bsm plans "
-                f"extend {info.name} --offering ID (or --days N)")  # fmt: skip
-        return
-    offer = ext.choose_extension(offers, days=days, offering_id=offering_id)
-    if offer.offering_id in fits:
-        say("this spec's run " + ("fits" if fits[offer.offering_id] else "still does NOT fit")
-            + " the extended plan")  # fmt: skip
-    done = ext.extend_plan(aws.plans, info, offer, consent=True if yes else consent_prompt())
     if output == "json":
-        emit_json({"plan": info.name, "extensions": [e.model_dump(mode="json") for e in done]})
-    else:
-        for e in done:
-            click.echo(f"extended {info.name}: {e.describe()}")
+        rows = [{**o.model_dump(mode="json"), "run_fits": fits.get(o.offering_id)} for o in offers]
+        emit_json({"plan": info.model_dump(mode="json"), "offerings": rows})
+        return
+    if not offers:
+        say(
+            f"no extension offerings for {info.name} now (extensions are bought 1 hour to 56 "
+            "days before a plan ends)"
+        )
+    for i, o in enumerate(offers, 1):
+        verdict = (
+            ""
+            if o.offering_id not in fits
+            else ("; the run then fits" if fits[o.offering_id] else "; the run still does not fit")
+        )
+        click.echo(f"{i}. {o.describe()}{verdict}")
+    if offers:
+        say(
+            f"buy one (spends the fee shown; extensions cannot be cancelled): bsm plans extend "
+            f"{info.name} --until TIME (or --to-fit SPEC, --offering ID, --days N)"
+        )
 
 
 def _plan_on(spec: Any, info: Any) -> Any:

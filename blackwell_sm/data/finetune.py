@@ -23,6 +23,7 @@ from typing import Any, Literal, NamedTuple
 
 import numpy as np
 
+from blackwell_sm.atomic_write import write_text
 from blackwell_sm.data.manifest import (
     FINETUNE_FORMAT_NAME,
     MANIFEST_FILE,
@@ -30,7 +31,7 @@ from blackwell_sm.data.manifest import (
     FinetuneManifest,
 )
 from blackwell_sm.data.prepare import DEFAULT_SHARD_TOKENS, TOKENIZER_DIR, shard_info
-from blackwell_sm.data.shards import FLAG_LOSS, FLAG_START, token_dtype, write_shard
+from blackwell_sm.data.shards import FLAG_LOSS, FLAG_START, ShardWriter, token_dtype
 from blackwell_sm.data.staging import check_out, staged_dir
 from blackwell_sm.data.tokenizer_files import tokenizer_sha256
 from blackwell_sm.errors import SpecError
@@ -156,43 +157,66 @@ class PackStats(NamedTuple):
     loss_tokens: int
 
 
-def pack_rows(
-    samples: Iterator[Sample], seq_len: int, pad_id: int, packing: str = "pack"
-) -> tuple[np.ndarray, np.ndarray, PackStats]:
-    """(tokens, flags) of rows of exactly `seq_len` tokens, one after another, and the counts."""
+def iter_rows(
+    samples: Iterator[Sample], seq_len: int, pad_id: int, packing: str, counts: dict[str, int]
+) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+    """(tokens, flags) of each row of exactly `seq_len` tokens, one at a time (a row and a
+    sample in memory, however long); `counts` gets samples, truncated, dropped, loss_tokens."""
+    for k in ("rows", "samples", "truncated", "dropped", "loss_tokens"):
+        counts[k] = 0
     tokens: list[int] = []
     flags: list[int] = []
-    row = 0  # tokens in the current row
-    n = truncated = dropped = loss_tokens = 0
 
-    def pad_row() -> None:
-        nonlocal row
-        if row:
-            tokens.extend([pad_id] * (seq_len - row))
-            flags.extend([FLAG_START] + [0] * (seq_len - row - 1))
-            row = 0
+    def row_done() -> tuple[np.ndarray, np.ndarray]:
+        if len(tokens) < seq_len:  # the rest of the row is padding, its own document
+            flags.extend([FLAG_START] + [0] * (seq_len - len(tokens) - 1))
+            tokens.extend([pad_id] * (seq_len - len(tokens)))
+        row = np.asarray(tokens, dtype=np.int64), np.asarray(flags, dtype=np.uint8)
+        tokens.clear()
+        flags.clear()
+        counts["rows"] += 1
+        return row
 
     for s in samples:
         toks, loss = s.tokens, s.loss
         if len(toks) > seq_len:
             toks, loss = toks[:seq_len], loss[:seq_len]
-            truncated += 1
+            counts["truncated"] += 1
         if not any(loss[1:]):  # the first token is never a target
-            dropped += 1
+            counts["dropped"] += 1
             continue
-        if packing == "pad" or row + len(toks) > seq_len:
-            pad_row()
+        if tokens and (packing == "pad" or len(tokens) + len(toks) > seq_len):
+            yield row_done()
         tokens.extend(toks)
         flags.extend(
             (FLAG_START if i == 0 else 0) | (FLAG_LOSS if (loss[i] and i) else 0)
             for i in range(len(toks))
         )
-        loss_tokens += sum(loss[1:])
-        row = (row + len(toks)) % seq_len
-        n += 1
-    pad_row()
-    stats = PackStats(len(tokens) // seq_len, n, truncated, dropped, loss_tokens)
-    return np.asarray(tokens, dtype=np.int64), np.asarray(flags, dtype=np.uint8), stats
+        counts["loss_tokens"] += sum(loss[1:])
+        counts["samples"] += 1
+        if len(tokens) == seq_len:
+            yield row_done()
+    if tokens:
+        yield row_done()
+
+
+def pack_rows(
+    samples: Iterator[Sample], seq_len: int, pad_id: int, packing: str = "pack"
+) -> tuple[np.ndarray, np.ndarray, PackStats]:
+    """(tokens, flags) of rows of exactly `seq_len` tokens, one after another, and the counts."""
+    counts: dict[str, int] = {}
+    rows = list(iter_rows(samples, seq_len, pad_id, packing, counts))
+    tokens = np.concatenate([t for t, _ in rows]) if rows else np.zeros(0, np.int64)
+    flags = np.concatenate([f for _, f in rows]) if rows else np.zeros(0, np.uint8)
+    return tokens, flags, PackStats(**counts)
+
+
+def _close_shard(writer: ShardWriter, pad: int):
+    """One padding token after the last row (a row is read with the next token as its last
+    target, never counted: it starts a new sample), then the shard is complete."""
+    writer.append(np.asarray([pad]), np.asarray([FLAG_START], dtype=np.uint8))
+    writer.__exit__(None, None, None)
+    return shard_info(writer.path, writer.count)
 
 
 def prepare_finetune(
@@ -215,23 +239,32 @@ def prepare_finetune(
     tok = load_tokenizer(tokenizer)
     pad = tok.pad_token_id if tok.pad_token_id is not None else (tok.eos_token_id or 0)
     samples = (s for path in inputs for s in iter_samples(path, fmt, tok))
-    tokens, flags, st = pack_rows(samples, seq_len, pad, packing)
-    if st.rows == 0:
-        raise SpecError("no sample with a token to learn from", field="INPUT")
     vocab = len(tok)
     dtype = token_dtype(vocab)
     rows_per_shard = max(1, shard_tokens // seq_len)
+    counts: dict[str, int] = {}
     with staged_dir(out_dir, overwrite=overwrite) as tmp:
         shards = []
-        for k, first in enumerate(range(0, st.rows, rows_per_shard)):
-            lo, hi = first * seq_len, min(st.rows, first + rows_per_shard) * seq_len
-            # one padding token after the last row: a row is read with the next token as its
-            # last target (never counted: it starts a new sample)
-            t = np.append(tokens[lo:hi], pad)
-            f = np.append(flags[lo:hi], np.uint8(FLAG_START))
-            path = tmp / f"shard-{k:05d}.bin"
-            write_shard(path, t, dtype=dtype, flags=f)
-            shards.append(shard_info(path, len(t)))
+        writer: ShardWriter | None = None
+        # Streamed row by row: at 128k tokens a row is 1 MiB; the data set is never in memory.
+        try:
+            for tokens, flags in iter_rows(samples, seq_len, pad, packing, counts):
+                if writer is None:
+                    writer = ShardWriter(tmp / f"shard-{len(shards):05d}.bin", dtype, flags=True)
+                    writer.__enter__()
+                writer.append(tokens, flags)
+                if writer.count == rows_per_shard * seq_len:
+                    done, writer = writer, None
+                    shards.append(_close_shard(done, pad))
+            if writer is not None:
+                done, writer = writer, None
+                shards.append(_close_shard(done, pad))
+        finally:
+            if writer is not None:  # an error mid-shard: no partial file left behind
+                writer.__exit__(RuntimeError, None, None)
+        st = PackStats(**counts)
+        if st.rows == 0:
+            raise SpecError("no sample with a token to learn from", field="INPUT")
         # The tokenizer travels with the data it made (an export ships it beside the model).
         tok.save_pretrained(str(tmp / TOKENIZER_DIR))
         manifest = FinetuneManifest(
@@ -254,5 +287,5 @@ def prepare_finetune(
             truncated=st.truncated,
             dropped=st.dropped,
         )
-        (tmp / MANIFEST_FILE).write_text(manifest.model_dump_json(indent=2) + "\n")
+        write_text(tmp / MANIFEST_FILE, manifest.model_dump_json(indent=2) + "\n", flag=None)
     return manifest

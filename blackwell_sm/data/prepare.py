@@ -18,9 +18,10 @@ from pathlib import Path
 
 import numpy as np
 
+from blackwell_sm.atomic_write import write_text
 from blackwell_sm.data.channel import file_sha256
 from blackwell_sm.data.manifest import MANIFEST_FILE, MANIFEST_VERSION, Manifest, ShardInfo
-from blackwell_sm.data.shards import token_dtype, write_shard
+from blackwell_sm.data.shards import ShardWriter, token_dtype
 from blackwell_sm.data.staging import check_out, staged_dir
 from blackwell_sm.data.tokenizer_files import TOKENIZER_FILES, tokenizer_sha256
 from blackwell_sm.errors import SpecError
@@ -82,7 +83,9 @@ class HFTokenizer:
             config: dict[str, str] = {"tokenizer_class": "PreTrainedTokenizerFast"}
             if self.eos_name is not None:
                 config["eos_token"] = self.eos_name
-            (folder / "tokenizer_config.json").write_text(json.dumps(config, indent=2) + "\n")
+            write_text(
+                folder / "tokenizer_config.json", json.dumps(config, indent=2) + "\n", flag=None
+            )
 
 
 def iter_documents(path: Path) -> Iterator[str]:
@@ -130,24 +133,40 @@ def prepare(
     dtype = token_dtype(tok.vocab_size)
     with staged_dir(out_dir, overwrite=overwrite) as tmp:
         shards: list[ShardInfo] = []
-        buf: list[int] = []
         docs = 0
+        # Streamed: one document in memory at a time, however long (shards.ShardWriter).
+        writer: ShardWriter | None = None
 
-        def flush(final: bool) -> None:
-            while len(buf) >= shard_tokens or (final and buf):
-                chunk, buf[:] = buf[:shard_tokens], buf[shard_tokens:]
-                path = tmp / f"shard-{len(shards):05d}.bin"
-                write_shard(path, np.asarray(chunk), dtype=dtype)
-                shards.append(shard_info(path, len(chunk)))
+        def close() -> None:
+            nonlocal writer
+            if writer is not None:
+                done, writer = writer, None  # exited once, even when the exit fails
+                done.__exit__(None, None, None)
+                shards.append(shard_info(done.path, done.count))
 
-        for path in inputs:
-            for text in iter_documents(path):
-                buf.extend(tok.encode(text))
-                if tok.eos_id is not None:
-                    buf.append(tok.eos_id)
-                docs += 1
-                flush(final=False)
-        flush(final=True)
+        def write(ids: np.ndarray) -> None:
+            nonlocal writer
+            while ids.size:
+                if writer is None:
+                    writer = ShardWriter(tmp / f"shard-{len(shards):05d}.bin", dtype).__enter__()
+                room = shard_tokens - writer.count
+                writer.append(ids[:room])
+                ids = ids[room:]
+                if writer.count == shard_tokens:
+                    close()
+
+        try:
+            for path in inputs:
+                for text in iter_documents(path):
+                    ids = tok.encode(text)
+                    if tok.eos_id is not None:
+                        ids.append(tok.eos_id)
+                    write(np.asarray(ids, dtype=np.int64))
+                    docs += 1
+            close()
+        finally:
+            if writer is not None:  # an error mid-shard: no partial file left behind
+                writer.__exit__(RuntimeError, None, None)
         tok_dir = tok_hash = None
         if isinstance(tok, HFTokenizer):
             # The tokenizer travels with the data it made (exported beside the model).
@@ -165,5 +184,5 @@ def prepare(
             tokens=sum(s.tokens for s in shards),
             shards=shards,
         )
-        (tmp / MANIFEST_FILE).write_text(manifest.model_dump_json(indent=2) + "\n")
+        write_text(tmp / MANIFEST_FILE, manifest.model_dump_json(indent=2) + "\n", flag=None)
     return manifest

@@ -61,20 +61,66 @@ def write_shard(
     if flags is not None and len(flags) != len(tokens):
         raise ValueError(f"{len(flags)} flags for {len(tokens)} tokens")
     dtype = np.dtype(dtype) if dtype is not None else token_dtype(int(tokens.max(initial=0)) + 1)
-    if dtype.itemsize not in _DTYPES:
-        raise ValueError(f"token dtype must be uint16 or uint32, not {dtype}")
-    arr = np.ascontiguousarray(tokens, dtype=_DTYPES[dtype.itemsize])
-    if tokens.size and int(tokens.max()) >= 2 ** (8 * dtype.itemsize):
-        raise ValueError(f"token id {int(tokens.max())} does not fit in {dtype}")
-    path = Path(path)
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "wb") as f:
-        version = VERSION if flags is None else VERSION_FLAGS
-        f.write(HEADER.pack(MAGIC, version, dtype.itemsize, arr.size, 0))
-        f.write(arr.tobytes())
+    with ShardWriter(path, dtype, flags=flags is not None) as w:
+        w.append(tokens, flags)
+
+
+class ShardWriter:
+    """One shard written piece by piece (`append`), so no more than a piece is ever in memory:
+    tokens go to a temporary file after a placeholder header (`atomic_write.atomic_open`), flags
+    (version 2) to a side file; on a clean exit the header gets the count, the flags follow the
+    tokens, and the file is renamed into place. On an error nothing is left at `path`."""
+
+    def __init__(self, path: str | Path, dtype: np.dtype, *, flags: bool = False) -> None:
+        dtype = np.dtype(dtype)
+        if dtype.itemsize not in _DTYPES:
+            raise ValueError(f"token dtype must be uint16 or uint32, not {dtype}")
+        self.path, self.dtype, self.count = Path(path), _DTYPES[dtype.itemsize], 0
+        self.flags_tmp = self.path.with_name(f".{self.path.name}.flags.tmp") if flags else None
+        self._f = self._flags = self._open = None
+
+    def __enter__(self) -> ShardWriter:
+        from blackwell_sm.atomic_write import atomic_open
+
+        self._open = atomic_open(self.path, "wb", flag=None)
+        self._f = self._open.__enter__()
+        self._f.write(HEADER.pack(MAGIC, 0, 0, 0, 0))
+        if self.flags_tmp is not None:
+            self._flags = open(self.flags_tmp, "w+b")
+        return self
+
+    def append(self, tokens: np.ndarray | list[int], flags: np.ndarray | None = None) -> None:
+        tokens = np.asarray(tokens)
+        if (flags is None) != (self._flags is None) or (
+            flags is not None and len(flags) != len(tokens)
+        ):
+            raise ValueError("a version 2 shard takes one flag per token, a version 1 none")
+        if tokens.size and int(tokens.max()) >= 2 ** (8 * self.dtype.itemsize):
+            raise ValueError(f"token id {int(tokens.max())} does not fit in {self.dtype}")
+        self._f.write(np.ascontiguousarray(tokens, dtype=self.dtype).tobytes())
         if flags is not None:
-            f.write(np.ascontiguousarray(flags, dtype=np.uint8).tobytes())
-    tmp.replace(path)
+            self._flags.write(np.ascontiguousarray(flags, dtype=np.uint8).tobytes())
+        self.count += int(tokens.size)
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        f, fl = self._f, self._flags
+        try:
+            if exc_type is None:
+                if fl is not None:
+                    fl.seek(0)
+                    while block := fl.read(1 << 24):
+                        f.write(block)
+                f.seek(0)
+                version = VERSION if fl is None else VERSION_FLAGS
+                f.write(HEADER.pack(MAGIC, version, self.dtype.itemsize, self.count, 0))
+        except BaseException as e:
+            exc_type, exc, tb = type(e), e, e.__traceback__
+            raise
+        finally:
+            if fl is not None:
+                fl.close()
+                self.flags_tmp.unlink(missing_ok=True)
+            self._open.__exit__(exc_type, exc, tb)  # renamed into place, or removed
 
 
 def read_shard(path: str | Path) -> np.ndarray:

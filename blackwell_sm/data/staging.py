@@ -2,8 +2,10 @@
 folder beside `--out` and renames it into place only when everything is written.
 
 A non-empty `--out` is refused unless `overwrite`; then the old folder is swapped out only after
-the new one is complete (so an error leaves the old data as it was). On any error the temporary
-folder, and any parent folders this created, are removed: never a half-written or empty folder.
+the new one is complete (so an error leaves the old data as it was), in one step where the system
+can (`atomic_write.swap_dir`): concurrent `--overwrite` writers each put a whole folder in place
+(the last one wins) and a reader never finds a partial one. On any error the temporary folder,
+and any parent folders this created, are removed: never a half-written or empty folder.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
+from blackwell_sm.atomic_write import swap_dir
 from blackwell_sm.errors import SpecError
 
 _SHOWN = 5
@@ -58,33 +61,26 @@ def staged_dir(out: Path, *, overwrite: bool = False) -> Iterator[Path]:
     out = Path(out)
     check_out(out, overwrite=overwrite)
     created = _first_missing(out.parent)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent))
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent))
+    except OSError as e:
+        if created is not None:
+            shutil.rmtree(created, ignore_errors=True)
+        raise SpecError(
+            f"--out {out}: cannot write in {out.parent} ({e.strerror or e})",
+            field="--out",
+            hint="write to a folder you can write to (it is read-only, not a folder, or not yours)",
+        ) from None
     try:
         yield tmp
         umask = os.umask(0)
         os.umask(umask)
         tmp.chmod(0o777 & ~umask)  # mkdtemp's 0700 would follow the folder into place
         check_out(out, overwrite=overwrite)  # again: another writer may have filled it since
-        _swap_into_place(tmp, out)
+        swap_dir(tmp, out, replace=overwrite, flag="--out")
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         if created is not None:
             shutil.rmtree(created, ignore_errors=True)
         raise
-
-
-def _swap_into_place(tmp: Path, out: Path) -> None:
-    if not out.exists():
-        tmp.rename(out)
-        return
-    if not any(out.iterdir()):
-        out.rmdir()
-        tmp.rename(out)
-        return
-    # --overwrite: the old folder leaves only now that the new one is whole.
-    old = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".old", dir=out.parent))
-    old.rmdir()
-    out.rename(old)
-    tmp.rename(out)
-    shutil.rmtree(old, ignore_errors=True)

@@ -1,10 +1,14 @@
-"""The code bundle: `blackwell_sm/`, `entrypoints/`, `plan.json` (with instance preferences
-also `plans/<instance-type>.json`, one per type) and, given a wheelhouse,
+"""The code bundle: the files a wheel of blackwell_sm holds (`job/package_files.py`; the
+container's entrypoint `blackwell_sm/entrypoints/launch.py` is one of them), `plan.json` (with
+instance preferences also `plans/<instance-type>.json`, one per type) and, given a wheelhouse,
 `wheels/*.whl` with `wheels/manifest.json` (the container's dependencies, `job/wheels.py`), in a
-reproducible tar.gz.
+reproducible tar.gz. A wheel install and a clone build the same bundle; nothing else that lies in
+the folder (keys, notebooks, logs, data) is ever packed.
 
 Same inputs give the same bytes (sorted members, zero mtimes/uids, fixed modes, gzip header
 without a name or time), so the bundle's sha256 addresses it in S3 and it is uploaded once.
+Its members add up to at most `MAX_BUNDLE_BYTES` (64 MiB), checked before any file is read: a
+larger bundle is refused (exit 2), naming its largest members.
 """
 
 from __future__ import annotations
@@ -13,25 +17,32 @@ import gzip
 import io
 import json
 import tarfile
+from collections.abc import Callable
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
 
-import blackwell_sm
-from blackwell_sm.errors import BsmError
+from blackwell_sm.errors import BsmError, SpecError
 from blackwell_sm.job.names import sha256_hex
+from blackwell_sm.job.package_files import PackageFiles, package_files
 from blackwell_sm.job.wheels import CarriedWheel, Requirement, Wheelhouse
 from blackwell_sm.opt_ml import plan_file_for
 
-__all__ = ["BUNDLE_FILE", "PLAN_FILE", "CodeBundle", "build_bundle", "plan_file_for"]
+__all__ = [
+    "BUNDLE_FILE",
+    "ENTRYPOINT_SCRIPT",
+    "MAX_BUNDLE_BYTES",
+    "PLAN_FILE",
+    "CodeBundle",
+    "build_bundle",
+    "plan_file_for",
+]
 
-PACKAGE_DIR = Path(blackwell_sm.__file__).resolve().parent
-ENTRYPOINTS_DIR = PACKAGE_DIR.parent / "entrypoints"
 BUNDLE_FILE = "bundle.tar.gz"
 PLAN_FILE = "plan.json"
-
-_SKIP_DIRS = {"__pycache__", "tests", "test"}
-_SKIP_SUFFIXES = {".pyc", ".pyo", ".so", ".egg-info"}
+ENTRYPOINT_SCRIPT = "blackwell_sm/entrypoints/launch.py"
+MAX_BUNDLE_BYTES = 64 * 2**20  # the members' sum; the carried wheels are most of a real one
+_LARGEST_SHOWN = 5
 
 
 class CodeBundle(BaseModel):
@@ -43,6 +54,10 @@ class CodeBundle(BaseModel):
     sha256: str
     size_bytes: int
     files: list[str] = Field(description="Member paths, in archive order.")
+    sizes: list[int] = Field(
+        default_factory=list, description="Each member's uncompressed bytes, in `files` order."
+    )
+    package_source: str = Field("", description="Where the package's member list came from.")
     target: str | None = Field(None, description="The image target the wheels are built for.")
     requirements: list[Requirement] = Field(
         default_factory=list, description="What the container's bootstrap checks, and why."
@@ -51,27 +66,11 @@ class CodeBundle(BaseModel):
     wheels_bytes: int = Field(0, description="Uncompressed size of the carried wheels.")
 
 
-def _wanted(rel: Path) -> bool:
-    for part in rel.parts:
-        if part.startswith(".") or part in _SKIP_DIRS or part.endswith(".egg-info"):
-            return False
-    return rel.suffix not in _SKIP_SUFFIXES
-
-
-def _collect(root: Path, arc_root: str) -> list[tuple[str, Path]]:
-    out = []
-    for path in root.rglob("*"):
-        rel = path.relative_to(root)
-        if path.is_file() and not path.is_symlink() and _wanted(rel):
-            out.append((f"{arc_root}/{rel.as_posix()}", path))
-    return sorted(out)
-
-
-def _member(name: str, size: int, executable: bool = False) -> tarfile.TarInfo:
+def _member(name: str, size: int) -> tarfile.TarInfo:
     info = tarfile.TarInfo(name)
     info.size = size
     info.mtime = 0
-    info.mode = 0o755 if executable else 0o644
+    info.mode = 0o644
     info.uid = info.gid = 0
     info.uname = info.gname = ""
     return info
@@ -81,34 +80,41 @@ def build_bundle(
     plan_json: str,
     wheelhouse: Wheelhouse | None = None,
     plans: dict[str, str] | None = None,
+    *,
+    package: PackageFiles | None = None,
 ) -> CodeBundle:
-    """Pack the installed package, the entrypoints, `plan_json`, the per-type `plans` (bundle
-    path -> plan JSON) and the wheelhouse (if any)."""
-    if not ENTRYPOINTS_DIR.is_dir():
+    """Pack the package's wheel files (default: `package_files()`), `plan_json`, the per-type
+    `plans` (bundle path -> plan JSON) and the wheelhouse (if any)."""
+    package = package or package_files()
+    if ENTRYPOINT_SCRIPT not in {f.arcname for f in package.files}:
         raise BsmError(
-            f"cannot build the code bundle: {ENTRYPOINTS_DIR} is missing",
-            hint="install blackwell_sm from a source checkout (pip install -e .) so that "
-            "entrypoints/ sits next to the package",
+            f"cannot build the code bundle: {ENTRYPOINT_SCRIPT} is not among the package's "
+            f"files ({package.source})",
+            code="bundle",
+            hint="reinstall blackwell-sm; the container's entrypoint ships inside the package",
         )
-    files = _collect(PACKAGE_DIR, "blackwell_sm") + _collect(ENTRYPOINTS_DIR, "entrypoints")
+    # (name, size, reader): every member is 0644, so a clone and a wheel install (whose file
+    # modes differ) build the same bytes; the container runs `python <script>`.
+    members: list[tuple[str, int, Callable[[], bytes]]] = [
+        (f.arcname, f.size, f.path.read_bytes) for f in package.files
+    ]
+    extra = [(PLAN_FILE, plan_json.encode())]
+    extra += [(path, text.encode()) for path, text in sorted((plans or {}).items())]
+    for arcname, data in extra:
+        members.append((arcname, len(data), lambda d=data: d))
+    if wheelhouse is not None:
+        for w in wheelhouse.wheels:
+            path = Path(w.path)
+            members.append((f"wheels/{w.file}", path.stat().st_size, path.read_bytes))
+        manifest = (json.dumps(wheelhouse.manifest(), indent=1, sort_keys=True) + "\n").encode()
+        members.append(("wheels/manifest.json", len(manifest), lambda: manifest))
+    _check_size([(name, size) for name, size, _ in members], package.source)
+
     raw = io.BytesIO()
-    names = []
     with tarfile.open(fileobj=raw, mode="w", format=tarfile.USTAR_FORMAT) as tar:
-        for arcname, path in files:
-            data = path.read_bytes()
-            tar.addfile(
-                _member(arcname, len(data), path.stat().st_mode & 0o111 != 0), io.BytesIO(data)
-            )
-            names.append(arcname)
-        extra = [(PLAN_FILE, plan_json.encode())]
-        extra += [(path, text.encode()) for path, text in sorted((plans or {}).items())]
-        if wheelhouse is not None:
-            extra += [(f"wheels/{w.file}", Path(w.path).read_bytes()) for w in wheelhouse.wheels]
-            manifest = json.dumps(wheelhouse.manifest(), indent=1, sort_keys=True) + "\n"
-            extra.append(("wheels/manifest.json", manifest.encode()))
-        for arcname, data in extra:
+        for arcname, _size, read in members:
+            data = read()
             tar.addfile(_member(arcname, len(data)), io.BytesIO(data))
-            names.append(arcname)
     gz = io.BytesIO()
     with gzip.GzipFile(filename="", mode="wb", fileobj=gz, mtime=0, compresslevel=6) as f:
         f.write(raw.getvalue())
@@ -118,9 +124,26 @@ def build_bundle(
         data=data,
         sha256=sha256_hex(data),
         size_bytes=len(data),
-        files=names,
+        files=[m[0] for m in members],
+        sizes=[m[1] for m in members],
+        package_source=package.source,
         target=wheelhouse.target.name if wheelhouse else None,
         requirements=house.requirements,
         carried=house.wheels,
         wheels_bytes=house.size_bytes,
+    )
+
+
+def _check_size(members: list[tuple[str, int]], source: str) -> None:
+    total = sum(size for _, size in members)
+    if total <= MAX_BUNDLE_BYTES:
+        return
+    largest = sorted(members, key=lambda m: -m[1])[:_LARGEST_SHOWN]
+    raise SpecError(
+        f"the code bundle would hold {total / 2**20:.1f} MiB, over its limit of "
+        f"{MAX_BUNDLE_BYTES / 2**20:.0f} MiB; largest members: "
+        + ", ".join(f"{name} ({size / 2**20:.1f} MiB)" for name, size in largest),
+        code="bundle_too_large",
+        hint="carry fewer or smaller wheels (job.container_requirements: use an image that has "
+        f"them, job.image_uri); the package's files come from {source}",
     )

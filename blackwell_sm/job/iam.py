@@ -46,6 +46,8 @@ _CREATE_JOB = Call(
     ),
 )
 _STOP_JOB = Call("sagemaker:StopTrainingJob", "sagemaker:StopTrainingJob", "toolkit_jobs")
+# `bsm list`; submit's check for a live job on the spec's checkpoint prefix (aws/one_job.py)
+_LIST_JOBS = Call("sagemaker:ListTrainingJobs", "sagemaker:ListTrainingJobs", "any")
 _DESCRIBE_PLAN = Call("sagemaker:DescribeTrainingPlan", "sagemaker:DescribeTrainingPlan", "plans")
 _SEARCH_OFFERINGS = Call(
     "sagemaker:SearchTrainingPlanOfferings", "sagemaker:SearchTrainingPlanOfferings", "any"
@@ -85,7 +87,8 @@ COMMAND_CALLS: dict[str, tuple[Call, ...]] = {
     "submit": (
         _DESCRIBE_JOB, _LIST_TAGS, _DESCRIBE_PLAN, _SEARCH_OFFERINGS, _CREATE_PLAN,
         _BUCKET_REGION, _HEAD_CODE, _PUT_CODE, _DELETE_CODE, _CREATE_JOB,
-        _STOP_JOB,  # a job created without the capacity asked for is stopped at once
+        _LIST_JOBS,  # one live job per checkpoint prefix: checked before and after creating
+        _STOP_JOB,  # a job created without the capacity asked for (or second on its prefix)
         *_LOGS,  # --logs / --wait
         _LIST_CHECKPOINTS, _READ_MARKER,  # --until-done / --resume
     ),
@@ -95,13 +98,14 @@ COMMAND_CALLS: dict[str, tuple[Call, ...]] = {
     ),
     "logs": _LOGS,
     "stop": (_DESCRIBE_JOB, _STOP_JOB),
-    "list": (Call("sagemaker:ListTrainingJobs", "sagemaker:ListTrainingJobs", "any"), _LIST_TAGS),
+    "list": (_LIST_JOBS, _LIST_TAGS),
     "plans search": (_SEARCH_OFFERINGS,),
     "plans reserve": (_SEARCH_OFFERINGS, _CREATE_PLAN, _DESCRIBE_PLAN),
     "plans list": (
         Call("sagemaker:ListTrainingPlans", "sagemaker:ListTrainingPlans", "any"),
     ),
-    "plans extend": (_DESCRIBE_PLAN, _SEARCH_OFFERINGS, _EXTEND_PLAN),
+    # the history is read before buying (a retry buys nothing) and after (another machine?)
+    "plans extend": (_DESCRIBE_PLAN, _EXTENSION_HISTORY, _SEARCH_OFFERINGS, _EXTEND_PLAN),
     "plans describe": (_DESCRIBE_PLAN, _EXTENSION_HISTORY),
     "to_model_trainer": (_BUCKET_REGION, _HEAD_CODE, _PUT_CODE, _DELETE_CODE, _CREATE_JOB),
 }  # fmt: skip

@@ -17,7 +17,13 @@ from pydantic import BaseModel, ConfigDict, Field
 from blackwell_sm import __version__
 from blackwell_sm.errors import SpecError
 from blackwell_sm.hardware import get_instance
-from blackwell_sm.job.bundle import BUNDLE_FILE, PLAN_FILE, CodeBundle, build_bundle
+from blackwell_sm.job.bundle import (
+    BUNDLE_FILE,
+    ENTRYPOINT_SCRIPT,
+    PLAN_FILE,
+    CodeBundle,
+    build_bundle,
+)
 from blackwell_sm.job.capacity import (
     check_preference_plans,
     plan_files,
@@ -57,7 +63,7 @@ CHECKPOINT_MARKER = COMPLETE_MARKER
 CONTAINER_COMMAND = (
     f"set -e; R=${{{ENV_OPT_ML}:-{DEFAULT_ROOT}}}; mkdir -p $R/code; "
     f"tar -xzf $R/input/data/{CODE_CHANNEL}/{BUNDLE_FILE} -C $R/code; cd $R/code; "
-    f"exec python entrypoints/launch.py --plan {PLAN_FILE} --opt-ml $R"
+    f"exec python {ENTRYPOINT_SCRIPT} --plan {PLAN_FILE} --opt-ml $R"
 )
 CONTAINER_ENTRYPOINT = ["bash", "-c", CONTAINER_COMMAND]
 STARTUP_HOURS = 0.5  # image pull, channel download, checkpoint load and final save
@@ -69,7 +75,7 @@ class JobRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     job_name: str
-    base_job_name: str = Field(description="<model>-<spec hash>: the name a rerun reattaches to.")
+    base_job_name: str = Field(description="bsm-<model>-<hash>: the name a rerun reattaches to.")
     spec_hash: str
     region: str
     request: dict[str, Any] = Field(description="The exact CreateTrainingJob kwargs.")

@@ -4,7 +4,7 @@ The container imports pydantic (spec, plan and launcher models), numpy and torch
 when it exports the model; torchao for fp8/mxfp8. It needs neither click, rich nor PyYAML (a test
 starts the launcher in a virtualenv without them). torch and numpy are the image's: checked, never
 carried. The rest travel as wheels in the code bundle (`wheels/` + `wheels/manifest.json`), and
-`entrypoints/bootstrap.py` installs, offline, only those the image lacks.
+`blackwell_sm/entrypoints/bootstrap.py` installs, offline, only those the image lacks.
 
 `fetch_wheels` runs `pip download --only-binary=:all: --python-version X --platform ...` for the
 image target (`job/images.py`), once: each wheel is stored under its sha256 in the cache
@@ -27,13 +27,15 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import zipfile
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from blackwell_sm.atomic_write import atomic_open, write_text
 from blackwell_sm.errors import BsmError, SpecError
 from blackwell_sm.job.images import MANYLINUX_X86_64, TARGETS, ImageTarget, image_target
 
@@ -47,6 +49,8 @@ TORCH_FLOOR = "2.6"  # FSDP2's public fully_shard
 TORCH_FLOOR_SM100 = "2.7"  # B200/B300 (sm_100/sm_103) need a CUDA >= 12.8 build
 FP8_PRECISIONS = frozenset({"fp8", "mxfp8"})
 MANIFEST_VERSION = 1
+# progress(key, done, total, detail): what a display wants to hear (cli/progress.py)
+Progress = Callable[..., None]
 _NOT_CARRIED = re.compile(r"^(torch|triton|nvidia-.*)$")
 
 
@@ -98,7 +102,7 @@ class Wheelhouse(BaseModel):
         return sum(w.size_bytes for w in self.wheels)
 
     def manifest(self) -> dict:
-        """wheels/manifest.json: what entrypoints/bootstrap.py reads (stdlib JSON only)."""
+        """wheels/manifest.json: what the entrypoints' bootstrap.py reads (stdlib JSON only)."""
         return {
             "version": MANIFEST_VERSION,
             "target": self.target.model_dump(mode="json"),
@@ -167,10 +171,12 @@ def requirements_for(
     return target, reqs, [warning] if warning else []
 
 
-def fetch_for(spec: RunSpec, plan: Plan, also: Sequence[Plan] = ()) -> Wheelhouse:
+def fetch_for(
+    spec: RunSpec, plan: Plan, also: Sequence[Plan] = (), progress: Progress | None = None
+) -> Wheelhouse:
     """The wheelhouse `build_job_request` wants for `spec` run as `plan` (cached download)."""
     target, reqs, _ = requirements_for(spec, plan, also)
-    return fetch_wheels(reqs, target)
+    return fetch_wheels(reqs, target, progress=progress)
 
 
 def cache_dir() -> Path:
@@ -203,15 +209,23 @@ def _requires(wheel: Path) -> list[str]:
     return out
 
 
-def _download(specs: list[str], target: ImageTarget, dest: Path) -> None:
+def _download(
+    specs: list[str], target: ImageTarget, dest: Path, progress: Progress | None = None
+) -> None:
     cmd = [sys.executable, "-m", "pip", "download", "--only-binary=:all:", "--python-version",
            target.python, "--implementation", "cp", "--dest", str(dest),
-           "--disable-pip-version-check", "--no-input", "--quiet"]  # fmt: skip
+           "--disable-pip-version-check", "--no-input"]  # fmt: skip
     for plat in target.platforms:
         cmd += ["--platform", plat]
-    out = subprocess.run([*cmd, *specs], capture_output=True, text=True, check=False, timeout=900)
-    if out.returncode != 0:
-        tail = " ".join(out.stderr.split())[-600:]
+    if progress is None:
+        out = subprocess.run(
+            [*cmd, "--quiet", *specs], capture_output=True, text=True, check=False, timeout=900
+        )
+        code, stderr = out.returncode, out.stderr
+    else:
+        code, stderr = _pip_with_progress([*cmd, "--progress-bar", "off", *specs], progress)
+    if code != 0:
+        tail = " ".join(stderr.split())[-600:]
         raise BsmError(
             f"pip download of the container's wheels ({', '.join(specs)}) for Python "
             f"{target.python} {target.platforms[0]} failed: {tail}",
@@ -220,8 +234,34 @@ def _download(specs: list[str], target: ImageTarget, dest: Path) -> None:
         )
 
 
+def _pip_with_progress(cmd: list[str], progress: Progress) -> tuple[int, str]:
+    """Run pip download, telling `progress("wheels", saved, None, file)` what it fetches."""
+    lines: list[str] = []
+    saved = 0
+    with subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) as proc:
+        watchdog = threading.Timer(900, proc.kill)  # as subprocess.run's timeout
+        watchdog.start()
+        try:
+            for line in proc.stdout or ():
+                lines.append(line)
+                words = line.split()
+                if words[:1] == ["Saved"] or line.startswith("File was already downloaded"):
+                    saved += 1
+                    progress("wheels", saved, None, Path(words[-1]).name)
+                elif words[:1] in (["Collecting"], ["Downloading"]) and len(words) > 1:
+                    progress("wheels", saved, None, Path(words[1]).name)
+            code = proc.wait()
+        finally:
+            watchdog.cancel()
+    return code, "".join(lines[-40:])
+
+
 def fetch_wheels(
-    requirements: list[Requirement], target: ImageTarget, *, cache: Path | None = None
+    requirements: list[Requirement],
+    target: ImageTarget,
+    *,
+    cache: Path | None = None,
+    progress: Progress | None = None,
 ) -> Wheelhouse:
     """Resolve and download the carried requirements' wheels for `target`, through the cache."""
     cache = cache or cache_dir()
@@ -239,20 +279,17 @@ def fetch_wheels(
         entries = []
         with tempfile.TemporaryDirectory(prefix="bsm-wheels-") as tmp:
             if specs:
-                _download(specs, target, Path(tmp))
+                _download(specs, target, Path(tmp), progress)
             for f in sorted(Path(tmp).glob("*.whl")):
                 sha = _sha256(f)
                 blob = cache / "blobs" / sha / f.name
                 if not blob.is_file():
                     blob.parent.mkdir(parents=True, exist_ok=True)
-                    part = blob.with_name(blob.name + f".{os.getpid()}.part")
-                    shutil.copyfile(f, part)
-                    os.replace(part, blob)
+                    with f.open("rb") as src, atomic_open(blob, "wb", flag=None) as dst:
+                        shutil.copyfileobj(src, dst)
                 entries.append({"file": f.name, "sha256": sha, "size": f.stat().st_size})
         resolution.parent.mkdir(parents=True, exist_ok=True)
-        part = resolution.with_name(resolution.name + f".{os.getpid()}.part")
-        part.write_text(json.dumps(entries, indent=1))
-        os.replace(part, resolution)
+        write_text(resolution, json.dumps(entries, indent=1), flag=None)
     return _wheelhouse(requirements, target, entries, cache)
 
 
@@ -300,7 +337,7 @@ def write_folder(house: Wheelhouse, out: Path) -> Path:
     dest.mkdir(parents=True)
     for w in house.wheels:
         shutil.copyfile(w.path, dest / w.file)
-    (dest / "manifest.json").write_text(json.dumps(house.manifest(), indent=1) + "\n")
+    write_text(dest / "manifest.json", json.dumps(house.manifest(), indent=1) + "\n", flag=None)
     return dest
 
 

@@ -7,7 +7,8 @@ path, not after the model was built or the run trained.
 - `check_plan`: `schema_version` is the one this code reads; micro-batch x accumulation x
   data-parallel ranks is the spec's global batch (or the planner rounded it and says so: the
   note `batch_rounded`); `run.steps` >= 1 and agrees with the spec (and with the plan's own
-  token count); `config.seq_len` (the plan's one sequence length) <= the model's `max_seq_len`.
+  token count); `config.seq_len` (the plan's one sequence length) <= the model's `max_seq_len`;
+  `cp_degree` divides shard_degree and splits seq_len into 2 x cp_degree chunks.
 - `preflight`: `checkpoints/`, `model/` and `output/` take a file (create + remove a probe), and
   the checkpoint volume has room for one save of this host's shards (`plan.checkpoint`).
 
@@ -49,6 +50,7 @@ def check_plan(plan: Plan, path: Path) -> None:
         raise _fail(path, "config.seq_len", f"{cfg.seq_len} is above the model's max_seq_len "
                     f"{max_seq} (spec.model.max_seq_len)")  # fmt: skip
 
+    check_context_parallel(plan, path)
     gb, dp = cfg.global_batch_sequences, cfg.data_parallel_size
     want = tr.global_batch_sequences
     # The planner may round a batch it cannot split over the GPUs, and then says so in a note.
@@ -65,7 +67,8 @@ def check_plan(plan: Plan, path: Path) -> None:
         raise _fail(path, field, (
             f"micro_batch_size {cfg.micro_batch_size} x grad_accum_steps {cfg.grad_accum_steps} x "
             f"{dp} data-parallel ranks (shard_degree {cfg.shard_degree} x replicate_degree "
-            f"{cfg.replicate_degree}) = {gb} sequences per step, but the spec's global batch is "
+            f"{cfg.replicate_degree} / cp_degree {cfg.cp_degree}) = {gb} sequences per step, but "
+            "the spec's global batch is "
             f"{want} sequences ({source})"
         ))  # fmt: skip
 
@@ -86,6 +89,35 @@ def check_plan(plan: Plan, path: Path) -> None:
             f"{run.tokens}, but run.steps {run.steps} x {gb} sequences x seq_len {cfg.seq_len} = "
             f"{run.steps * gb * cfg.seq_len}: the plan's batch or steps were changed"
         ))  # fmt: skip
+
+
+def check_context_parallel(plan: Plan, path: Path) -> None:
+    """`config.cp_degree`: a divisor of shard_degree (a CP group lies inside one shard group),
+    splitting seq_len into 2 x cp_degree equal chunks, and equal to a pinned cp_degree."""
+    cfg, pin = plan.config, plan.spec.training.pins.cp_degree
+    cp, s = cfg.cp_degree, cfg.shard_degree
+    if s % cp:
+        raise _fail(
+            path,
+            "config.cp_degree",
+            (
+                f"{cp} does not divide shard_degree {s}: a context-parallel group must lie inside "
+                f"one shard group; allowed: {', '.join(str(d) for d in range(1, s + 1) if s % d == 0)}"
+            ),
+        )
+    if cp > 1 and cfg.seq_len % (2 * cp):
+        raise _fail(
+            path,
+            "config.cp_degree",
+            (
+                f"{cp}: 2 x cp_degree must divide seq_len {cfg.seq_len} (each rank holds two of "
+                f"2 x cp_degree equal chunks of every sequence)"
+            ),
+        )
+    if pin is not None and pin != cp:
+        raise _fail(
+            path, "config.cp_degree", f"{cp}, but the spec pins training.pins.cp_degree {pin}"
+        )
 
 
 def checkpoint_bytes_per_host(plan: Plan) -> int | None:

@@ -101,10 +101,10 @@ def derive_topology(rc: ResourceConfig, plan: Plan, environ: dict[str, str]) -> 
         )
     nproc = plan.instance.gpus_per_instance
     world = nproc * len(hosts)
-    if plan.config.data_parallel_size != world:
+    if plan.config.world_size != world:
         raise BsmError(
             f"the plan's mesh is shard_degree {plan.config.shard_degree} x replicate_degree "
-            f"{plan.config.replicate_degree} = {plan.config.data_parallel_size} processes, but "
+            f"{plan.config.replicate_degree} = {plan.config.world_size} processes, but "
             f"{len(hosts)} host(s) x {nproc} per host = {world}",
             hint="the plan is inconsistent; make it again with bsm plan",
         )

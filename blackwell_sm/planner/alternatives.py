@@ -29,6 +29,7 @@ def to_config(c: Candidate, seq_len: int) -> PlanConfig:
         activation_checkpointing=c.activation_checkpointing,
         compile=c.compile,
         reshard_after_forward=c.reshard_after_forward,
+        cp_degree=c.cp_degree,
     )
 
 
@@ -37,7 +38,7 @@ def does_not_fit(e: Evaluation, usable_gib: float) -> str:
     return f"does not fit: needs {e.memory_gib:.1f} GiB of the usable {usable_gib:.1f} GiB"
 
 
-def _why_not(e: Evaluation, best: Evaluation, usable_gib: float) -> str:
+def why_not(e: Evaluation, best: Evaluation, usable_gib: float) -> str:
     if not e.fits:
         return does_not_fit(e, usable_gib)
     if not best.fits:
@@ -102,6 +103,7 @@ def alternatives(
     for knob in (
         "activation_checkpointing",
         "precision",
+        "cp_degree",
         "shard_degree",
         "reshard_after_forward",
         "compile",
@@ -133,7 +135,7 @@ def alternatives(
                 memory_total_gib=round(e.memory_gib, 2),
                 tokens_per_s_per_gpu=round(e.tokens_per_s_per_gpu, 1),
                 hours=round(e.hours, 3),
-                why_not=f"{', '.join(differs(e, best))}: {_why_not(e, best, usable / GIB)}",
+                why_not=f"{', '.join(differs(e, best))}: {why_not(e, best, usable / GIB)}",
                 set=flags,
             )
         )

@@ -286,6 +286,9 @@ B200_750W_DERATE = 0.75
 #: would pick micro-batch 1 wherever speed is flat, which is slower on a real GPU.
 TIE_FRACTION = 0.01
 COMFORT_FRACTION = 0.85
+#: Context parallelism is searched only from this sequence length: below it a sequence's
+#: activations are small beside the weights' state, and the K/V gathers cost more than they save.
+CP_MIN_SEQ = 16384
 #: "Near miss": a runner-up at least this much faster that misses the usable limit by at most
 #: NEAR_MISS_MEMORY gets advice on what would make it fit.
 NEAR_MISS_SPEEDUP = 0.10

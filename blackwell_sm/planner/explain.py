@@ -12,6 +12,7 @@ from typing import NamedTuple
 
 from blackwell_sm.planner import calibration as C
 from blackwell_sm.planner.alternatives import alternatives, differs
+from blackwell_sm.planner.cp_choice import cp_advice, cp_reason
 from blackwell_sm.planner.frame import Problem
 from blackwell_sm.planner.memory import GIB
 from blackwell_sm.planner.notes import Note, advice, reason, warning
@@ -54,6 +55,9 @@ def explain(problem: Problem, choice: Choice) -> Explanation:
             ctx, choice, problem.allowed, problem.time_limit, problem.user_deadline
         )
     notes += reasons_for(best, ctx, pins)
+    why_cp = cp_reason(choice.evaluated, best, ctx, pins)
+    if why_cp:
+        notes.append(why_cp)
     tie = [n for n in choice.config_notes if n.code == "tie_free_memory"]
     if pins.precision:
         notes.append(reason("precision", f"precision {c.precision} (pinned)"))
@@ -201,6 +205,9 @@ def advice_for(
                     f"activation_checkpointing: full fits ({e.memory_gib:.1f} GiB {of_usable})",
                 )
             )
+    fit_cp = cp_advice(ctx, count, pins, best, precs)
+    if fit_cp:
+        out.append(fit_cp)
     s = ctx.seq_len // 2
     while s >= 256:
         e = min_memory(ctx._replace(seq_len=s), count, pins, precs)

@@ -38,6 +38,7 @@ class Pins(NamedTuple):
     activation_checkpointing: str | None = None
     compile: bool | None = None
     reshard_after_forward: bool | None = None
+    cp_degree: int | None = None
 
 
 class Context(NamedTuple):
@@ -54,6 +55,7 @@ class Context(NamedTuple):
     compiled_loss: bool = False  # the loop does not compile its loss; rows of other stacks may
     packed: bool = False  # task: finetune: packed rows, a block-diagonal attention mask
     constants: C.Constants | None = None  # a calibration profile's; None: calibration.py's
+    loss_impl: str = "full-logits"  # the loop's is the spec's (chunked); other stacks' rows full
 
 
 class Problem(NamedTuple):
@@ -106,6 +108,16 @@ def pin_problem(ctx: Context, count: int, pins: Pins) -> SpecError | None:
             f"{world} ({count} instances x {ctx.instance.gpus_per_instance})",
             field="training.pins.shard_degree",
         )
+    cp = pins.cp_degree
+    if cp is not None and cp > 1 and (world % cp or (s is not None and s % cp)):
+        of = f"shard_degree {s}" if s is not None and s % cp else f"the GPU count {world}"
+        top = s if s is not None and s % cp else world
+        return SpecError(
+            f"training.pins.cp_degree {cp} must divide {of} (a context-parallel group lies "
+            f"inside one shard group); allowed: "
+            + ", ".join(str(d) for d in range(1, top + 1) if top % d == 0),
+            field="training.pins.cp_degree",
+        )
     if pins.precision and not ctx.instance.gpu.supports(pins.precision):
         return SpecError(
             f"training.precision {pins.precision} is not supported on {ctx.instance.gpu.name}; "
@@ -128,6 +140,7 @@ def pins_of(spec: RunSpec) -> Pins:
         else tr.activation_checkpointing,
         compile=p.compile,
         reshard_after_forward=p.reshard_after_forward,
+        cp_degree=p.cp_degree,
     )
 
 
@@ -193,6 +206,7 @@ def context(
         price,
         packed=tr.task == "finetune",
         constants=constants,
+        loss_impl=tr.loss_impl,
     )
     return ctx, local, notes, ref
 

@@ -16,7 +16,7 @@ from functools import lru_cache
 from typing import NamedTuple
 
 from blackwell_sm.planner import calibration as C
-from blackwell_sm.spec import ModelSpec, arch
+from blackwell_sm.spec import ModelSpec, arch, long_context
 
 GIB = 1024**3
 
@@ -187,13 +187,73 @@ def activation_bytes(
 
 
 def logits_and_loss_bytes(
-    model: ModelSpec | Shape, micro_batch: int, seq_len: int, *, compiled_loss: bool = False
+    model: ModelSpec | Shape,
+    micro_batch: int,
+    seq_len: int,
+    *,
+    compiled_loss: bool = False,
+    loss_impl: str = "full-logits",
+    kind: str = "cuda",
 ) -> float:
-    """Logits and the fp32 cross-entropy at its peak: b x s x V x bytes per logit (fewer when the
-    loss is compiled, which fuses the fp32 upcast and log-softmax)."""
+    """The loss at its peak for the `micro_batch x seq_len` tokens on this GPU. `chunked` (the
+    loop's default, train/loss.py): one chunk of logits and the head input's gradient
+    (`long_context.chunked_loss_bytes`). `full-logits`: b x s x V x bytes per logit (fewer when
+    the loss is compiled, which fuses the fp32 upcast and log-softmax; rows of other stacks)."""
     model = shape(model) if isinstance(model, ModelSpec) else model
+    tokens = micro_batch * seq_len
+    if loss_impl == "chunked":
+        return long_context.chunked_loss_bytes(model.vocab_size, model.d_model, tokens, kind=kind)
     per = C.LOSS_BYTES_PER_LOGIT_COMPILED if compiled_loss else C.LOSS_BYTES_PER_LOGIT
-    return float(micro_batch * seq_len * model.vocab_size * per)
+    return float(tokens * model.vocab_size * per)
+
+
+def context_parallel_bytes(
+    model: ModelSpec | Shape, micro_batch: int, seq_len: int, cp_degree: int, mode: str
+) -> float:
+    """What context parallelism adds on one GPU (train/context_parallel.py): each attention holds
+    the whole sequence's keys and values (b x s x 2 x kv x 2 bytes, all-gathered). Without
+    checkpointing every block keeps its gathered K/V for backward (beyond the local share the
+    activations count); with it only the block being recomputed holds them, with their
+    gradients (before the reduce-scatter)."""
+    if cp_degree == 1:
+        return 0.0
+    model = shape(model) if isinstance(model, ModelSpec) else model
+    kv_bytes = micro_batch * seq_len * 2 * model.kv_dim * 2
+    if mode == "none":
+        return model.n_layers * kv_bytes * (cp_degree - 1) / cp_degree
+    return 2.0 * kv_bytes
+
+
+def attention_mask_bytes(
+    model: ModelSpec | Shape,
+    micro_batch: int,
+    seq_len: int,
+    mode: str,
+    *,
+    packed: bool,
+    cp_degree: int,
+    kind: str,
+) -> float:
+    """The attention mask's bytes (train/attention.py, `long_context.mask_kind`): none for the
+    causal kernel; a dense mask as `arch.document_mask_bytes` (queries: this rank's share of the
+    sequence); FlexAttention's block mask, a few bytes per 128 x 128 block."""
+    model = shape(model) if isinstance(model, ModelSpec) else model
+    q_len = seq_len // cp_degree
+    form = long_context.mask_kind(
+        packed=packed, cp_degree=cp_degree, micro_batch=micro_batch, q_len=q_len,
+        kv_len=seq_len, device=kind,
+    )  # fmt: skip
+    if form == "causal":
+        return 0.0
+    if form == "block":  # kv_num_blocks, kv_indices, and their full-block twins (int32)
+        return float(micro_batch * 2 * 4 * (-(-q_len // 128)) * (1 + -(-seq_len // 128)))
+    # Without packing the mask is the same for every row: (1, 1, q, kv), broadcast over the batch.
+    rows = micro_batch if packed else 1
+    return float(
+        arch.document_mask_bytes(
+            model.spec, micro_batch, seq_len, mode, q_len=q_len, mask_rows=rows
+        )
+    )
 
 
 def fp8_extra_bytes(model: ModelSpec | Shape, precision: str) -> float:
@@ -265,10 +325,14 @@ def memory_terms(
     compiled_loss: bool = False,
     packed: bool = False,
     fragmentation: float = C.FRAGMENTATION,
+    cp_degree: int = 1,
+    loss_impl: str = "full-logits",
 ) -> MemoryTerms:
     """All terms for one configuration on one GPU (`packed`: fine-tuning rows of packed samples,
-    whose block-diagonal attention mask adds `arch.document_mask_bytes` to the activations;
-    `fragmentation`: the allocator's, from a calibration profile when one applies)."""
+    whose block-diagonal attention mask adds `attention_mask_bytes` to the activations;
+    `fragmentation`: the allocator's, from a calibration profile when one applies; `cp_degree`:
+    each GPU holds seq_len / cp_degree tokens of every sequence, plus `context_parallel_bytes`;
+    `loss_impl`: the loss's term, `logits_and_loss_bytes`)."""
     model = shape(model) if isinstance(model, ModelSpec) else model
     params, grads, optim = state_bytes(model, shard_degree)
     single = shard_degree * replicate_degree == 1
@@ -276,12 +340,16 @@ def memory_terms(
     gathered = gathered_param_bytes(model, precision, reshard_after_forward)
     grad_t = grad_transient_bytes(model)
     fused = kind != "cpu"
-    acts = activation_bytes(model, micro_batch, seq_len, mode, compile=compile, fused_norm=fused)
-    if packed:
-        acts += arch.document_mask_bytes(model.spec, micro_batch, seq_len, mode)
-    logits = logits_and_loss_bytes(model, micro_batch, seq_len, compiled_loss=compiled_loss)
+    local = seq_len // cp_degree  # this GPU's tokens of each sequence
+    acts = activation_bytes(model, micro_batch, local, mode, compile=compile, fused_norm=fused)
+    acts += context_parallel_bytes(model, micro_batch, seq_len, cp_degree, mode)
+    acts += attention_mask_bytes(model, micro_batch, seq_len, mode, packed=packed,
+                                 cp_degree=cp_degree, kind=kind)  # fmt: skip
+    logits = logits_and_loss_bytes(model, micro_batch, local, compiled_loss=compiled_loss,
+                                   loss_impl=loss_impl, kind=kind)  # fmt: skip
     lowp = fp8_extra_bytes(model, precision)
     n_groups = 0 if single else (1 if replicate_degree == 1 or shard_degree == 1 else 2)
+    n_groups += 1 if cp_degree > 1 else 0
     runtime, frag = overhead_bytes(kind, acts + logits + grad_t, n_groups, fragmentation)
     return MemoryTerms(
         params, grads, optim, gathered, grad_t, acts, logits, lowp, runtime + frag, runtime

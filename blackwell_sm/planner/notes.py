@@ -47,6 +47,7 @@ NOTE_CODES: dict[str, str] = {
     "precision_chosen": "precision auto chose a low precision, and why",
     "precision_kept_bf16": "precision auto kept bf16, and why",
     "precision_skipped": "a low precision not considered (unsupported, ineligible, no fit)",
+    "cp_degree": "the context-parallel degree: pinned, needed to fit, or faster",
     "tie_free_memory": "among equally fast layouts, the one with more free memory",
     "pinned_config": "a pinned configuration, not searched",
     # advice
@@ -54,6 +55,7 @@ NOTE_CODES: dict[str, str] = {
     "fit_none_with_pins": "no instance count fits with these pins",
     "fit_full_checkpointing": "full activation checkpointing would fit",
     "fit_seq_len": "a shorter seq_len would fit",
+    "fit_cp_degree": "context parallelism (training.pins.cp_degree) would fit",
     "fit_precision": "a low precision would fit",
     "fit_micro_batch": "micro_batch_size 1 would fit",
     "fit_combine": "no single change fits",

@@ -36,11 +36,13 @@ _PREC_RANK = {"bf16": 0, "fp8": 1, "mxfp8": 2}
 
 
 def complexity(c: Candidate) -> tuple:
-    """Smaller is simpler: fewer instances, plain FSDP, less checkpointing, bf16, eager, the
-    FSDP2 default reshard_after_forward=True, larger micro-batches (fewer steps to accumulate)."""
+    """Smaller is simpler: fewer instances, plain FSDP, no context parallelism, less
+    checkpointing, bf16, eager, the FSDP2 default reshard_after_forward=True, larger
+    micro-batches (fewer steps to accumulate)."""
     return (
         c.instance_count,
         c.replicate_degree > 1,
+        c.cp_degree,
         _MODE_RANK.get(c.activation_checkpointing, 1),
         _PREC_RANK[c.precision],
         c.compile,

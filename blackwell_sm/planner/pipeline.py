@@ -92,7 +92,11 @@ def pinned_plan(
             f"{ctx.instance.gpus_per_instance} = {world} GPUs",
             field="config.shard_degree",
         )
-    check_pins(ctx, instance_count, Pins(precision=cand.precision))
+    check_pins(
+        ctx,
+        instance_count,
+        Pins(precision=cand.precision, cp_degree=cand.cp_degree, shard_degree=cand.shard_degree),
+    )
     e = evaluate(ctx, cand)
     return assemble_plan(
         spec,

@@ -18,6 +18,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, computed_field, model_serializer, model_validator
 
 from blackwell_sm.planner.notes import Note
+from blackwell_sm.planner.plan_versions import from_v1, seq_len_into_spec
 from blackwell_sm.spec import Checkpointing, ModelSpec, Precision, TrainingSpec
 
 #: What to do about a plan file that does not validate or check out.
@@ -68,10 +69,23 @@ class PlanConfig(_Out):
     activation_checkpointing: Checkpointing
     compile: bool
     reshard_after_forward: bool
+    cp_degree: int = Field(
+        1,
+        ge=1,
+        description="Context parallelism: consecutive ranks of a shard group that share each "
+        "sequence (1 = none). It divides shard_degree; parameters stay sharded over all "
+        "shard_degree ranks (the CP ranks join the FSDP dimension).",
+    )
+
+    @property
+    def world_size(self) -> int:
+        """Processes (GPUs) the plan runs on."""
+        return self.shard_degree * self.replicate_degree
 
     @property
     def data_parallel_size(self) -> int:
-        return self.shard_degree * self.replicate_degree
+        """Ranks that read different sequences: the world over the context-parallel groups."""
+        return self.world_size // self.cp_degree
 
     @property
     def global_batch_sequences(self) -> int:
@@ -287,10 +301,10 @@ class Plan(_Out):
                 f"({', '.join(map(str, READABLE_VERSIONS))})"
             )
         if version == 1:
-            _from_v1(data)
+            from_v1(data)
         for key in ("warnings", "reasons", "advice"):
             data.pop(key, None)
-        _seq_len_into_spec(data)
+        seq_len_into_spec(data)
         return data
 
     def _texts(self, kind: str) -> list[str]:
@@ -347,48 +361,3 @@ class Plan(_Out):
             err = spec_error(e, root=cls, source=f"plan {path}")
             err.hint = PLAN_HINT
             raise err from None
-
-
-def _get(obj: Any, key: str) -> Any:
-    return obj.get(key) if isinstance(obj, dict) else getattr(obj, key, None)
-
-
-def _from_v1(data: dict[str, Any]) -> None:
-    """A version-1 plan's lists as notes (code `v1`); its second seq_len checked and removed."""
-    data["notes"] = [
-        {"kind": kind, "code": "v1", "text": text}
-        for kind, key in (("warning", "warnings"), ("reason", "reasons"), ("advice", "advice"))
-        for text in data.get(key) or []
-    ]
-    spec = data.get("spec")
-    training = _get(spec, "training")
-    if isinstance(training, dict) and "seq_len" in training:
-        training = dict(training)
-        seq = training.pop("seq_len")
-        config_seq = _get(data.get("config"), "seq_len")
-        if seq != config_seq:
-            raise ValueError(
-                f"schema_version 1 plan: spec.training.seq_len {seq} disagrees with "
-                f"config.seq_len {config_seq}"
-            )
-        data["spec"] = {**spec, "training": training}
-
-
-def _seq_len_into_spec(data: dict[str, Any]) -> None:
-    """`spec.training.seq_len` from `config.seq_len`; a plan that states it twice is refused."""
-    seq = _get(data.get("config"), "seq_len")
-    spec = data.get("spec")
-    training = _get(spec, "training")
-    if seq is None or training is None:
-        return  # pydantic names what is missing
-    if isinstance(training, dict):
-        if "seq_len" in training:
-            raise ValueError(
-                "spec.training.seq_len: the plan holds seq_len once, in config.seq_len"
-            )
-        data["spec"] = {**dict(spec), "training": {**training, "seq_len": seq}}
-    elif training.seq_len != seq:
-        raise ValueError(
-            f"config.seq_len {seq} and spec.training.seq_len {training.seq_len} differ: a plan "
-            "has one sequence length"
-        )

@@ -38,14 +38,20 @@ class Candidate(NamedTuple):
     activation_checkpointing: str
     compile: bool
     reshard_after_forward: bool
+    cp_degree: int = 1  # context parallelism: ranks of a shard group sharing each sequence
 
     @property
     def world(self) -> int:
         return self.shard_degree * self.replicate_degree
 
     @property
+    def data_parallel(self) -> int:
+        """Ranks that read different sequences: the world over the context-parallel groups."""
+        return self.world // self.cp_degree
+
+    @property
     def global_batch_seqs(self) -> int:
-        return self.micro_batch_size * self.grad_accum_steps * self.world
+        return self.micro_batch_size * self.grad_accum_steps * self.data_parallel
 
 
 class Evaluation(NamedTuple):
@@ -102,6 +108,7 @@ def knobs(ctx: Context, c: Candidate) -> dict[str, Any]:
         "mode": c.activation_checkpointing,
         "compile": c.compile,
         "reshard_after_forward": c.reshard_after_forward,
+        "cp_degree": c.cp_degree,
     }
 
 
@@ -113,6 +120,7 @@ def memory_of(ctx: Context, c: Candidate) -> MemoryTerms:
         compiled_loss=ctx.compiled_loss,
         packed=ctx.packed,
         fragmentation=constants(ctx).fragmentation,
+        loss_impl=ctx.loss_impl,
     )
 
 
@@ -136,6 +144,7 @@ def evaluate(
         grad_accum=c.grad_accum_steps,
         packed=ctx.packed,
         constants=k,
+        loss_impl=ctx.loss_impl,
         per_token=per_token,
         comm=comm,
     )
@@ -187,10 +196,9 @@ class Space(NamedTuple):
     compiles: tuple[bool, ...]
     reshards: tuple[bool, ...]  # for a shard degree over 1 (one GPU never reshards)
 
-    def splits(self, ctx: Context, pins: Pins, world: int) -> list[tuple[int, int]]:
-        return batch_splits(
-            ctx.global_batch_seqs, world, pins.micro_batch_size, pins.grad_accum_steps
-        )
+    def splits(self, ctx: Context, pins: Pins, dp: int) -> list[tuple[int, int]]:
+        """The (micro-batch, accumulation) pairs over `dp` data-parallel ranks."""
+        return batch_splits(ctx.global_batch_seqs, dp, pins.micro_batch_size, pins.grad_accum_steps)
 
 
 def space(ctx: Context, count: int, pins: Pins) -> Space:
@@ -221,21 +229,40 @@ def candidates(
     """Every configuration on `count` instances that honours `pins`."""
     sp = space(ctx, count, pins)
     for s, r in sp.layouts:
-        splits = sp.splits(ctx, pins, s * r)
-        for p in precisions:
-            for mode in sp.modes:
-                for comp in sp.compiles:
-                    for rs in sp.reshards if s > 1 else (True,):
-                        # micro-batch innermost and ascending: a search stops at the first that
-                        # does not fit (memory grows with the micro-batch).
-                        for mb, ga in splits:
-                            yield Candidate(count, s, r, mb, ga, p, mode, comp, rs)
+        for cp in cp_degrees(ctx, s, pins):
+            splits = sp.splits(ctx, pins, s * r // cp)
+            for p in precisions:
+                for mode in sp.modes:
+                    for comp in sp.compiles:
+                        for rs in sp.reshards if s > 1 else (True,):
+                            # micro-batch innermost and ascending: a search stops at the first
+                            # that does not fit (memory grows with the micro-batch).
+                            for mb, ga in splits:
+                                yield Candidate(count, s, r, mb, ga, p, mode, comp, rs, cp)
+
+
+def cp_degrees(ctx: Context, shard_degree: int, pins: Pins) -> list[int]:
+    """Context-parallel degrees to try: the pin, else 1 and (for sequences of at least
+    CP_MIN_SEQ) each power of two up to the GPUs of a node that divides the shard group and
+    splits the sequence into 2 x cp chunks."""
+    if pins.cp_degree is not None:  # a layout whose shard group it does not divide has none
+        return [] if shard_degree % pins.cp_degree else [pins.cp_degree]
+    out = [1]
+    if ctx.seq_len < C.CP_MIN_SEQ:
+        return out
+    cp = 2
+    while cp <= min(shard_degree, ctx.instance.gpus_per_instance):
+        if shard_degree % cp == 0 and ctx.seq_len % (2 * cp) == 0:
+            out.append(cp)
+        cp *= 2
+    return out
 
 
 def group_of(c: Candidate) -> tuple:
     """The knobs but the micro-batch: within a group, memory grows with the micro-batch."""
     return (
         c.shard_degree,
+        c.cp_degree,
         c.precision,
         c.activation_checkpointing,
         c.compile,

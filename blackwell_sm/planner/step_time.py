@@ -11,7 +11,7 @@ from typing import NamedTuple
 from blackwell_sm.hardware import InstanceType
 from blackwell_sm.planner import calibration as C
 from blackwell_sm.planner.memory import Shape, root_params
-from blackwell_sm.spec import arch
+from blackwell_sm.spec import arch, long_context
 
 
 def recompute_flops_per_token(model: Shape, seq_len: int, mode: str) -> tuple[float, float]:
@@ -50,9 +50,13 @@ def compute_terms_per_token(
     compile: bool,
     packed: bool = False,
     constants: C.Constants | None = None,
+    loss_impl: str = "full-logits",
 ) -> tuple[float, float]:
     """(forward + backward, recompute) seconds of compute per token on one GPU. `constants`:
-    the calibration to use (default: `calibration.constants_for` the instance's GPU)."""
+    the calibration to use (default: `calibration.constants_for` the instance's GPU). `packed`:
+    the attention takes a dense mask (every score block computed; `dense_mask`). `loss_impl`
+    chunked: the loss's backward recomputes each chunk's logits (8 head FLOPs per parameter,
+    not 6)."""
     gpu = instance.gpu
     k = constants or C.constants_for(gpu.name)
     scale = k.compute_scale
@@ -65,7 +69,8 @@ def compute_terms_per_token(
     head_params = model.n_matmul_params - model.n_layers * model.params_per_layer
     rec_lin, rec_attn = recompute_flops_per_token(model, seq_len, mode)
     t_lin = 6.0 * lin_params / (lowp_peak * eff_lin)
-    t_head = 6.0 * head_params / (bf16_peak * eff_bf16)  # the output head stays bf16
+    head_flops = 8.0 if loss_impl == "chunked" else 6.0
+    t_head = head_flops * head_params / (bf16_peak * eff_bf16)  # the output head stays bf16
     frac = 1.0 if packed else C.ATTENTION_CAUSAL_FRACTION
     attn = 12.0 * model.n_layers * model.spec.q_dim * seq_len * frac
     t_attn = attn / (bf16_peak * eff_attn)
@@ -92,6 +97,43 @@ def link_bandwidth(
         per_gpu = instance.inter_node_gbps / 8.0 / instance.gpus_per_instance * 1e9
         return per_gpu * k.efa_efficiency
     return instance.intra_node_gb_s * 1e9 * k.nvlink_efficiency
+
+
+def dense_mask(
+    packed: bool, cp_degree: int, micro_batch: int, seq_len: int, instance: InstanceType
+) -> bool:
+    """Whether the attention takes a dense mask (`long_context.mask_kind`): every score block is
+    then computed, where the causal kernel and FlexAttention's block mask skip the upper half."""
+    form = long_context.mask_kind(
+        packed=packed,
+        cp_degree=cp_degree,
+        micro_batch=micro_batch,
+        q_len=seq_len // cp_degree,
+        kv_len=seq_len,
+        device=instance.gpu.kind,
+    )
+    return form == "dense"
+
+
+def context_parallel_comm_s(
+    model: Shape,
+    instance: InstanceType,
+    micro_batch: int,
+    seq_len: int,
+    cp_degree: int,
+    mode: str,
+    constants: C.Constants | None = None,
+) -> float:
+    """Seconds per micro-batch of context parallelism's collectives (train/context_parallel.py):
+    in every block the K and V all-gather (forward, and again when a checkpointing `mode`
+    recomputes the block: the gather is not among the ops any mode keeps) and the reduce-scatter
+    of their gradients; each GPU moves (cp - 1) / cp of the whole sequence's K/V (bf16). They
+    sit on the attention's critical path: all exposed."""
+    if cp_degree == 1:
+        return 0.0
+    kv = micro_batch * seq_len * 2 * model.kv_dim * 2 * (cp_degree - 1) / cp_degree
+    bw = link_bandwidth(instance, cp_degree > instance.gpus_per_instance, constants)
+    return model.n_layers * (2 if mode == "none" else 3) * kv / bw
 
 
 def optimizer_time(
@@ -143,19 +185,24 @@ def comm_per_micro_batch(
     return Comm(t_ag + t_rs + t_ar, t_first)
 
 
-def exposed(comm: Comm, compute_s: float, overlap: float) -> float:
+def exposed(comm: Comm, compute_s: float, overlap: float, cp_s: float = 0.0) -> float:
     """The communication of one micro-batch not hidden under its `compute_s`: the first gather
-    and the last reduce-scatter, and what passes `overlap` of the compute. Never more than all
-    of it."""
-    return comm.first + max(0.0, comm.total - comm.first - overlap * compute_s)
+    and the last reduce-scatter, and what passes `overlap` of the compute (never more than all
+    of it), and the context-parallel collectives `cp_s` (all exposed)."""
+    return comm.first + max(0.0, comm.total - comm.first - overlap * compute_s) + cp_s
 
 
 def step_seconds(
-    compute_s: float, comm: Comm, overlap: float, grad_accum: int, optimizer_s: float
+    compute_s: float,
+    comm: Comm,
+    overlap: float,
+    grad_accum: int,
+    optimizer_s: float,
+    cp_s: float = 0.0,
 ) -> float:
     """One optimizer step: every micro-batch's compute and exposed communication, then the
     optimizer."""
-    return grad_accum * (compute_s + exposed(comm, compute_s, overlap)) + optimizer_s
+    return grad_accum * (compute_s + exposed(comm, compute_s, overlap, cp_s)) + optimizer_s
 
 
 class StepTime(NamedTuple):
@@ -182,27 +229,33 @@ def step_time(
     reshard_after_forward: bool,
     packed: bool = False,
     constants: C.Constants | None = None,
+    cp_degree: int = 1,
+    loss_impl: str = "full-logits",
     per_token: tuple[float, float] | None = None,
     comm: Comm | None = None,
 ) -> StepTime:
-    """Predicted time of one optimizer step on every GPU (they run in lock-step). `per_token`,
-    `comm`: `compute_terms_per_token` and `comm_per_micro_batch` of these arguments, when the
-    caller has them already."""
+    """Predicted time of one optimizer step on every GPU (they run in lock-step). `cp_degree`:
+    each GPU computes seq_len / cp_degree tokens of each sequence (attention over the whole
+    sequence) and all-gathers K/V (`context_parallel_comm_s`). `per_token`, `comm`:
+    `compute_terms_per_token` and `comm_per_micro_batch` of these arguments, when the caller
+    has them already."""
     k = constants or C.constants_for(instance.gpu.name)
-    tokens = micro_batch * seq_len
+    tokens = micro_batch * seq_len // cp_degree
+    dense = dense_mask(packed, cp_degree, micro_batch, seq_len, instance)
     base, rec = per_token or compute_terms_per_token(
-        model, instance, seq_len, precision, mode, compile, packed, k
+        model, instance, seq_len, precision, mode, compile, dense, k, loss_impl
     )
     t_comp = tokens * (base + rec)
     comm = comm or comm_per_micro_batch(
         model, instance, shard_degree, replicate_degree, precision, reshard_after_forward, k
     )
-    exposed_mb = exposed(comm, t_comp, k.comm_overlap)
+    t_cp = context_parallel_comm_s(model, instance, micro_batch, seq_len, cp_degree, mode, k)
+    exposed_mb = exposed(comm, t_comp, k.comm_overlap, t_cp)
     t_opt = optimizer_time(model, instance, shard_degree, k)
-    step = step_seconds(t_comp, comm, k.comm_overlap, grad_accum, t_opt)
+    step = step_seconds(t_comp, comm, k.comm_overlap, grad_accum, t_opt, t_cp)
     return StepTime(
         grad_accum * t_comp,
-        grad_accum * comm.total,
+        grad_accum * (comm.total + t_cp),
         grad_accum * exposed_mb,
         t_opt,
         step,

@@ -21,6 +21,7 @@ from blackwell_sm.planner.search import (
     batch_splits,
     candidates,
     constants,
+    cp_degrees,
     evaluate,
     fits,
     group_of,
@@ -34,6 +35,8 @@ from blackwell_sm.planner.step_time import (
     Comm,
     comm_per_micro_batch,
     compute_terms_per_token,
+    context_parallel_comm_s,
+    dense_mask,
     exposed,
     optimizer_time,
     step_seconds,
@@ -50,7 +53,7 @@ class Table:
         self._fits: dict[tuple[int, tuple[str, ...]], bool] = {}
         self._all: dict[tuple[int, str], list[Evaluation]] = {}
         self._contenders: dict[tuple[int, str, float], list[Evaluation]] = {}
-        self._per_token: dict[tuple[str, str, bool], tuple[float, float]] = {}
+        self._per_token: dict[tuple[str, str, bool, bool], tuple[float, float]] = {}
         self._memory: dict[tuple, MemoryTerms] = {}
         self._comm: dict[tuple, Comm] = {}
         self._opt: dict[int, float] = {}
@@ -71,17 +74,23 @@ class Table:
             c.activation_checkpointing,
             c.compile,
             c.reshard_after_forward,
+            c.cp_degree,
         )
         mem = self._memory.get(key)
         if mem is None:
             mem = self._memory[key] = memory_of(self.ctx, c)
         return mem
 
-    def per_token(self, c: Candidate) -> tuple[float, float]:
-        """(compute, recompute) seconds per token: the same for every count and layout."""
-        key = (c.precision, c.activation_checkpointing, c.compile)
+    def per_token(self, c: Candidate, dense: bool | None = None) -> tuple[float, float]:
+        """(compute, recompute) seconds per token: the same for every count and layout with the
+        same attention mask (`dense`: given, else `c`'s; a dense mask is the dearest)."""
+        ctx = self.ctx
+        if dense is None:
+            dense = dense_mask(
+                ctx.packed, c.cp_degree, c.micro_batch_size, ctx.seq_len, ctx.instance
+            )
+        key = (c.precision, c.activation_checkpointing, c.compile, dense)
         if key not in self._per_token:
-            ctx = self.ctx
             self._per_token[key] = compute_terms_per_token(
                 ctx.model,
                 ctx.instance,
@@ -89,10 +98,24 @@ class Table:
                 c.precision,
                 c.activation_checkpointing,
                 c.compile,
-                ctx.packed,
+                dense,
                 constants(ctx),
+                ctx.loss_impl,
             )
         return self._per_token[key]
+
+    def cp_s(self, c: Candidate) -> float:
+        """One micro-batch's context-parallel collectives (all exposed)."""
+        ctx = self.ctx
+        return context_parallel_comm_s(
+            ctx.model,
+            ctx.instance,
+            c.micro_batch_size,
+            ctx.seq_len,
+            c.cp_degree,
+            c.activation_checkpointing,
+            constants(ctx),
+        )
 
     def comm(self, c: Candidate) -> Comm:
         """One micro-batch's collectives: the same for every candidate of a layout."""
@@ -114,8 +137,10 @@ class Table:
             t_opt = self._opt[c.shard_degree] = optimizer_time(
                 ctx.model, ctx.instance, c.shard_degree, k
             )
-        t_comp = c.micro_batch_size * ctx.seq_len * (base + rec)
-        step = step_seconds(t_comp, self.comm(c), k.comm_overlap, c.grad_accum_steps, t_opt)
+        t_comp = c.micro_batch_size * ctx.seq_len // c.cp_degree * (base + rec)
+        step = step_seconds(
+            t_comp, self.comm(c), k.comm_overlap, c.grad_accum_steps, t_opt, self.cp_s(c)
+        )
         return steps_for(ctx, c) * step / 3600.0
 
     def evaluate(self, c: Candidate, mem: MemoryTerms | None = None) -> Evaluation:
@@ -180,11 +205,13 @@ class Table:
         top: int | None = None,
     ) -> bool:
         """Whether some fitting candidate on `count` instances at `precisions` (default: every
-        one searched) takes at most `hours` (`top`: the largest count that will be asked). Knob values are passed over as soon as a lower
-        bound shows they cannot: a (precision, checkpointing, compile) whose compute alone (the
-        run's tokens over the GPUs) takes longer; a resharding choice whose leanest layout (the
-        most sharding, the smallest micro-batch) does not fit, as no other layout can; a layout
-        whose least unhidden communication makes it too slow. Only what is left is evaluated."""
+        one searched) takes at most `hours` (`top`: the largest count that will be asked).
+        Knob values are passed over as soon as a lower bound shows they cannot: a (precision,
+        checkpointing, compile) whose compute alone (the run's tokens over the GPUs, without a
+        dense mask) takes longer; a resharding choice whose leanest layout (the most sharding,
+        the smallest micro-batch, at any context-parallel degree) does not fit, as no other
+        layout can; a layout whose least unhidden communication makes it too slow. Only what is
+        left is evaluated."""
         ctx, pins = self.ctx, self.pins
         if ctx.total_steps is not None:
             tokens = ctx.total_steps * ctx.global_batch_seqs * ctx.seq_len
@@ -195,48 +222,61 @@ class Table:
         if not sp.layouts:
             return False
         s_max, r_max = max(sp.layouts)
-        mb_min = min(m for m, _ in self._splits(s_max * r_max))
+        monotone = (  # full shard on offer, micro-batch not tied to the count
+            pins.shard_degree is None
+            and pins.replicate_degree is None
+            and pins.grad_accum_steps is None
+        )
         for p in precisions or self.precisions:
             for mode in sp.modes:
                 for comp in sp.compiles:
-                    probe = Candidate(count, s_max, r_max, mb_min, 1, p, mode, comp, True)
-                    per_token = sum(self.per_token(probe))
+                    probe = Candidate(count, s_max, r_max, 1, 1, p, mode, comp, True)
+                    per_token = sum(self.per_token(probe, dense=False))
                     if per_gpu * per_token / 3600.0 > hours:
                         continue
                     for rs in sp.reshards if s_max > 1 else (True,):
                         leanest = probe._replace(reshard_after_forward=rs)
-                        monotone = (  # full shard on offer, micro-batch not tied to the count
-                            pins.shard_degree is None
-                            and pins.replicate_degree is None
-                            and pins.grad_accum_steps is None
-                        )
                         if not self._leanest_fits(leanest, monotone, top or count):
                             continue
                         for s, r in sp.layouts:
-                            c = probe._replace(
-                                shard_degree=s, replicate_degree=r, reshard_after_forward=rs
-                            )
-                            if (s > 1 or rs) and self._within(c, per_gpu, per_token, hours):
-                                return True
+                            if s == 1 and not rs:
+                                continue
+                            for cp in cp_degrees(ctx, s, pins):
+                                c = probe._replace(
+                                    shard_degree=s,
+                                    replicate_degree=r,
+                                    reshard_after_forward=rs,
+                                    cp_degree=cp,
+                                )
+                                if self._within(c, per_gpu, per_token, hours):
+                                    return True
         return False
 
     def _leanest_fits(self, c: Candidate, monotone: bool, top: int) -> bool:
-        """Whether `c` (a count's most sharded layout, smallest micro-batch) fits. When full
-        sharding is on offer and the smallest micro-batch does not depend on the count, that
-        layout shards over every GPU and needs less memory on more instances (`monotone`): per
-        knob set the smallest count up to `top` where it fits is found once (a binary search)
-        and every count is answered from it."""
+        """Whether `c`'s knobs fit on a count's most sharded layout at the smallest micro-batch
+        and some context-parallel degree. When full sharding is on offer and the smallest
+        micro-batch does not depend on the count, that layout shards over every GPU and needs
+        less memory on more instances (`monotone`): per knob set the smallest count up to `top`
+        where it fits is found once (a binary search) and every count is answered from it."""
+        cps = cp_degrees(self.ctx, c.shard_degree, self.pins)
+
+        def fits_at(probe: Candidate) -> bool:
+            for cp in cps:
+                mb = min(m for m, _ in self._splits(probe.world // cp))
+                lean = probe._replace(cp_degree=cp, micro_batch_size=mb)
+                if fits(self.ctx.instance, self.memory(lean)):
+                    return True
+            return False
+
         if not monotone:
-            return fits(self.ctx.instance, self.memory(c))
+            return fits_at(c)
         key = (c.precision, c.activation_checkpointing, c.compile, c.reshard_after_forward)
         if key not in self._frontier:
             lo, hi = 0, top + 1  # lo does not fit (or is 0); hi fits (or is past top)
             while hi - lo > 1:
                 mid = (lo + hi) // 2
-                probe = c._replace(
-                    instance_count=mid, shard_degree=mid * self.ctx.instance.gpus_per_instance
-                )
-                if fits(self.ctx.instance, self.memory(probe)):
+                gpus = mid * self.ctx.instance.gpus_per_instance
+                if fits_at(c._replace(instance_count=mid, shard_degree=gpus, replicate_degree=1)):
                     hi = mid
                 else:
                     lo = mid
@@ -247,10 +287,11 @@ class Table:
         """Whether a fitting split (micro-batch, accumulation) of `group`'s knobs takes at most
         `hours`; a lower bound first: its compute and its least unhidden communication."""
         ctx = self.ctx
-        splits = self._splits(group.world)
+        splits = self._splits(group.data_parallel)
         mb = max(m for m, _ in splits)
-        tokens_mb = mb * ctx.seq_len
-        least = exposed(self.comm(group), tokens_mb * per_token, constants(ctx).comm_overlap)
+        tokens_mb = mb * ctx.seq_len // group.cp_degree
+        cp_s = self.cp_s(group._replace(micro_batch_size=mb))
+        least = exposed(self.comm(group), tokens_mb * per_token, constants(ctx).comm_overlap, cp_s)
         if (per_gpu * per_token + per_gpu / tokens_mb * least) / 3600.0 > hours:
             return False
         for m, ga in splits:  # ascending: memory grows with the micro-batch
@@ -259,13 +300,14 @@ class Table:
                 return fits(ctx.instance, self.memory(c))
         return False
 
-    def _splits(self, world: int) -> list[tuple[int, int]]:
-        """The (micro-batch, accumulation) pairs over `world` ranks (`search.batch_splits`)."""
-        got = self._split_cache.get(world)
+    def _splits(self, dp: int) -> list[tuple[int, int]]:
+        """The (micro-batch, accumulation) pairs over `dp` data-parallel ranks
+        (`search.batch_splits`)."""
+        got = self._split_cache.get(dp)
         if got is None:
             pins = self.pins
-            got = self._split_cache[world] = batch_splits(
-                self.ctx.global_batch_seqs, world, pins.micro_batch_size, pins.grad_accum_steps
+            got = self._split_cache[dp] = batch_splits(
+                self.ctx.global_batch_seqs, dp, pins.micro_batch_size, pins.grad_accum_steps
             )
         return got
 

@@ -199,7 +199,6 @@ def calibrate_rows(
 
 
 def write_profile(profile: CalibrationProfile, out: str | Path) -> Path:
-    p = Path(out)
-    p.parent.mkdir(parents=True, exist_ok=True)
-    p.write_text(profile.to_yaml())
-    return p
+    from blackwell_sm.atomic_write import write_text  # atomic: a reader never sees half a file
+
+    return write_text(out, profile.to_yaml(), flag="--out")

@@ -195,11 +195,11 @@ def plan_row(run: RunFiles) -> Row:
     cand = Candidate(
         plan.instance.count, cfg.shard_degree, cfg.replicate_degree, cfg.micro_batch_size,
         cfg.grad_accum_steps, cfg.precision, cfg.activation_checkpointing, cfg.compile,
-        cfg.reshard_after_forward,
+        cfg.reshard_after_forward, cfg.cp_degree,
     )  # fmt: skip
     ctx = Context(
         shape(plan.spec.model), inst, cfg.seq_len, cand.global_batch_seqs, None, 1, None,
-        packed=tr.task == "finetune",
+        packed=tr.task == "finetune", loss_impl=tr.loss_impl,
     )  # fmt: skip
     m = run.measured()
     if m.tokens_per_s_per_gpu is None:

@@ -354,9 +354,9 @@ def write_report(source: str, out: str | Path | None = None, *, aws: Any = None)
     if out is None:
         p = Path(source)
         out = p / "report.html" if p.is_dir() else Path(f"{source}-report.html")
-    path = Path(out)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(doc, encoding="utf-8")
+    from blackwell_sm.atomic_write import write_text  # atomic: a reader never sees half a file
+
+    path = write_text(out, doc, flag="--out")
     return ReportResult(path, summary_line(data))
 
 

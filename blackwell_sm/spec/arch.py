@@ -227,7 +227,13 @@ def block_saved_bytes_per_token(
 
 
 def document_mask_bytes(
-    spec: ModelSpec, micro_batch: int, seq_len: int, mode: str, dtype_bytes: int = 2
+    spec: ModelSpec,
+    micro_batch: int,
+    seq_len: int,
+    mode: str,
+    dtype_bytes: int = 2,
+    q_len: int | None = None,
+    mask_rows: int | None = None,
 ) -> int:
     """Bytes packed samples add to what the blocks keep (fine-tuning rows).
 
@@ -235,8 +241,11 @@ def document_mask_bytes(
     is each block's saved input (one storage); without, each block's attention keeps its own bf16
     additive copy instead, and the K/V heads it saves are expanded to all query heads (a masked
     SDPA with GQA would fall back to the math kernel). Measured: tests/test_activation_memory.py.
+    `q_len`: the queries of this rank under context parallelism (the mask is q_len x seq_len);
+    `mask_rows`: 1 for a mask every row shares (causal by position, broadcast), else micro_batch.
     """
-    per = micro_batch * seq_len * seq_len
+    rows = micro_batch if mask_rows is None else mask_rows
+    per = rows * (seq_len if q_len is None else q_len) * seq_len
     if mode != "none":
         return per
     kv_growth = 2 * dtype_bytes * (spec.q_dim - spec.kv_dim) * micro_batch * seq_len

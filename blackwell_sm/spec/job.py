@@ -95,7 +95,7 @@ class JobSpec(BaseModel):
     checkpoint_s3_prefix: str | None = Field(
         None,
         description="Checkpoints; default <s3_prefix>/checkpoints. Each spec gets its own "
-        "<model>-<spec hash> folder, shared by --new reruns so they resume.",
+        "bsm-<model>-<hash> folder (the job name), shared by --new reruns so they resume.",
     )
     channels: dict[str, ChannelSpec] = Field(
         default_factory=dict, description="Input channels by name (e.g. train, validation)."

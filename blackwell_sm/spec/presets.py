@@ -98,6 +98,10 @@ def get_preset(name: str) -> ModelSpec:
     try:
         return PRESETS[name]
     except KeyError:
+        from blackwell_sm.spec.suggest import did_you_mean
+
         raise SpecError(
-            f"unknown model preset {name!r}; allowed: {', '.join(PRESETS)}", field="model"
+            f"unknown model preset {name!r}; allowed: {', '.join(PRESETS)}",
+            field="model",
+            hint=did_you_mean(name, PRESETS),
         ) from None

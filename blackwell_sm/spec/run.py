@@ -6,13 +6,23 @@ from pathlib import Path
 from types import UnionType
 from typing import Annotated, Any, Union, get_args, get_origin
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 from blackwell_sm.errors import SpecError
 from blackwell_sm.spec.compute import ComputeSpec
+from blackwell_sm.spec.defaults import model_context
 from blackwell_sm.spec.job import JobSpec
 from blackwell_sm.spec.model import ModelSpec
 from blackwell_sm.spec.presets import PRESETS, get_preset
+from blackwell_sm.spec.suggest import UnknownNameError, did_you_mean
 from blackwell_sm.spec.training import TrainingSpec
 from blackwell_sm.spec.types import KeyedValueError
 
@@ -27,22 +37,27 @@ class RunSpec(BaseModel):
         description="Preset name, {preset: NAME, ...overrides}, {hf: PATH, ...overrides} (a "
         "Hugging Face config.json or its folder), or a shape."
     )
-    training: TrainingSpec = Field(default_factory=TrainingSpec)
+    training: TrainingSpec = Field(default_factory=TrainingSpec, validate_default=True)
     compute: ComputeSpec = Field(default_factory=ComputeSpec)
     job: JobSpec | None = Field(None, description="SageMaker settings; needed only to submit.")
+
+    @property
+    def notes(self) -> list[str]:
+        """Defaults the spec lowered so that it stays valid, each in words (spec/defaults.py)."""
+        return list(self.training._notes)
 
     @field_validator("model", mode="before")
     @classmethod
     def _resolve_preset(cls, v: Any) -> Any:
         if isinstance(v, str):
             if v not in PRESETS:
-                raise ValueError(f"unknown model preset {v!r}; allowed: {', '.join(PRESETS)}")
+                raise UnknownNameError("model preset", v, PRESETS)
             return PRESETS[v]
         if isinstance(v, dict) and "preset" in v:
             v = dict(v)
             name = v.pop("preset")
             if not isinstance(name, str) or name not in PRESETS:
-                raise ValueError(f"unknown model preset {name!r}; allowed: {', '.join(PRESETS)}")
+                raise UnknownNameError("model preset", name, PRESETS)
             # Only what the preset sets: derived fields (head_dim) follow the overrides.
             base = PRESETS[name].model_dump(exclude_unset=True)
             base.update(v)
@@ -57,18 +72,25 @@ class RunSpec(BaseModel):
             return base
         return v
 
+    @field_validator("training", mode="wrap")
+    @classmethod
+    def _training_for_model(cls, v: Any, handler: Any, info: ValidationInfo) -> Any:
+        """Validate `training` knowing the model's context length (its seq_len default bends
+        to it); a TrainingSpec instance is validated again from what was set in it."""
+        model = info.data.get("model")
+        if isinstance(v, TrainingSpec):
+            v = v.model_dump(exclude_unset=True)
+        with model_context(model.max_seq_len if isinstance(model, ModelSpec) else None):
+            return handler(v)
+
     @model_validator(mode="after")
     def _seq_fits_model(self) -> RunSpec:
-        if (
-            "seq_len" not in self.training.model_fields_set
-            and self.training.seq_len > self.model.max_seq_len
-        ):
-            # The default (4096) is only a default: a short-context model gets its own maximum.
-            self.training.seq_len = self.model.max_seq_len
         if self.training.seq_len > self.model.max_seq_len:
-            raise ValueError(
+            raise KeyedValueError(
                 f"training.seq_len {self.training.seq_len} exceeds the model's max_seq_len "
-                f"{self.model.max_seq_len}; allowed: 1..{self.model.max_seq_len}"
+                f"{self.model.max_seq_len} (the longest its RoPE setting covers); allowed: "
+                f"1..{self.model.max_seq_len}",
+                key="training.seq_len",
             )
         return self
 
@@ -145,7 +167,7 @@ def spec_error(
     err: ValidationError, *, root: type[BaseModel] = RunSpec, source: str = "spec"
 ) -> SpecError:
     """Turn a pydantic ValidationError into a SpecError naming each field and what is allowed."""
-    lines = []
+    lines, hints = [], []
     first_field = None
     for e in err.errors():
         loc = _clean_loc(root, e["loc"])
@@ -171,7 +193,22 @@ def spec_error(
         elif e["type"] != "value_error" and isinstance(e.get("input"), (str, int, float, bool)):
             msg += f" (got {_shown(e['input'])})"
         lines.append(f"  {path}: {msg}")
-    return SpecError(f"invalid {source}:\n" + "\n".join(lines), field=first_field)
+        hint = _did_you_mean(e, root, loc)
+        if hint and hint not in hints:
+            hints.append(f"{path}: {hint}")
+    return SpecError(
+        f"invalid {source}:\n" + "\n".join(lines), field=first_field, hint="; ".join(hints) or None
+    )
+
+
+def _did_you_mean(e: Any, root: type[BaseModel], loc: tuple[Any, ...]) -> str | None:
+    """The near misses of an unknown key or name, for the error's hint (spec/suggest.py)."""
+    cause = (e.get("ctx") or {}).get("error")
+    if isinstance(cause, UnknownNameError):
+        return did_you_mean(cause.name, cause.choices)
+    if e["type"] == "extra_forbidden" and loc:
+        return did_you_mean(loc[-1], _allowed_keys(root, loc[:-1]) or ())
+    return None
 
 
 def parse_spec(data: Any, *, source: str = "spec") -> RunSpec:
@@ -234,7 +271,8 @@ def with_overrides(spec: RunSpec, overrides: dict[str, Any]) -> RunSpec:
     `training`, the other knobs on `training.pins`. Dotted paths (`training.optimizer.lr`) set
     that field. The result is validated again.
     """
-    data = spec.model_dump(mode="python", exclude_none=False)
+    # Only what was set: defaults (and defaults adjusted to the spec) follow the overrides.
+    data = spec.model_dump(mode="python", exclude_unset=True)
     if "head_dim" not in spec.model.model_fields_set:
         data["model"]["head_dim"] = None  # derived: follows a changed d_model / n_heads
     for key, value in overrides.items():

@@ -5,8 +5,9 @@ from __future__ import annotations
 import math
 from typing import Literal, Self
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator, model_validator
 
+from blackwell_sm.spec.defaults import adjust_default, model_max_seq_len, was_set
 from blackwell_sm.spec.types import (
     FLOAT64_EXACT,
     INT32_MAX,
@@ -17,6 +18,7 @@ from blackwell_sm.spec.types import (
     SEED_MAX,
     Beta,
     Bool,
+    KeyedValueError,
     NonNegFloat,
     NonNegStepCount,
     PosFloat,
@@ -28,6 +30,7 @@ from blackwell_sm.spec.types import (
 
 Precision = Literal["bf16", "fp8", "mxfp8"]
 PrecisionChoice = Literal["auto", "bf16", "fp8", "mxfp8"]
+LossImpl = Literal["chunked", "full-logits"]
 Checkpointing = Literal["none", "selective", "selective-op", "full"]
 CheckpointingChoice = Literal["auto", "none", "selective", "selective-op", "full"]
 
@@ -123,6 +126,13 @@ class PlannerPins(_Strict):
     )
     compile: Bool | None = Field(None, description="torch.compile each block.")
     reshard_after_forward: Bool | None = Field(None, description="Free gathered params after fwd.")
+    cp_degree: PosInt | None = Field(
+        None,
+        le=MAX_GPUS,
+        description=f"Context parallelism, 1..{MAX_GPUS}: GPUs that share each sequence (each "
+        "holds 1/cp of its tokens; K and V are all-gathered); must divide the GPU count, and "
+        "2 x cp_degree must divide seq_len.",
+    )
 
 
 FINETUNE_LR = 2e-5  # the default peak lr of `task: finetune` (pretraining: OptimizerSpec's 3e-4)
@@ -169,6 +179,12 @@ class TrainingSpec(_Strict):
     activation_checkpointing: CheckpointingChoice = Field(
         "auto", description="auto: planner picks."
     )
+    loss_impl: LossImpl = Field(
+        "chunked",
+        description="How the output head and cross-entropy run: chunked (default: PyTorch's "
+        "linear_cross_entropy over row chunks, never the full logits) or full-logits (the "
+        "plain cross_entropy(linear(h).float()): the reference, 12 bytes per logit).",
+    )
     checkpoint: CheckpointSpec = Field(default_factory=CheckpointSpec)
     data: DataSpec = Field(default_factory=DataSpec)
     seed: SeedInt = Field(
@@ -213,15 +229,26 @@ class TrainingSpec(_Strict):
         return v
 
     pins: PlannerPins = Field(default_factory=PlannerPins)
+    _notes: list[str] = PrivateAttr(default_factory=list)  # defaults adjusted (spec/defaults.py)
 
     @model_validator(mode="after")
     def _one_of_each(self) -> Self:
+        limit = model_max_seq_len()  # the model's context, while a RunSpec validates this
+        if limit is not None and self.seq_len > limit and not was_set(self, "seq_len"):
+            adjust_default(
+                self,
+                "seq_len",
+                limit,
+                notes=self._notes,
+                path="training.seq_len",
+                why="the model's max_seq_len",
+            )
         if self.global_batch_tokens is not None and self.global_batch_seqs is not None:
             raise ValueError("set global_batch_tokens or global_batch_seqs, not both")
         if self.total_tokens is not None and self.total_steps is not None:
             raise ValueError("set total_tokens or total_steps, not both")
-        if self.task == "finetune" and "lr" not in self.optimizer.model_fields_set:
-            self.optimizer.lr = FINETUNE_LR
+        if self.task == "finetune" and not was_set(self.optimizer, "lr"):
+            object.__setattr__(self.optimizer, "lr", FINETUNE_LR)  # a default; stays unset
         if self.epochs is not None:
             if self.data.sequences is None:
                 raise ValueError(
@@ -236,9 +263,37 @@ class TrainingSpec(_Strict):
             object.__setattr__(self, "total_steps", n)
         steps = self.run_steps
         if steps is not None and self.schedule.warmup_steps > steps:
+            if not was_set(self.schedule, "warmup_steps"):
+                why = f"the run has {steps} step" + ("s" if steps != 1 else "")
+                adjust_default(
+                    self.schedule,
+                    "warmup_steps",
+                    steps,
+                    notes=self._notes,
+                    path="training.schedule.warmup_steps",
+                    why=why,
+                )
+                return self
             raise ValueError(
                 f"schedule.warmup_steps {self.schedule.warmup_steps} is longer than the run's "
                 f"{steps} steps: the learning rate would never reach its peak; allowed: 0..{steps}"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _cp_divides_seq(self) -> Self:
+        cp = self.pins.cp_degree
+        if cp is not None and cp > 1 and self.seq_len % (2 * cp):
+            ok = [
+                c
+                for c in range(2, min(MAX_GPUS, self.seq_len // 2) + 1)
+                if self.seq_len % (2 * c) == 0
+            ][:12]
+            raise KeyedValueError(
+                f"pins.cp_degree {cp} does not split seq_len {self.seq_len}: each GPU holds two "
+                f"of 2 x cp_degree equal chunks, so 2 x cp_degree must divide seq_len; allowed "
+                f"with this seq_len: 1, {', '.join(map(str, ok))}",
+                key="pins.cp_degree",
             )
         return self
 

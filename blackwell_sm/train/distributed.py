@@ -57,12 +57,13 @@ def init_distributed() -> Env:
 
 
 def build_mesh(config: PlanConfig, env: Env):
-    """1-D ("shard",) mesh for FSDP, 2-D ("replicate", "shard") for HSDP."""
+    """The FSDP mesh: 1-D ("shard",), or 2-D ("replicate", "shard") for HSDP. Context-parallel
+    ranks are part of "shard" (parameters are sharded over them too, as torchtitan does)."""
     from torch.distributed.device_mesh import init_device_mesh
 
-    if config.data_parallel_size != env.world_size:
+    if config.world_size != env.world_size:
         raise BsmError(
-            f"the plan is for {config.data_parallel_size} processes (shard_degree "
+            f"the plan is for {config.world_size} processes (shard_degree "
             f"{config.shard_degree} x replicate_degree {config.replicate_degree}) but torchrun "
             f"started {env.world_size}",
             hint="launch with the plan's process count, or re-plan for this machine",
@@ -74,6 +75,20 @@ def build_mesh(config: PlanConfig, env: Env):
             mesh_dim_names=("replicate", "shard"),
         )
     return init_device_mesh(env.device.type, (config.shard_degree,), mesh_dim_names=("shard",))
+
+
+def build_cp_mesh(config: PlanConfig, env: Env):
+    """("dp", "cp") mesh whose "cp" groups are `cp_degree` consecutive ranks (inside one shard
+    group, so inside one node when cp_degree <= GPUs per node); None without CP."""
+    from torch.distributed.device_mesh import init_device_mesh
+
+    if config.cp_degree == 1:
+        return None
+    return init_device_mesh(
+        env.device.type,
+        (env.world_size // config.cp_degree, config.cp_degree),
+        mesh_dim_names=("dp", "cp"),
+    )
 
 
 def all_agree(*flags: bool, device: torch.device) -> tuple[bool, ...]:

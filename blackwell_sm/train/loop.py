@@ -18,13 +18,20 @@ from blackwell_sm.opt_ml import OptMl
 from blackwell_sm.planner.plan import Plan
 from blackwell_sm.records import Summary
 from blackwell_sm.train.checkpoint import Checkpointer, run_identity
+from blackwell_sm.train.context_parallel import CpGroup
 from blackwell_sm.train.data import (
     SYNTHETIC_VALIDATION_OFFSET,
     BatchLayout,
     ShardDataset,
     SyntheticDataset,
 )
-from blackwell_sm.train.distributed import Env, all_agree, build_mesh, init_distributed
+from blackwell_sm.train.distributed import (
+    Env,
+    all_agree,
+    build_cp_mesh,
+    build_mesh,
+    init_distributed,
+)
 from blackwell_sm.train.guard import NanGuard
 from blackwell_sm.train.loss import counted_targets, loss_sum
 from blackwell_sm.train.metrics_log import MetricsLog, log
@@ -66,8 +73,12 @@ class Trainer:
         self.triggers.install_signal_handlers()
         check_precision(cfg.precision, env.device)  # before anything is built: no fallback
         self.mesh = build_mesh(cfg, env)
+        cp_mesh = build_cp_mesh(cfg, env)
+        self.cp = None if cp_mesh is None else CpGroup.from_mesh(cp_mesh)
+        # The ranks of a context-parallel group read the same sequences (each keeps its share).
+        self.dp_rank = env.rank // cfg.cp_degree
         self.layout = BatchLayout(
-            cfg.micro_batch_size, cfg.grad_accum_steps, env.world_size, cfg.seq_len
+            cfg.micro_batch_size, cfg.grad_accum_steps, cfg.data_parallel_size, cfg.seq_len
         )
         self.train_data, self.val_data = _datasets(plan, paths)
 
@@ -75,7 +86,7 @@ class Trainer:
         np.random.seed(tr.seed)
         with torch.device("meta"):
             model = Transformer(plan.spec.model, max_seq_len=cfg.seq_len)
-        self.model = apply_plan(model, plan, self.mesh)
+        self.model = apply_plan(model, plan, self.mesh, self.cp)
         # With init_from, the weights come from the checkpoint or init_from, in run().
         materialize(self.model, env.device, tr.seed, init=tr.init_from is None)
         self.optimizer = build_optimizer(self.model, tr.optimizer, env.device)
@@ -107,7 +118,7 @@ class Trainer:
 
     def _micro_batches(self, step: int) -> list[tuple]:
         return [
-            self._rows(self.train_data.batch(self.layout.positions(step, m, self.env.rank), self.tr.seed))
+            self._rows(self.train_data.batch(self.layout.positions(step, m, self.dp_rank), self.tr.seed))
             for m in range(self.cfg.grad_accum_steps)
         ]  # fmt: skip
 
@@ -120,10 +131,12 @@ class Trainer:
         batches = self._micro_batches(step)
         # Normalise by the tokens of the whole step on all ranks, so every token weighs the same
         # however the batch is cut into micro-batches and ranks.
-        n_tok = torch.tensor(sum(counted_targets(*b) for b in batches), device=self.env.device)
+        n_tok = sum(counted_targets(*b, cp=self.cp) for b in batches)
+        n_tok = torch.tensor(n_tok, device=self.env.device)
         dist.all_reduce(n_tok)
         n_tok = n_tok.clamp(min=1.0)  # a step of prompts only (or padding) counts nothing
-        # FSDP averages gradients over the data-parallel ranks; undo that to get a sum.
+        # FSDP averages gradients over all its ranks (CP ranks included: each holds part of every
+        # sequence's loss); undo that to get a sum.
         scale = self.env.world_size / n_tok
         loss_total = torch.zeros((), device=self.env.device)
         for batch in batches:
@@ -153,10 +166,10 @@ class Trainer:
         total = torch.zeros((), device=self.env.device)
         n_tok = torch.zeros((), device=self.env.device)
         for i in range(self.tr.data.validation_steps):
-            pos = self.layout.positions(i, 0, self.env.rank) + offset
+            pos = self.layout.positions(i, 0, self.dp_rank) + offset
             batch = self._rows(self.val_data.batch(pos, self.tr.seed + 1))
             total += self._loss_sum(batch)
-            n_tok += counted_targets(*batch)
+            n_tok += counted_targets(*batch, cp=self.cp)
         dist.all_reduce(total)
         dist.all_reduce(n_tok)
         return float(total / n_tok.clamp(min=1.0))
@@ -169,7 +182,8 @@ class Trainer:
             f"mesh {dict(zip(self.mesh.mesh_dim_names, self.mesh.shape, strict=True))}, "
             f"precision {cfg.precision}, activation_checkpointing {cfg.activation_checkpointing}, "
             f"compile {cfg.compile}, micro_batch_size {cfg.micro_batch_size} x grad_accum_steps "
-            f"{cfg.grad_accum_steps}, seq_len {cfg.seq_len}, {self.total_steps} steps",
+            f"{cfg.grad_accum_steps}, seq_len {cfg.seq_len}, cp_degree {cfg.cp_degree}, loss "
+            f"{self.tr.loss_impl}, {self.total_steps} steps",
             is_main=env.is_main,
         )
         start, resumed_from = 0, None

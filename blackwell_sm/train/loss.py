@@ -6,6 +6,17 @@ mask is set and it belongs to the same sample as its input (a sample's first tok
 predicted from the previous sample's last). The loop divides the sum by the counted targets of the
 whole step on all ranks, so every counted token weighs the same however samples are packed and
 batches are cut.
+
+The head and the loss run inside the model's forward (`Transformer.forward(..., targets=)`):
+under FSDP2 the head's weight is gathered only in the root module's pre-forward hooks. Two ways
+(`training.loss_impl`):
+- `chunked` (the default): PyTorch's `linear_cross_entropy` over chunks of
+  `spec.long_context.loss_chunk_rows` rows, so the (tokens x vocab) logits never exist whole.
+  It returns per-token losses (`reduction="none"`; its backward recomputes each chunk's logits)
+  which are summed here in fp32: its own bf16 `mean`/`sum` accumulate in bf16 (1.3 % off at
+  4,096 tokens, docs/training-loop.md).
+- `full-logits`: the plain `cross_entropy(linear(h).float())`, 12 bytes per logit; the
+  reference the chunked path is tested against, and a way back if a torch change breaks it.
 """
 
 from __future__ import annotations
@@ -13,6 +24,10 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 from torch import nn
+
+from blackwell_sm.spec.long_context import loss_chunk_rows
+
+IGNORE_INDEX = -100  # cross_entropy's and linear_cross_entropy's default
 
 
 def target_weights(
@@ -29,12 +44,56 @@ def target_weights(
     return w
 
 
-def counted_targets(
+def loss_targets(
     tokens: torch.Tensor, loss_mask: torch.Tensor | None, doc_ids: torch.Tensor | None
-) -> float:
-    """How many targets of `tokens` count toward the loss."""
+) -> torch.Tensor:
+    """(batch, seq) targets tokens[:, 1:], IGNORE_INDEX where a target does not count."""
     w = target_weights(tokens, loss_mask, doc_ids)
-    return float(tokens[:, 1:].numel()) if w is None else float(w.sum())
+    targets = tokens[:, 1:]
+    return targets if w is None else targets.masked_fill(w == 0, IGNORE_INDEX)
+
+
+def counted_targets(
+    tokens: torch.Tensor,
+    loss_mask: torch.Tensor | None = None,
+    doc_ids: torch.Tensor | None = None,
+    cp=None,
+) -> float:
+    """How many targets of `tokens` count toward the loss (this rank's share under context
+    parallelism `cp`, a `train.context_parallel.CpGroup`)."""
+    w = target_weights(tokens, loss_mask, doc_ids)
+    if w is None:
+        w = torch.ones_like(tokens[:, 1:], dtype=torch.float32)
+    if cp is not None and cp.degree > 1:
+        w = cp.shard(w, w.shape[1])
+    return float(w.sum())
+
+
+def head_loss(
+    h: torch.Tensor,
+    weight: torch.Tensor,
+    targets: torch.Tensor,
+    impl: str = "chunked",
+    *,
+    chunk_rows: int | None = None,
+) -> torch.Tensor:
+    """fp32 sum of cross_entropy(h @ weight.T, targets) over the targets not IGNORE_INDEX
+    (`chunk_rows`: rows per chunk; default `loss_chunk_rows`, the planner's too)."""
+    h2, t = h.reshape(-1, h.shape[-1]), targets.reshape(-1)
+    if impl == "full-logits":
+        return F.cross_entropy(F.linear(h2, weight).float(), t, reduction="sum")
+    if impl != "chunked":
+        raise ValueError(f"loss_impl must be chunked or full-logits, not {impl!r}")
+    lowp = h2.dtype in (torch.bfloat16, torch.float16)
+    options = torch.nn.LinearCrossEntropyOptions(
+        batch_chunk_size=chunk_rows or loss_chunk_rows(weight.shape[0], h2.shape[0]),
+        chunking_method=None,
+        # compact: no (vocab x d) fp32 scratch on CUDA; CPU's only fp32-matmul policy is accurate.
+        acc_policy="compact" if h2.is_cuda else "accurate",
+        acc_dtype=torch.float32 if lowp else None,  # explicit: a set policy would drop it
+    )
+    per_token = F.linear_cross_entropy(h2, weight, t, reduction="none", options=options)
+    return per_token.float().sum()
 
 
 def loss_sum(
@@ -43,14 +102,17 @@ def loss_sum(
     loss_mask: torch.Tensor | None = None,
     doc_ids: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """Summed cross-entropy of the counted targets of `tokens` (batch, seq + 1)."""
+    """Summed cross-entropy (fp32) of the counted targets of `tokens` (batch, seq + 1); under
+    context parallelism (`model.cp`), of this rank's share of them."""
+    inputs, targets = tokens[:, :-1], loss_targets(tokens, loss_mask, doc_ids)
     docs = None if doc_ids is None else doc_ids[:, :-1]
-    logits = model(tokens[:, :-1]) if docs is None else model(tokens[:, :-1], doc_ids=docs)
-    v = logits.shape[-1]
-    w = target_weights(tokens, loss_mask, doc_ids)
-    ce = F.cross_entropy(
-        logits.float().reshape(-1, v),
-        tokens[:, 1:].reshape(-1),
-        reduction="sum" if w is None else "none",
+    cp = getattr(model, "cp", None)
+    if cp is None or cp.degree == 1:
+        return model(inputs, docs, targets=targets)
+    s = inputs.shape[1]
+    return model(
+        cp.shard(inputs, s),
+        docs,
+        targets=cp.shard(targets, s),
+        positions=cp.positions(s, inputs.device),
     )
-    return ce if w is None else (ce * w.reshape(-1)).sum()

@@ -16,6 +16,10 @@ import torch.nn.functional as F
 from torch import nn
 
 from blackwell_sm.spec import ModelSpec, arch
+from blackwell_sm.spec.long_context import DENSE_MASK_MAX_ELEMENTS
+from blackwell_sm.train.attention import AttnMask, attend, build_mask
+from blackwell_sm.train.context_parallel import CpGroup, gather_sequence
+from blackwell_sm.train.loss import head_loss
 
 
 def rope_inv_freq(spec: ModelSpec, device: torch.device | None = None) -> torch.Tensor:
@@ -78,10 +82,9 @@ class Attention(nn.Module):
         # Qwen3: RMSNorm over each head's query and key, before RoPE.
         self.q_norm = nn.RMSNorm(spec.head_dim, eps=spec.norm_eps) if "q_norm" in norms else None
         self.k_norm = nn.RMSNorm(spec.head_dim, eps=spec.norm_eps) if "k_norm" in norms else None
+        self.cp: CpGroup | None = None  # set by Transformer.set_context_parallel
 
-    def forward(
-        self, x: torch.Tensor, rope: torch.Tensor, mask: torch.Tensor | None = None
-    ) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, rope: torch.Tensor, mask: AttnMask) -> torch.Tensor:
         b, s, _ = x.shape
         q = self.q_proj(x).view(b, s, self.n_heads, self.head_dim)
         k = self.k_proj(x).view(b, s, self.n_kv_heads, self.head_dim)
@@ -89,14 +92,9 @@ class Attention(nn.Module):
         if self.q_norm is not None:
             q, k = self.q_norm(q), self.k_norm(k)
         q, k = apply_rope(q.transpose(1, 2), rope), apply_rope(k.transpose(1, 2), rope)
-        if mask is None:
-            out = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
-        else:  # packed samples: causal within each, nothing across (block-diagonal)
-            # K/V heads expanded here: with a mask, `enable_gqa` sends CUDA's SDPA to the math
-            # kernel (an s x s score matrix per head); expanded, the memory-efficient one runs.
-            rep = self.n_heads // self.n_kv_heads
-            k, v = k.repeat_interleave(rep, dim=1), v.repeat_interleave(rep, dim=1)
-            out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+        if self.cp is not None:  # context parallelism: every rank's keys and values
+            k, v = gather_sequence(k, self.cp), gather_sequence(v, self.cp)
+        out = attend(q, k, v, mask)
         return self.o_proj(out.transpose(1, 2).reshape(b, s, -1))
 
 
@@ -122,21 +120,24 @@ class Block(nn.Module):
         self.ac_mode = "none"
         self.ac_context_fn = None
 
-    def _forward(
-        self, x: torch.Tensor, rope: torch.Tensor, mask: torch.Tensor | None = None
-    ) -> torch.Tensor:
+    def _forward(self, x: torch.Tensor, rope: torch.Tensor, mask: AttnMask) -> torch.Tensor:
         h = x + self.self_attn(self.input_layernorm(x), rope, mask)
         return h + self.mlp(self.post_attention_layernorm(h))
 
-    def forward(
-        self, x: torch.Tensor, rope: torch.Tensor, mask: torch.Tensor | None = None
-    ) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, rope: torch.Tensor, mask: AttnMask) -> torch.Tensor:
         if self.ac_mode == "none" or not torch.is_grad_enabled():
             return self._forward(x, rope, mask)
         from torch.utils.checkpoint import checkpoint
 
         kwargs = {"context_fn": self.ac_context_fn} if self.ac_context_fn else {}
-        return checkpoint(self._forward, x, rope, mask, use_reentrant=False, **kwargs)
+        return checkpoint(
+            self._checkpointed, x, rope, mask.dense, mask, use_reentrant=False, **kwargs
+        )
+
+    def _checkpointed(self, x: torch.Tensor, rope: torch.Tensor, dense, mask: AttnMask):
+        # `dense` is `mask.dense`, passed as an argument of its own so that the checkpoint keeps
+        # it as a saved tensor input (seen by saved-tensor hooks) like the block's input.
+        return self._forward(x, rope, mask)
 
 
 class Transformer(nn.Module):
@@ -153,24 +154,66 @@ class Transformer(nn.Module):
         )
         self.rope_len = max_seq_len or spec.max_seq_len
         self.register_buffer("rope", rope_cache(spec, self.rope_len), persistent=False)
+        self.loss_impl = "chunked"  # training.loss_impl (train/loss.py), set by apply_plan
+        self.cp: CpGroup | None = None  # context parallelism: set_context_parallel
+        self.dense_mask_max = DENSE_MASK_MAX_ELEMENTS  # dense attention masks up to this size
 
-    def forward(self, tokens: torch.Tensor, doc_ids: torch.Tensor | None = None) -> torch.Tensor:
-        """tokens (batch, seq) -> logits (batch, seq, vocab).
+    def set_context_parallel(self, cp: CpGroup | None) -> None:
+        """Split every sequence over `cp`'s ranks (train/context_parallel.py), or not (None)."""
+        cp = cp if cp is not None and cp.degree > 1 else None
+        self.cp = cp
+        for layer in self.layers:
+            layer.self_attn.cp = cp
 
-        `doc_ids` (batch, seq): packed samples; a token attends only to earlier tokens with the same
-        id (a block-diagonal causal mask). RoPE needs no restart: its scores depend on relative
-        positions only, so a packed sample's logits equal its logits alone.
+    def head_weight(self) -> torch.Tensor:
+        return self.embed_tokens.weight if self.lm_head is None else self.lm_head.weight
+
+    def forward(
+        self,
+        tokens: torch.Tensor,
+        doc_ids: torch.Tensor | None = None,
+        *,
+        targets: torch.Tensor | None = None,
+        positions: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """tokens (batch, seq) -> logits (batch, seq, vocab), or with `targets` (batch, seq; -100
+        where one does not count) the fp32 summed loss (train/loss.py: the head and the loss run
+        here, inside the FSDP root's forward, where the head's weight is gathered).
+
+        `doc_ids` (batch, seq): packed samples; a token attends only to earlier tokens with the
+        same id. RoPE needs no restart: its scores depend on relative positions only, so a packed
+        sample's logits equal its logits alone. Under context parallelism (`self.cp`) `tokens`
+        are this rank's share, at global `positions`, and `doc_ids` cover the whole sequence.
         """
-        s = tokens.shape[1]
-        rope = self.rope[:, :s]
-        mask = None if doc_ids is None else document_mask(doc_ids)
+        b, s = tokens.shape
+        device = tokens.device
+        cp = self.cp
+        if positions is None and cp is not None:  # this rank's share of the whole sequence
+            positions = cp.positions(s * cp.degree, device)
+        if positions is None:
+            positions = torch.arange(s, device=device)
+            rope = self.rope[:, :s]
+        else:
+            rope = self.rope[:, positions]
+        kv_pos = positions if cp is None else cp.all_positions(s * cp.degree, device)
+        mask = build_mask(
+            doc_ids,
+            q_pos=positions,
+            kv_pos=kv_pos,
+            micro_batch=b,
+            cp_degree=1 if cp is None else cp.degree,
+            dense_max=self.dense_mask_max,
+        )
         h = self.embed_tokens(tokens)
+        # One copy of the table in the compute dtype for every block (apply_rope's casts are then
+        # views): per-call casts kept a cos and a sin for each q and k of every block.
+        rope = rope.to(h.dtype)
         for layer in self.layers:
             h = layer(h, rope, mask)
         h = self.norm(h)
-        if self.lm_head is None:
-            return F.linear(h, self.embed_tokens.weight)
-        return self.lm_head(h)
+        if targets is None:
+            return F.linear(h, self.head_weight())
+        return head_loss(h, self.head_weight(), targets, self.loss_impl)
 
     @torch.no_grad()
     def init_weights(self, seed: int = 0) -> None:
@@ -201,13 +244,6 @@ class Transformer(nn.Module):
     def init_rope(self) -> None:
         """Compute the RoPE table on the model's device (after `to_empty`, or loading weights)."""
         self.rope = rope_cache(self.spec, self.rope_len, device=self.rope.device)
-
-
-def document_mask(doc_ids: torch.Tensor) -> torch.Tensor:
-    """(batch, 1, seq, seq) bool: causal, and only within the same document."""
-    s = doc_ids.shape[1]
-    causal = torch.ones(s, s, dtype=torch.bool, device=doc_ids.device).tril()
-    return ((doc_ids[:, :, None] == doc_ids[:, None, :]) & causal)[:, None]
 
 
 def _local(p: torch.Tensor) -> torch.Tensor:

@@ -1,38 +1,65 @@
-"""Apply a plan to a meta-device model: precision → activation checkpointing → compile → FSDP2.
+"""Apply a plan to a meta-device model: loss and context parallelism → precision → activation
+checkpointing → compile → FSDP2.
 
 The order matters and is the torchtitan order: low-precision linears are swapped in first (FSDP
 must shard the swapped modules' weights), checkpointing wraps each block's forward, compile sees
-the checkpointed block, and FSDP wraps the compiled blocks and then the root.
+the checkpointed block, and FSDP wraps the compiled blocks and then the root. Context parallelism
+(train/context_parallel.py) changes no module: the attention gathers K/V over its group, and its
+ranks are part of FSDP's shard dimension.
 """
 
 from __future__ import annotations
 
+import os
+
 import torch
 from torch import nn
 
+from blackwell_sm.opt_ml import ENV_TEST_FP32_COMPUTE
 from blackwell_sm.planner.plan import Plan
 from blackwell_sm.train.activation_checkpoint import apply_activation_checkpointing
+from blackwell_sm.train.context_parallel import CpGroup
 from blackwell_sm.train.model import Transformer
 from blackwell_sm.train.precision import convert_precision
 
 
-def apply_plan(model: Transformer, plan: Plan, mesh) -> Transformer:
-    """Make `model` (on the meta device) run exactly `plan.config` on `mesh`; returns it."""
+def apply_plan(model: Transformer, plan: Plan, mesh, cp: CpGroup | None = None) -> Transformer:
+    """Make `model` (on the meta device) run exactly `plan.config` on `mesh` (FSDP) and `cp`
+    (the context-parallel group when `config.cp_degree` > 1); returns it."""
     cfg = plan.config
+    if (cp.degree if cp else 1) != cfg.cp_degree:
+        raise ValueError(
+            f"the plan has cp_degree {cfg.cp_degree}; got a group of {cp.degree if cp else 1}"
+        )
+    model.loss_impl = plan.spec.training.loss_impl
+    model.set_context_parallel(cp)
     convert_precision(model, cfg.precision)
     apply_activation_checkpointing(model, cfg.activation_checkpointing)
     if cfg.compile:
         for block in model.layers:
             block.compile()  # in place: parameter names (and so checkpoints) stay the same
-    apply_fsdp(model, mesh, reshard_after_forward=cfg.reshard_after_forward)
+    fp32 = os.environ.get(ENV_TEST_FP32_COMPUTE) == "1"  # test-only (opt_ml.py)
+    apply_fsdp(
+        model,
+        mesh,
+        reshard_after_forward=cfg.reshard_after_forward,
+        param_dtype=torch.float32 if fp32 else torch.bfloat16,
+    )
     return model
 
 
-def apply_fsdp(model: Transformer, mesh, *, reshard_after_forward: bool) -> None:
-    """fully_shard each block, then the root (embedding, final norm, head), bf16 compute."""
+def apply_fsdp(
+    model: Transformer,
+    mesh,
+    *,
+    reshard_after_forward: bool,
+    param_dtype: torch.dtype = torch.bfloat16,
+) -> None:
+    """fully_shard each block, then the root (embedding, final norm, head), bf16 compute
+    (`param_dtype` float32: exact comparisons in tests)."""
     from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
-    mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+    mp = MixedPrecisionPolicy(param_dtype=param_dtype, reduce_dtype=torch.float32)
     # On a 2-D mesh fully_shard replicates across dim 0 and shards across dim 1 (HSDP).
     for block in model.layers:
         fully_shard(block, mesh=mesh, mp_policy=mp, reshard_after_forward=reshard_after_forward)

@@ -84,9 +84,12 @@ def _edit(d: dict[str, Any], dotted: str, value: Any) -> None:
                                       "config.seq_len"]),
         ("spec.training.total_steps", 7, ["run.steps: 4, but the spec says "
                                           "training.total_steps 7"]),
+        ("config.cp_degree", 2, ["config.cp_degree: 2 does not divide shard_degree 1",
+                                 "allowed: 1"]),
+        ("config.cp_degree", 0, ["config.cp_degree: Input should be greater than or equal to 1"]),
     ],
     ids=["grad_accum", "steps_0", "schema_99", "schema_1", "seq_len", "wrong_type", "spec_type",
-         "steps"],
+         "steps", "cp_not_dividing", "cp_zero"],
 )  # fmt: skip
 def test_corrupt_plan_field(tmp_path: Path, field: str, value: Any, expected: list[str]) -> None:
     host = _host(tmp_path)

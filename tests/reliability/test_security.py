@@ -8,8 +8,9 @@
 2. Reserving a training plan is impossible without consent: no TTY and no --yes/yes=True →
    ConsentRequiredError (exit 5) and no CreateTrainingPlan call (a Stubber with nothing queued
    for it raises on any such call).
-3. The code bundle holds only the package, the entrypoints and the plan: a package directory
-   seeded with .git, .env, .aws, tests/ and caches still bundles none of them.
+3. The code bundle holds only what a wheel holds (the package's modules and package data, the
+   container's entrypoint among them) and the plan: a package directory seeded with .git, .env,
+   .aws, keys, notebooks, logs, tests/ and caches still bundles none of them.
 """
 
 from __future__ import annotations
@@ -84,10 +85,10 @@ def _cli(args: list[str], capsys) -> tuple[int, str]:
 def test_cli_output_never_shows_credentials(planted, capsys):
     outputs = []
     for args in (
-        ["plan", "templates/llama-3.1-8b.yaml", "--output", "json"],
-        ["plan", "templates/llama-3.1-8b.yaml"],
-        ["submit", "templates/llama-3.1-8b.yaml", "--dry-run", "--output", "json"],
-        ["submit", "templates/llama-3.1-8b.yaml", "--dry-run"],
+        ["plan", "blackwell_sm/templates/llama-3.1-8b.yaml", "--output", "json"],
+        ["plan", "blackwell_sm/templates/llama-3.1-8b.yaml"],
+        ["submit", "blackwell_sm/templates/llama-3.1-8b.yaml", "--dry-run", "--output", "json"],
+        ["submit", "blackwell_sm/templates/llama-3.1-8b.yaml", "--dry-run"],
         ["iam-policy", "--output", "json"],
     ):
         code, text = _cli(args, capsys)
@@ -202,42 +203,39 @@ def test_reserve_refuses_without_consent_and_on_a_no(monkeypatch, tmp_path):
 
 
 # -- the bundle's contents --------------------------------------------------------------------
-def test_the_bundle_holds_only_package_entrypoints_and_plan(monkeypatch, tmp_path):
-    from blackwell_sm.job import bundle
+def test_the_bundle_holds_only_what_a_wheel_holds(monkeypatch, tmp_path):
+    from blackwell_sm.job import bundle, package_files
 
-    pkg = tmp_path / "checkout" / "blackwell_sm"
-    shutil.copytree(bundle.PACKAGE_DIR, pkg, ignore=shutil.ignore_patterns("__pycache__"))
-    eps = tmp_path / "checkout" / "entrypoints"
-    shutil.copytree(bundle.ENTRYPOINTS_DIR, eps)
+    checkout = tmp_path / "checkout"
+    pkg = checkout / "blackwell_sm"
+    real = package_files.PACKAGE_DIR
+    shutil.copytree(real, pkg, ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy(ROOT / "pyproject.toml", checkout / "pyproject.toml")
     # what a developer's checkout and home hold next to the code
-    for junk in (".env", ".git/config", ".aws/credentials", "tests/test_x.py",
-                 "__pycache__/m.cpython-311.pyc", "x.egg-info/PKG-INFO", ".DS_Store"):  # fmt: skip
-        for base in (pkg, eps):
-            (base / junk).parent.mkdir(parents=True, exist_ok=True)
-            (base / junk).write_text(f"AWS_SECRET_ACCESS_KEY={ENV_SECRET}\n")
+    junks = [".env", ".git/config", ".aws/credentials", "tests/test_x.py", ".DS_Store"]
+    junks += ["__pycache__/m.cpython-311.pyc", "x.egg-info/PKG-INFO", "credentials.json"]
+    junks += ["tls/server.key", "notes.ipynb", "logs/tracker.log", "entrypoints/.env"]
+    for junk in [*junks, "templates/secret.txt"]:
+        (pkg / junk).parent.mkdir(parents=True, exist_ok=True)
+        (pkg / junk).write_text(f"AWS_SECRET_ACCESS_KEY={ENV_SECRET}\n")
     home_aws = tmp_path / "home" / ".aws"
     home_aws.mkdir(parents=True)
     (home_aws / "credentials").write_text(f"aws_secret_access_key = {FILE_SECRET}\n")
     (pkg / "aws_home").symlink_to(home_aws, target_is_directory=True)
-    monkeypatch.setattr(bundle, "PACKAGE_DIR", pkg)
-    monkeypatch.setattr(bundle, "ENTRYPOINTS_DIR", eps)
+    monkeypatch.setattr(package_files, "PACKAGE_DIR", pkg)
 
     built = bundle.build_bundle('{"plan": true}')
     members = tar_bytes(built.data)
     assert set(members) == set(built.files)
-    assert "plan.json" in members and "entrypoints/launch.py" in members
+    assert "plan.json" in members and bundle.ENTRYPOINT_SCRIPT in members
     assert "blackwell_sm/__init__.py" in members
     for name in members:
-        assert name == "plan.json" or name.startswith(("blackwell_sm/", "entrypoints/")), name
+        assert name == "plan.json" or name.startswith("blackwell_sm/"), name
         parts = name.split("/")
         assert not any(p.startswith(".") for p in parts), name
-        assert not {"tests", "__pycache__", "aws_home"} & set(parts), name
-        assert not name.endswith((".pyc", "PKG-INFO")), name
+        assert not {"tests", "__pycache__", "aws_home", "tls", "logs"} & set(parts), name
+        assert name.endswith((".py", ".yaml", "py.typed")) or name == "plan.json", name
     assert all(leaks(d) == [] for d in members.values())
     # and every .py of the real package is there (nothing wanted was dropped)
-    expected = {
-        "blackwell_sm/" + p.relative_to(pkg).as_posix()
-        for p in pkg.rglob("*.py")
-        if not {"tests", "__pycache__", ".git", ".aws", "aws_home"} & set(p.relative_to(pkg).parts)
-    }
+    expected = {"blackwell_sm/" + p.relative_to(real).as_posix() for p in real.rglob("*.py")}
     assert expected <= set(members)

@@ -17,7 +17,7 @@ folder without a manifest (a source checkout run directly) is said so on stderr 
 Versions compare on their release numbers (`2.8.0a0+nv25.06` counts as 2.8.0); a range is a comma
 list of `>=, >, <=, <, ==, !=` clauses, which the client side checks when it writes the manifest.
 
-    python entrypoints/bootstrap.py --root BUNDLE [--site DIR] [--failure FILE] [-- CMD ...]
+    python blackwell_sm/entrypoints/bootstrap.py --root BUNDLE [--site DIR] [--failure FILE] [-- CMD ...]
 """
 
 from __future__ import annotations

@@ -1,0 +1,132 @@
+"""The training plans a job runs on: `compute.training_plan` (an ARN, a name, or 'auto', which
+reserves the spec's own plan at most once: `aws/reserve.py`) or each instance preference's plan,
+resolved and checked against the run (status, type, count, window); a plan too short names the
+`bsm plans extend` command that would make it fit.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from blackwell_sm.errors import AwsError, InfeasiblePlanError, SpecError
+
+if TYPE_CHECKING:
+    from blackwell_sm.aws.session import AwsContext
+    from blackwell_sm.aws.training_plans import Consent, PlanFit, TrainingPlanInfo
+    from blackwell_sm.planner.plan import Plan
+    from blackwell_sm.spec.run import RunSpec
+
+Notify = Callable[[str], None]
+
+
+def resolve_preference_plans(aws: AwsContext, prefs: Any) -> dict[int, TrainingPlanInfo]:
+    """DescribeTrainingPlan for each instance preference that names a plan (index -> plan)."""
+    from blackwell_sm.aws import training_plans as tp
+
+    out = {}
+    for pp in prefs.preferences:
+        if pp.training_plan is None:
+            continue
+        try:
+            out[pp.index] = tp.describe_plan(aws.plans, pp.training_plan)
+        except SpecError as e:
+            e.field = f"compute.instance_preferences.{pp.index}.training_plan"
+            raise
+    return out
+
+
+def check_preference_fits(
+    infos: dict[int, TrainingPlanInfo], prefs: Any, *, allow_partial: bool
+) -> list[PlanFit]:
+    """Each preference's plan can take that preference's run (type, count, status, window)."""
+    from blackwell_sm.aws import training_plans as tp
+    from blackwell_sm.job.request import STARTUP_HOURS
+
+    fits = []
+    for index, info in sorted(infos.items()):
+        pp = prefs.preferences[index]
+        fit = tp.check_plan(
+            info,
+            instance_type=pp.instance_type,
+            instance_count=pp.instance_count,
+            run_hours=pp.plan.run.pessimistic_hours,  # the range's high end, as for one type
+            startup_hours=STARTUP_HOURS,
+        )
+        try:
+            tp.require_fit(fit, allow_partial=allow_partial)
+        except (SpecError, InfeasiblePlanError) as e:
+            e.message = f"instance_preferences[{index}] ({pp.instance_type}): {e.message}"
+            if isinstance(e, SpecError):
+                e.field = f"compute.instance_preferences.{index}.training_plan"
+            raise
+        fits.append(fit)
+    return fits
+
+
+def resolve_training_plan(
+    aws: AwsContext,
+    spec: RunSpec,
+    plan: Plan,
+    *,
+    base_name: str,
+    run_index: int = 1,
+    consent: Consent,
+    allow_partial: bool,
+    say: Notify,
+) -> tuple[TrainingPlanInfo, PlanFit]:
+    """compute.training_plan (ARN, name or 'auto') → a checked plan the run can use."""
+    from blackwell_sm.aws import training_plans as tp
+    from blackwell_sm.job.request import STARTUP_HOURS
+
+    ref = spec.compute.training_plan
+    assert ref is not None
+    sm = aws.plans
+    kw = dict(
+        instance_type=plan.instance.type,
+        instance_count=plan.instance.count,
+        run_hours=plan.run.pessimistic_hours,  # capacity is sized from the range's high end
+        startup_hours=STARTUP_HOURS,
+    )
+    if ref != "auto":
+        info = tp.describe_plan(sm, ref)
+        fit = tp.check_plan(info, **kw)
+        try:
+            tp.require_fit(fit, allow_partial=allow_partial)
+        except InfeasiblePlanError as e:
+            e.hint = extension_advice(sm, info, fit) or e.hint
+            raise
+        return info, fit
+
+    # 'auto': the plan named after the spec, reserved at most once (aws/reserve.py)
+    from blackwell_sm.aws.reserve import reserve_auto
+
+    return reserve_auto(
+        aws,
+        plan,
+        base_name=base_name,
+        run_index=run_index,
+        consent=consent,
+        allow_partial=allow_partial,
+        say=say,
+        fit_kw=kw,
+    )
+
+
+def extension_advice(sm: Any, info: TrainingPlanInfo, fit: PlanFit) -> str | None:
+    """For a plan too short: the `bsm plans extend` command with the best extension offering
+    (the shortest that covers the missing hours), or None when there is none to name."""
+    from blackwell_sm.aws.extensions import best_extension, search_extensions
+
+    try:
+        best = best_extension(search_extensions(sm, info), fit.extension_hours)
+    except AwsError:  # the advice is a courtesy; the refusal stands without it
+        return None
+    if best is None:
+        return None
+    return (
+        f"extend the plan by the {fit.extension_hours} h it lacks: bsm plans extend {info.name} "
+        f"--to-fit SPEC.yaml (buys the shortest offering that makes the run fit; a retry buys "
+        f"nothing), here --offering {best.offering_id} ({best.describe()}); or submit with "
+        "--allow-partial to run until the plan ends and resume on the next one"
+    )
