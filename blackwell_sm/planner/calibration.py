@@ -231,18 +231,30 @@ class Constants(NamedTuple):
 #: The constants a profile may change and `planner/fit.py` may fit (names of `Constants` fields;
 #: matmul efficiency is one per (precision, compile) key).
 FITTABLE = (
-    "matmul_efficiency", "attention_efficiency", "comm_overlap", "nvlink_efficiency",
-    "efa_efficiency", "hbm_efficiency", "fragmentation",
-)  # fmt: skip
+    "matmul_efficiency",
+    "attention_efficiency",
+    "comm_overlap",
+    "nvlink_efficiency",
+    "efa_efficiency",
+    "hbm_efficiency",
+    "fragmentation",
+)
 
 
 def constants_for(gpu_name: str) -> Constants:
     """The default constants on the GPU named `gpu_name` (no profile)."""
     cal = gpu_calibration(gpu_name)
     return Constants(
-        dict(MATMUL_EFFICIENCY), ATTENTION_EFFICIENCY, COMM_OVERLAP, NVLINK_EFFICIENCY,
-        EFA_EFFICIENCY, HBM_EFFICIENCY, FRAGMENTATION, cal.compute_scale, cal.evidence,
-    )  # fmt: skip
+        dict(MATMUL_EFFICIENCY),
+        ATTENTION_EFFICIENCY,
+        COMM_OVERLAP,
+        NVLINK_EFFICIENCY,
+        EFA_EFFICIENCY,
+        HBM_EFFICIENCY,
+        FRAGMENTATION,
+        cal.compute_scale,
+        cal.evidence,
+    )
 
 
 #: Best published tokens/s/GPU for (GPU, model, precision, seq_len), from any stack: a plan's

@@ -59,8 +59,11 @@ CSV_INSTANCES: dict[str, InstanceType] = {
     ),
 }
 CSV_PRECISION = {
-    "bf16": "bf16", "fp8-tensorwise": "fp8", "fp8-current-scaling": "fp8", "mxfp8": "mxfp8",
-}  # fmt: skip
+    "bf16": "bf16",
+    "fp8-tensorwise": "fp8",
+    "fp8-current-scaling": "fp8",
+    "mxfp8": "mxfp8",
+}
 # torchtitan's modes are ours by the same names ("selective-op": every other matmul kept).
 CSV_MODE = {
     "selective-op": "selective-op",
@@ -192,15 +195,19 @@ def plan_row(run: RunFiles) -> Row:
     plan = run.plan
     inst = instance_of(plan)
     cfg, tr = plan.config, plan.spec.training
-    cand = Candidate(
-        plan.instance.count, cfg.shard_degree, cfg.replicate_degree, cfg.micro_batch_size,
-        cfg.grad_accum_steps, cfg.precision, cfg.activation_checkpointing, cfg.compile,
-        cfg.reshard_after_forward, cfg.cp_degree,
-    )  # fmt: skip
+    # PlanConfig holds Candidate's knobs by the same names, and seq_len
+    cand = Candidate(plan.instance.count, **cfg.model_dump(exclude={"seq_len"}))
     ctx = Context(
-        shape(plan.spec.model), inst, cfg.seq_len, cand.global_batch_seqs, None, 1, None,
-        packed=tr.task == "finetune", loss_impl=tr.loss_impl,
-    )  # fmt: skip
+        shape(plan.spec.model),
+        inst,
+        cfg.seq_len,
+        cand.global_batch_seqs,
+        None,
+        1,
+        None,
+        packed=tr.task == "finetune",
+        loss_impl=tr.loss_impl,
+    )
     m = run.measured()
     if m.tokens_per_s_per_gpu is None:
         raise SpecError(
