@@ -15,6 +15,7 @@ from aws_support import P6, PLAN_ARN, PLAN_NAME, offering, plan_response, spec_d
 from cli_support import run
 
 from blackwell_sm.aws.purchases import purchases
+from blackwell_sm.planner.api import plan
 
 START = (datetime.now(UTC) - timedelta(hours=1)).replace(microsecond=0)
 END = START + timedelta(hours=24)
@@ -109,12 +110,25 @@ def test_until_no_offering_reaches_is_exit_3_naming_the_longest(plans):
     assert code == 3 and "ext-7d" in error["message"] and "end at or after" in error["message"]
 
 
+def tokens_for_hours(model: str, hours: float) -> dict:
+    """The training section whose pessimistic run time is about `hours`, read from the planner
+    (so the test follows its speed model instead of a figure that drifts with it)."""
+    probe = 10**10
+    run_hours = plan({**spec_dict(model), "training": {"total_tokens": probe}}).run
+    tokens = int(probe * hours / run_hours.pessimistic_hours)
+    assert (
+        0.9 * hours
+        < plan({**spec_dict(model), "training": {"total_tokens": tokens}}).run.pessimistic_hours
+        < 1.1 * hours
+    )
+    return {"total_tokens": tokens}
+
+
 def test_to_fit_buys_what_the_run_needs_and_nothing_once_it_fits(plans, tmp_path):
     spec = tmp_path / "spec.yaml"
-    # ~60 h on one p6-b200 (pessimistic end): not in the 23 h left + 1 day, within + 3 days
-    spec.write_text(
-        yaml.safe_dump({**spec_dict("llama-3.1-8b"), "training": {"total_tokens": 60 * 10**9}})
-    )
+    # ~70 h on one p6-b200 (pessimistic end): not in the 23 h left + 1 day, within + 3 days
+    tokens = tokens_for_hours("llama-3.1-8b", 70)
+    spec.write_text(yaml.safe_dump({**spec_dict("llama-3.1-8b"), "training": tokens}))
     reads(plans, history=[])
     plans.add_response(
         "extend_training_plan",

@@ -48,13 +48,15 @@ class Sink:
         self.lines.append(record_line(rec))
 
 
-def _check(plan, *, deadline=None, now=1_000_000.0, start=0) -> tuple[C.RunCheck, Sink]:
+def _check(
+    plan, *, deadline=None, now=1_000_000.0, start=0, runtime_gib=None
+) -> tuple[C.RunCheck, Sink]:
     sink = Sink()
     chk = C.RunCheck(
         plan, torch.device("cpu"), start_step=start, deadline=deadline,
         tokens_per_step=plan.config.global_batch_sequences * plan.config.seq_len,
         n_gpus=plan.instance.count * plan.instance.gpus_per_instance, emit=sink,
-        memory=lambda: 0.1, clock=lambda: now,
+        memory=lambda: 0.1, runtime_gib=runtime_gib, clock=lambda: now,
     )  # fmt: skip
     return chk, sink
 
@@ -150,6 +152,22 @@ def test_cuda_plan_compares_against_the_allocator_reserved_figure():
     assert cuda.predicted_memory_gib() == 3.0
     assert C.memory_high_gib(cuda) == pytest.approx(3.3)
     assert plan.predicted_memory_gib() == plan.memory_gib.total
+
+
+def test_a_cpu_run_compares_with_its_own_measured_runtime():
+    """CPU RSS holds the interpreter, torch and gloo, whose size varies by machine: the run's
+    measured runtime replaces the planner's assumed one, in the range and in the alert."""
+    plan = local_plan(steps=100)
+    m = plan.memory_gib
+    assumed = m.total - m.allocator_reserved
+    assert assumed > 0
+    big = assumed + 0.3  # a machine whose runtime is 0.3 GiB larger than assumed
+    assert plan.predicted_memory_gib(big) == pytest.approx(m.total + 0.3)
+    chk, sink = _check(plan, runtime_gib=big)
+    chk.observe(5, mem_gib=C.memory_high_gib(plan) + 0.2, eta=None)  # above the assumed range
+    assert sink.lines == []  # but within the range of what this process is
+    chk.observe(6, mem_gib=C.memory_high_gib(plan, big) + 0.1, eta=None)
+    assert len(sink.lines) == 1 and f"predicted {m.total + 0.3:.2f} GiB" in sink.lines[0]
 
 
 def test_the_window_waits_for_warm_up_and_a_resume_moves_it():

@@ -328,12 +328,17 @@ class Plan(_Out):
     def has_note(self, code: str) -> bool:
         return any(n.code == code for n in self.notes)
 
-    def predicted_memory_gib(self) -> float:
+    def predicted_memory_gib(self, runtime_gib: float | None = None) -> float:
         """What a run's peak-memory reading is compared with: the caching allocator's reserved
-        bytes on CUDA (the total minus the runtime outside it), the total elsewhere (CPU RSS)."""
+        bytes on CUDA (the total minus the runtime outside it), the total elsewhere (CPU RSS).
+        On CPU a run passes `runtime_gib`, its process's RSS measured before the model is built
+        (interpreter, torch, gloo: it varies by machine); it replaces the planner's assumed
+        runtime, so the comparison is about what the plan decides."""
         m = self.memory_gib
         if self.instance.device == "cuda" and m.allocator_reserved is not None:
             return m.allocator_reserved
+        if runtime_gib is not None and m.allocator_reserved is not None:
+            return m.allocator_reserved + runtime_gib
         return m.total
 
     def to_json(self) -> str:

@@ -77,9 +77,9 @@ def overrun_s(now: float, eta: float, deadline: float) -> float:
     return now + eta - deadline
 
 
-def memory_high_gib(plan: Plan) -> float:
-    """The high end of the plan's memory range."""
-    return plan.predicted_memory_gib() * (1.0 + MEMORY_RANGE_ABOVE)
+def memory_high_gib(plan: Plan, runtime_gib: float | None = None) -> float:
+    """The high end of the plan's memory range (`runtime_gib`: Plan.predicted_memory_gib)."""
+    return plan.predicted_memory_gib(runtime_gib) * (1.0 + MEMORY_RANGE_ABOVE)
 
 
 def speed_verdict(measured: float, low: float, high: float) -> str:
@@ -157,9 +157,12 @@ class RunCheck:
         n_gpus: int,
         emit: Callable[[Record], Any],
         memory: Callable[[], float],
+        runtime_gib: float | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.plan, self.device, self.deadline = plan, device, deadline
+        self.pred_mem = plan.predicted_memory_gib(runtime_gib)
+        self.mem_high = memory_high_gib(plan, runtime_gib)
         self.total_steps = plan.run.steps
         self.first = start_step + WARMUP_STEPS  # 0-based index of the first timed step
         self.last = self.first + PROFILE_STEPS - 1
@@ -230,7 +233,6 @@ class RunCheck:
         exposed = step_time * frac_exposed if frac_exposed is not None else 0.0
         bd = th.breakdown_s
         flops = plan.spec.model.flops_per_token(plan.config.seq_len)
-        pred_mem = plan.predicted_memory_gib()
         eta = eta_s(self.total_steps - step_done, step_time)
         return {
             "tok_s_gpu": tok,
@@ -249,9 +251,9 @@ class RunCheck:
             "mfu": tok * flops / plan.instance.peak_flops_bf16,
             "pred_mfu": th.mfu,
             "mem_reserved_gib": mem_gib,
-            "pred_mem_gib": pred_mem,
-            "pred_mem_high_gib": memory_high_gib(plan),
-            "memory": "above_range" if mem_gib > memory_high_gib(plan) else "in_range",
+            "pred_mem_gib": self.pred_mem,
+            "pred_mem_high_gib": self.mem_high,
+            "memory": "above_range" if mem_gib > self.mem_high else "in_range",
             "eta_s": eta,
             "total_steps": self.total_steps,
             "timing": f"{self.device.type}_profiler" if sp else "wall_clock",
@@ -287,12 +289,12 @@ class RunCheck:
                             f"at the measured rate the run ends {over / 3600:.2f} h after the "
                             f"{what} ({end}): {OVERRUN_ADVICE}; the loop saves a checkpoint "
                             f"ahead of the {what}")  # fmt: skip
-        high = memory_high_gib(self.plan)
+        high = self.mem_high
         if mem_gib > high:
             usable = self.plan.memory_gib.usable or self.plan.memory_gib.limit
             self._alert(step, "memory", "mem_over_gib", mem_gib - high,
                         f"peak reserved memory {mem_gib:.2f} GiB is above the plan's range "
-                        f"(predicted {self.plan.predicted_memory_gib():.2f} GiB, high end "
+                        f"(predicted {self.pred_mem:.2f} GiB, high end "
                         f"{high:.2f} GiB, usable {usable:.2f} GiB): {MEMORY_ADVICE}")  # fmt: skip
 
     def _alert(self, step: int, kind: str, key: str, value: float, message: str) -> None:

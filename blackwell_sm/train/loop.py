@@ -34,7 +34,7 @@ from blackwell_sm.train.distributed import (
 )
 from blackwell_sm.train.guard import NanGuard
 from blackwell_sm.train.loss import counted_targets, loss_sum
-from blackwell_sm.train.metrics_log import MetricsLog, log
+from blackwell_sm.train.metrics_log import MetricsLog, log, runtime_gib
 from blackwell_sm.train.model import Transformer
 from blackwell_sm.train.optim import build_optimizer, clip_grad_norm, lr_at, set_lr
 from blackwell_sm.train.parallelize import apply_plan, materialize
@@ -72,6 +72,7 @@ class Trainer:
         self.triggers = Triggers.from_env(tr.checkpoint)
         self.triggers.install_signal_handlers()
         check_precision(cfg.precision, env.device)  # before anything is built: no fallback
+        runtime = runtime_gib(env.device)  # the CPU process's own size, before the model
         self.mesh = build_mesh(cfg, env)
         cp_mesh = build_cp_mesh(cfg, env)
         self.cp = None if cp_mesh is None else CpGroup.from_mesh(cp_mesh)
@@ -98,7 +99,9 @@ class Trainer:
             async_save=async_save,
             identity=run_identity(plan),
         )
-        self.metrics = MetricsLog(paths.output_data, plan, env.device, is_main=env.is_main)
+        self.metrics = MetricsLog(
+            paths.output_data, plan, env.device, is_main=env.is_main, runtime_gib=runtime
+        )
         self.guard = NanGuard(tr.max_bad_steps, rank=env.rank, metrics=self.metrics,
                               is_main=env.is_main)  # fmt: skip
         self.total_steps = plan.run.steps

@@ -47,6 +47,21 @@ def peak_memory(device: torch.device) -> tuple[float, float, str]:
     return rss, rss, "cpu_max_rss"
 
 
+#: What a CPU worker's RSS grows by once the loop runs, beyond the tensors the planner counts:
+#: autograd's threads, the profiler's library at the check, DCP, the data reader. Measured
+#: 0.052-0.060 GiB on the tiny demo (2 workers, torch 2.13.0+cpu, 2026-12-03); rounded up.
+CPU_LOOP_RUNTIME_GIB = 0.10
+
+
+def runtime_gib(device: torch.device) -> float | None:
+    """On CPU, the runtime (interpreter, torch, gloo, then the loop's own libraries) that the
+    plan's comparison uses: this process's peak RSS so far, called before the model is built,
+    plus CPU_LOOP_RUNTIME_GIB. None on CUDA, whose allocator counters leave the runtime out."""
+    if device.type == "cuda":
+        return None
+    return _own_peak_rss_bytes() / GIB + CPU_LOOP_RUNTIME_GIB
+
+
 def _own_peak_rss_bytes() -> int:
     """This process image's peak RSS. getrusage's ru_maxrss also counts the peak before exec
     and the parent's pages at fork (a worker spawned by a large process reports the parent's
@@ -64,8 +79,17 @@ class MetricsLog:
     """The one writer of a run's records (blackwell_sm/records): rank 0 prints each record's
     `[bsm-*]` line and appends it to metrics.jsonl; every rank keeps its own for the summary."""
 
-    def __init__(self, out_dir: Path, plan: Plan, device: torch.device, *, is_main: bool) -> None:
+    def __init__(
+        self,
+        out_dir: Path,
+        plan: Plan,
+        device: torch.device,
+        *,
+        is_main: bool,
+        runtime_gib: float | None = None,
+    ) -> None:
         self.plan, self.device, self.is_main = plan, device, is_main
+        self.runtime_gib = runtime_gib  # see runtime_gib(): measured before the model is built
         self.path = out_dir / METRICS_FILE
         self.summary_path = out_dir / SUMMARY_FILE
         self.flops_per_token = plan.spec.model.flops_per_token(plan.config.seq_len)
@@ -94,6 +118,7 @@ class MetricsLog:
             n_gpus=n_gpus,
             emit=self.write,
             memory=lambda: peak_memory(self.device)[1],
+            runtime_gib=self.runtime_gib,
         )
         return self.check
 
@@ -186,7 +211,7 @@ class MetricsLog:
         measured = measured_from(self.records, peak=peak)
         train = [r for r in self.records if isinstance(r, TrainRecord)]
         vals = [r for r in self.records if isinstance(r, ValRecord)]
-        pred, pred_mem = self.plan.throughput, self.plan.predicted_memory_gib()
+        pred, pred_mem = self.plan.throughput, self.plan.predicted_memory_gib(self.runtime_gib)
         tok = measured.tokens_per_s_per_gpu
         check, eta, alerts = self.check.summary() if self.check is not None else (None, None, [])
         return Summary(
