@@ -105,6 +105,7 @@ def test_the_table_chooses_as_evaluating_everything_would(spec):
         {"model": "llama-3.1-8b", "training": {"pins": {"shard_degree": 8}}},
         {"model": "llama-3.2-3b", "training": {"pins": {"grad_accum_steps": 2}}},
         {"model": "llama-3.1-70b", "training": {"seq_len": 32768, "total_tokens": 10**10}},
+        {"model": "llama-3.1-8b", "training": {"seq_len": 131072, "pins": {"cp_degree": 16}}},
     ],
     ids=[
         "70b-template",
@@ -113,6 +114,7 @@ def test_the_table_chooses_as_evaluating_everything_would(spec):
         "8b-hsdp-pinned",
         "3b-accum-pinned",
         "70b-32k-cp",
+        "8b-cp16-pinned",
     ],
 )
 def test_the_cost_scan_is_exact(spec):

@@ -19,18 +19,10 @@ KNOBS = tuple(f for f in Candidate._fields if f != "instance_count")
 
 
 def to_config(c: Candidate, seq_len: int) -> PlanConfig:
-    return PlanConfig(
-        shard_degree=c.shard_degree,
-        replicate_degree=c.replicate_degree,
-        micro_batch_size=c.micro_batch_size,
-        grad_accum_steps=c.grad_accum_steps,
-        seq_len=seq_len,
-        precision=c.precision,
-        activation_checkpointing=c.activation_checkpointing,
-        compile=c.compile,
-        reshard_after_forward=c.reshard_after_forward,
-        cp_degree=c.cp_degree,
-    )
+    """`c` as the plan's config: its knobs carry PlanConfig's names (the count is not one)."""
+    knobs = c._asdict()
+    del knobs["instance_count"]
+    return PlanConfig(seq_len=seq_len, **knobs)
 
 
 def does_not_fit(e: Evaluation, usable_gib: float) -> str:

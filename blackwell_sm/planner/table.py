@@ -262,6 +262,8 @@ class Table:
 
         def fits_at(probe: Candidate) -> bool:
             for cp in cps:
+                if probe.world % cp:  # a count too small for a pinned degree
+                    continue
                 mb = min(m for m, _ in self._splits(probe.world // cp))
                 lean = probe._replace(cp_degree=cp, micro_batch_size=mb)
                 if fits(self.ctx.instance, self.memory(lean)):
