@@ -192,6 +192,9 @@ def test_cli_latency_times_commands_and_reports_missing_ones(monkeypatch, capsys
     assert any(r["module"] == "click" for r in recs["cli.bsm_help_s"]["heaviest_imports"])
     plan = recs["cli.bsm_plan_s"]
     assert plan["value"] is None and plan["ok"] is False and "plan: not here" in plan["error"]
+    phases = recs["cli.bsm_plan_phases"]["value"]  # one real bsm plan, in process, by phase
+    assert set(phases) >= {"pydantic and its first model", "planning", "JSON"}
+    assert all(ms >= 0 for ms in phases.values())
     assert recs["cli.bsm_plan_over_sdk_import"]["ok"] is False
 
 

@@ -47,7 +47,7 @@ LAYERS: dict[str, Layer] = {
     "safe_load": Layer(("safe_load", "_yaml12", "atomic_write"), "one guarded reader for every file: specs, plans, manifests, profiles (PyYAML only in _yaml12, loaded for YAML files); one atomic writer for every output", _l("errors"), TRAINING_STACK | AWS_STACK),
     "spec": Layer(("spec",), "the user's words as validated data; presets", _l("errors", "safe_load"), TRAINING_STACK | AWS_STACK, _l("yaml")),
     "hardware": Layer(("hardware",), "instance catalog: GPUs, memory, peak FLOP/s, links, prices", _l("errors", "opt_ml"), TRAINING_STACK | AWS_STACK),
-    "plan": Layer(("planner.plan",), "the Plan schema: the planner's output, the container's input", _l("spec", "safe_load"), TRAINING_STACK | AWS_STACK),
+    "plan": Layer(("planner.plan", "planner.notes", "planner.plan_versions"), "the Plan schema: the planner's output, the container's input", _l("spec", "safe_load"), TRAINING_STACK | AWS_STACK),
     "planner": Layer(("planner",), "memory model, step-time model, search, explanations (pure)", _l("spec", "hardware", "plan", "errors", "opt_ml", "safe_load"), TRAINING_STACK | AWS_STACK, _l("numpy", "scipy")),
     "records": Layer(("records",), "run records: each metrics.jsonl kind, summary.json, the [bsm-*] lines; their one reader", _l("spec", "metrics", "errors", "safe_load"), TRAINING_STACK | AWS_STACK),
     "job": Layer(("job",), "Plan + spec → CreateTrainingJob request, bundle (with the container's wheels), SDK view", _l("package", "spec", "hardware", "plan", "planner", "metrics", "errors", "opt_ml", "safe_load"), TRAINING_STACK | {"boto3"}, _l("botocore", "sagemaker")),

@@ -75,20 +75,21 @@ def _edit(d: dict[str, Any], dotted: str, value: Any) -> None:
             "config.grad_accum_steps: micro_batch_size 2 x grad_accum_steps 3 x 1 data-parallel "
             "ranks", "= 6 sequences per step, but the spec's global batch is 2 sequences"]),
         ("run.steps", 0, ["run.steps: 0; a run trains at least 1 step"]),
-        ("schema_version", 99, ["schema_version: 99, but this container reads schema_version 1"]),
+        ("schema_version", 99, ["schema_version 99 is not one this bsm reads (1, 2)"]),
+        ("schema_version", 1, ["schema_version: 1, but this container reads schema_version 2"]),
         ("config.seq_len", 1 << 20, ["config.seq_len: 1048576 is above the model's max_seq_len"]),
         ("config.micro_batch_size", "two", ["config.micro_batch_size: Input should be a valid "
                                             "integer", "(got 'two')"]),
-        ("spec.training.seq_len", 0, ["spec.training.seq_len: Input should be greater than 0 "
-                                      "(got 0)"]),
+        ("spec.training.seq_len", 0, ["spec.training.seq_len: the plan holds seq_len once, in "
+                                      "config.seq_len"]),
         ("spec.training.total_steps", 7, ["run.steps: 4, but the spec says "
                                           "training.total_steps 7"]),
         ("config.cp_degree", 2, ["config.cp_degree: 2 does not divide shard_degree 1",
                                  "allowed: 1"]),
         ("config.cp_degree", 0, ["config.cp_degree: Input should be greater than or equal to 1"]),
     ],
-    ids=["grad_accum", "steps_0", "schema_99", "seq_len", "wrong_type", "spec_type", "steps",
-         "cp_not_dividing", "cp_zero"],
+    ids=["grad_accum", "steps_0", "schema_99", "schema_1", "seq_len", "wrong_type", "spec_type",
+         "steps", "cp_not_dividing", "cp_zero"],
 )  # fmt: skip
 def test_corrupt_plan_field(tmp_path: Path, field: str, value: Any, expected: list[str]) -> None:
     host = _host(tmp_path)
