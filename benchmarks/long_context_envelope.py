@@ -151,7 +151,7 @@ def offload_comparison(model: str, seq: int, instance: str) -> dict | None:
     back in backward), hidden under that micro-batch's compute where it can be, added where not.
     None when no checkpointing already fits without CP (nothing to offload)."""
     from blackwell_sm.hardware import get_instance
-    from blackwell_sm.planner.api import _context
+    from blackwell_sm.planner.frame import context
     from blackwell_sm.planner.memory import GIB
     from blackwell_sm.planner.search import Candidate, evaluate, usable_bytes
     from blackwell_sm.spec import parse_spec
@@ -162,7 +162,7 @@ def offload_comparison(model: str, seq: int, instance: str) -> dict | None:
     c = chosen.config
     spec = parse_spec({"model": model, "training": {"seq_len": seq},
                        "compute": {"instance_type": instance, "instance_count": 1}})  # fmt: skip
-    ctx = _context(spec, get_instance(instance))[0]
+    ctx = context(spec, get_instance(instance))[0]
     world = ctx.instance.gpus_per_instance
     ga = max(1, ctx.global_batch_seqs // world)
     cand = Candidate(1, world, 1, 1, ga, c.precision, "none", c.compile, True, 1)

@@ -13,7 +13,7 @@ Hardware the catalog lacks: the torchtitan H100 rows ran on H100 96 GB HBM2e par
 500 W. We model them as an ml.p5.48xlarge whose GPU has 93.58 GiB usable and dense peaks scaled by
 calibration.H100_500W_CLOCK_DERATE (0.72); network as the row notes (400 Gb/s per GPU = 3200 Gb/s
 per node, as on p5). H200 rows map to ml.p5en.48xlarge, B200 to ml.p6-b200.48xlarge. The mapping
-lives in blackwell_sm/calibrate_sources.py (`csv_row`), shared with `bsm calibrate`.
+lives in blackwell_sm/runs/calibrate_sources.py (`csv_row`), shared with `bsm calibrate`.
 
 Leave-one-out calibration (`planner_accuracy.loo.*` lines): for every FSDP row (fitted and held
 out), `bsm calibrate`'s fit on all the other rows of its GPU kind, then that row predicted with the
@@ -39,13 +39,24 @@ REPO = Path(__file__).resolve().parents[1]
 OWN_CSV = REPO / "benchmarks" / "data" / "measurements.csv"
 
 
+#: The shared reference (`shared/reference/measurements.csv`, read-only, outside the repository),
+#: copied here so the benchmark and its test need no file outside the repository;
+#: tests/test_benchmarks.py checks the copy against the shared file wherever that one exists.
+REFERENCE_CSV = REPO / "benchmarks" / "data" / "reference-measurements.csv"
+
+
 def shared_csv() -> Path:
-    """The shared reference CSV, found above the repository (a worktree sits one level deeper)."""
+    """The shared reference CSV: the repository's copy of it."""
+    return REFERENCE_CSV
+
+
+def shared_original() -> Path | None:
+    """The shared reference itself, above the repository (a worktree sits one level deeper)."""
     for up in REPO.parents:
         candidate = up / "shared" / "reference" / "measurements.csv"
         if candidate.is_file():
             return candidate
-    return REPO.parent / "shared" / "reference" / "measurements.csv"
+    return None
 
 
 def csv_paths() -> list[Path]:
@@ -95,23 +106,28 @@ def main() -> None:
     paths = csv_paths()
     rows = [(p, row) for p in paths for row in csv.DictReader(p.open())]
     mem_err, tps_err = [], []
+    own_fit: dict[str, list[float]] = {}
     fsdp_rows: list[Row] = []
     for path, row in rows:
         e = predict_row(row)
         upper = is_upper_bound(row)
         fsdp = not upper and path != OWN_CSV
+        fitted_for = row.get("fitted_for") or ""
         if not upper:
             fsdp_rows.append(csv_row(row, source=str(path)))
         tps_ref = float(row["tokens_per_s_per_gpu"])
         err = e.tokens_per_s_per_gpu / tps_ref - 1
         if fsdp:
             tps_err.append(err)
+        elif fitted_for:
+            own_fit.setdefault(fitted_for, []).append(err)
+        kind = "upper bound" if upper else ("fitted" if fsdp else "held out")
         print(json.dumps({
             "name": f"planner_accuracy.{row['id']}.tokens_per_s_per_gpu",
             "value": round(e.tokens_per_s_per_gpu, 1), "unit": "tokens/s/GPU",
             "reference": tps_ref, "error": round(err, 4), "fitted": fsdp,
-            "kind": "upper bound" if upper else ("fitted" if fsdp else "held out"),
-            "mfu_predicted": round(e.mfu, 4),
+            "kind": f"fitted: {fitted_for}" if fitted_for else kind,
+            "mfu_predicted": round(e.mfu, 4), "source": row.get("url") or row.get("source"),
         }))  # fmt: skip
         if row["peak_memory_gib"]:
             ref = float(row["peak_memory_gib"])
@@ -130,6 +146,13 @@ def main() -> None:
             "name": f"planner_accuracy.{name}.median_abs_error", "value": round(med, 4),
             "unit": "fraction", "reference": target, "rows": len(errs),
             "csv": [str(p) for p in paths],
+        }))  # fmt: skip
+    for constant, errs in own_fit.items():
+        print(json.dumps({
+            "name": f"planner_accuracy.tokens_per_s.{constant}.median_abs_error",
+            "value": round(statistics.median(abs(x) for x in errs), 4), "unit": "fraction",
+            "reference": 0.15, "rows": len(errs),
+            "note": "the rows of benchmarks/data this constant was fitted on",
         }))  # fmt: skip
     groups = [("reference", fsdp_rows)]
     local = [d for d in os.environ.get("BSM_LOCAL_RUNS", "").split(":") if d]

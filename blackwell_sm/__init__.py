@@ -42,6 +42,7 @@ _LAZY: dict[str, str] = {
     "plan": "blackwell_sm.planner.api:plan",
     "submit": "blackwell_sm.aws.submit:submit",
     "to_model_trainer": "blackwell_sm.aws.sdk:to_model_trainer",
+    "to_estimator": "blackwell_sm.aws.sdk:to_estimator",
     "BsmError": "blackwell_sm.errors:BsmError",
     "InfeasiblePlanError": "blackwell_sm.errors:InfeasiblePlanError",
     "PlanWarning": "blackwell_sm.errors:PlanWarning",

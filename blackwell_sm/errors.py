@@ -1,6 +1,6 @@
 """The toolkit's error types. Each carries the exit code the CLI uses for it.
 
-Exit codes: 2 bad input (spec, flag, request SageMaker would reject), 3 infeasible plan,
+Exit codes: 2 bad input (spec, flag, data, request SageMaker would reject), 3 infeasible plan,
 4 AWS error, 5 refused for safety (e.g. spending money without consent), 6 capability,
 1 anything else.
 
@@ -71,6 +71,13 @@ class SpecError(BsmError):
     kind = "bad_input"
 
 
+class DataError(SpecError):
+    """Bad input data: a shard, a manifest or a prepared folder that is corrupt or does not
+    match (exit 2, like every bad input); the message names the file."""
+
+    kind = "bad_data"
+
+
 class InfeasiblePlanError(BsmError):
     """No configuration fits; `plan` holds the best candidate's full prediction."""
 
@@ -97,6 +104,10 @@ class PlanWarning(UserWarning):
     or turn it into an error (`warnings.simplefilter("error", PlanWarning)`)."""
 
     label = "warning"  # how the CLI prints it: `warning: ...`
+
+    def __init__(self, message: str, code: str = "") -> None:
+        super().__init__(message)
+        self.code = code  # the plan note's code (planner/notes.py NOTE_CODES): react to it
 
 
 class AwsError(BsmError):

@@ -186,6 +186,9 @@ def plan_local(spec: RunSpec, *, nproc: int, peak_tflops: float | None = None) -
 
     if nproc < 1:
         raise SpecError(f"--nproc must be at least 1, not {nproc}", field="--nproc")
+    from blackwell_sm.spec.hf_files import check_init_from
+
+    check_init_from(spec)  # before the launcher starts: the workers repeat it before step 0
     inst = local_instance(nproc=nproc, peak_tflops=peak_tflops)
     plan = make_plan(spec, instance=inst, calibration=profile_for(spec))
     if not plan.feasible:

@@ -14,6 +14,9 @@ Environment variables (name: unit, who sets it → who reads it):
 - `BSM_DEVICE`: `cpu` | `cuda`; the launcher (CPU plans) → the worker's device choice.
 - `BSM_STOP_GRACE_S`: seconds; user → how long the launcher waits after SIGTERM before SIGKILL.
 - `BSM_DNS_WAIT_S`: seconds; user → how long the launcher waits for the master to resolve.
+- `BSM_EXPORT_URI`: an s3:// URI; the request builder (the job's model.tar.gz) → the MLflow
+  tracker's `bsm.export_uri` tag (a reference to the export, not an upload).
+- `TRAINING_JOB_NAME`: the job's name; SageMaker → the trackers' default run name.
 - `SAGEMAKER_CURRENT_CAPACITY_BLOCK_EXPIRATION_TIMESTAMP`: since the epoch, in seconds or
   milliseconds (AWS documents both); SageMaker on training plans → the loop's save-before-expiry.
 
@@ -43,6 +46,8 @@ ENV_MASTER_PORT = "BSM_MASTER_PORT"
 ENV_DEVICE = "BSM_DEVICE"
 ENV_STOP_GRACE_S = "BSM_STOP_GRACE_S"
 ENV_DNS_WAIT_S = "BSM_DNS_WAIT_S"
+ENV_EXPORT_URI = "BSM_EXPORT_URI"
+ENV_TRAINING_JOB_NAME = "TRAINING_JOB_NAME"
 ENV_CAPACITY_EXPIRY = "SAGEMAKER_CURRENT_CAPACITY_BLOCK_EXPIRATION_TIMESTAMP"
 ENV_TEST_FREE_BYTES = "BSM_TEST_FREE_BYTES"
 ENV_TEST_NAN_STEPS = "BSM_TEST_NAN_STEPS"
@@ -120,6 +125,12 @@ class OptMl:
     @property
     def output_data(self) -> Path:
         return self.root / "output" / "data"
+
+    @property
+    def tensorboard(self) -> Path:
+        """TensorBoard event files; SageMaker syncs them to TensorBoardOutputConfig.S3OutputPath
+        (its LocalPath, the API's default)."""
+        return self.root / "output" / "tensorboard"
 
     @property
     def failure(self) -> Path:

@@ -22,6 +22,7 @@ Every failure is a `SpecError` (exit 2) whose `field` is the caller's label for 
 from __future__ import annotations
 
 import json
+import math
 import os
 import stat
 from pathlib import Path
@@ -90,6 +91,13 @@ def _json_int(text: str) -> int:
     return int(text)
 
 
+def _json_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):  # 1e400 reads as inf
+        raise ValueError(f"{text} is not a finite number")
+    return value
+
+
 def _json_constant(text: str) -> Any:
     raise ValueError(f"{text} is not JSON (no NaN or Infinity)")
 
@@ -117,6 +125,7 @@ def parse_json(text: str, *, name: str = "<string>", field: str = "FILE") -> Any
             text,
             object_pairs_hook=_json_pairs,
             parse_int=_json_int,
+            parse_float=_json_float,
             parse_constant=_json_constant,
         )
     except RecursionError:

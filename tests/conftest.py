@@ -61,3 +61,75 @@ def moto_server():
     host, port = server.get_host_and_port()
     yield f"http://{host}:{port}"
     server.stop()
+
+
+# -- skips: CI fails on one nobody expected ---------------------------------------------------
+#: The skips a run may have: (test id, reason, why that is acceptable), both regular expressions
+#: (`re.search`). Everything `make install` provides (torch, transformers, moto, the SageMaker
+#: SDK, policy_sentry, parliament, jsonschema) is required: its absence fails the run instead
+#: of skipping tests. Set BSM_ALLOW_SKIPS=1 to accept any skip on a partial install.
+ALLOWED_SKIPS: list[tuple[str, str, str]] = [
+    (r"^tests/test_train_data\.py::", r"^long mode: BSM_LONG=1", "long mode, run by hand"),
+    (
+        r"^tests/reliability/test_bad_input\.py::test_long_mode_fuzz",
+        r"^set BSM_FUZZ=N",
+        "long mode, run by hand",
+    ),
+    (
+        r"^tests/reliability/test_faults\.py::test_long_mode_table",
+        r"^long mode: set BSM_FAULTS",
+        "long mode, run by hand",
+    ),
+    (
+        r"^tests/reliability/test_faults\.py::",
+        r"^a tmpfs cannot be mounted here \(needs root\)",
+        "filling a disk needs a tmpfs mount: root only",
+    ),
+    (
+        r"^tests/reliability/test_container_inputs\.py::test_read_only",
+        r"^(root without chattr|chattr \+i unsupported)",
+        "root ignores mode bits",
+    ),
+    (r"^tests/test_launch_exits\.py::", r"^no pidfd_open on this kernel", "kernels before 5.3"),
+    (r"^tests/test_launch\.py::", r"^this machine has 8 GPUs", "a GPU machine"),
+    (r"^tests/test_bootstrap\.py::", r"^wheels here are manylinux x86_64", "other machines"),
+]
+_unexpected: list[str] = []
+
+
+def _skip_reason(report: pytest.TestReport) -> str:
+    longrepr = report.longrepr
+    text = longrepr[2] if isinstance(longrepr, tuple) and len(longrepr) == 3 else str(longrepr)
+    return text.removeprefix("Skipped: ")
+
+
+def skip_allowed(nodeid: str, reason: str) -> bool:
+    """Whether ALLOWED_SKIPS lists this skip (by test id and reason)."""
+    import re
+
+    return any(re.search(n, nodeid) and re.search(r, reason) for n, r, _ in ALLOWED_SKIPS)
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    if report.skipped and not hasattr(report, "wasxfail"):
+        reason = _skip_reason(report)
+        if not skip_allowed(report.nodeid, reason):
+            _unexpected.append(f"{report.nodeid}: {reason}")
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    import os
+
+    if hasattr(session.config, "workerinput") or os.environ.get("BSM_ALLOW_SKIPS"):
+        return  # xdist workers report to the controller, which decides
+    if _unexpected:
+        reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+        lines = [
+            "unexpected skips (list them in tests/conftest.py ALLOWED_SKIPS with a reason, "
+            "or fix what is missing):",
+            *_unexpected,
+        ]
+        if reporter is not None:
+            reporter.write_line("\n".join(lines), red=True)
+        if session.exitstatus == 0:
+            session.exitstatus = 1

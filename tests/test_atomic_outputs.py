@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 
 import pytest
-from aws_support import plan_for, spec_dict
+from aws_support import plan_for, spec_dict, train_records
 from cli_support import REPO, run
 from reliability.test_container_inputs import read_only
 
@@ -57,23 +57,7 @@ def run_dir(tmp_path_factory) -> Path:
     (d / "plan.json").write_text(plan.to_json())
     tree = OptMl(d)
     tree.metrics.parent.mkdir(parents=True, exist_ok=True)
-    records = [
-        {
-            "kind": "train",
-            "step": s,
-            "loss": 3.0 - 0.1 * s,
-            "lr": 1e-4,
-            "grad_norm": 1.0,
-            "tok_s_gpu": 1000.0 + s,
-            "mfu": 0.4,
-            "step_time_s": 1.0,
-            "mem_alloc_gib": 10.0,
-            "mem_reserved_gib": 12.0,
-            "memory_kind": "cuda_max_allocated_reserved",
-            "time": 1_700_000_000.0 + s,
-        }
-        for s in range(1, 30)
-    ]
+    records = train_records(range(1, 30))
     tree.metrics.write_text("".join(json.dumps(r) + "\n" for r in records))
     return d
 

@@ -17,7 +17,13 @@ from botocore.stub import Stubber
 from blackwell_sm.aws.jobs import SPEC_HASH_TAG
 from blackwell_sm.aws.session import AwsContext
 from blackwell_sm.aws.submit import submit
-from blackwell_sm.errors import AwsError, ConsentRequiredError, InfeasiblePlanError, SpecError
+from blackwell_sm.errors import (
+    AwsError,
+    BsmError,
+    ConsentRequiredError,
+    InfeasiblePlanError,
+    SpecError,
+)
 
 
 def bucket_keys(aws: AwsContext) -> list[str]:
@@ -34,8 +40,9 @@ def test_dry_run_calls_nothing_and_uploads_nothing(aws):
     assert job.dry_run and not job.created
     assert job.request["ResourceConfig"]["TrainingPlanArn"] == PLAN_ARN
     assert bucket_keys(aws) == []
-    with pytest.raises(Exception, match="dry run"):
+    with pytest.raises(BsmError, match=r"dry run: no job .* was created") as e:
         job.status()
+    assert type(e.value) is BsmError  # not an AWS error: nothing was called
 
 
 def test_submit_creates_job_with_plan_and_uploads_once_then_reattaches(aws):

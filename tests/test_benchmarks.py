@@ -192,6 +192,9 @@ def test_cli_latency_times_commands_and_reports_missing_ones(monkeypatch, capsys
     assert any(r["module"] == "click" for r in recs["cli.bsm_help_s"]["heaviest_imports"])
     plan = recs["cli.bsm_plan_s"]
     assert plan["value"] is None and plan["ok"] is False and "plan: not here" in plan["error"]
+    phases = recs["cli.bsm_plan_phases"]["value"]  # one real bsm plan, in process, by phase
+    assert set(phases) >= {"pydantic and its first model", "planning", "JSON"}
+    assert all(ms >= 0 for ms in phases.values())
     assert recs["cli.bsm_plan_over_sdk_import"]["ok"] is False
 
 
@@ -209,8 +212,10 @@ def test_planner_accuracy_reads_every_row_and_meets_its_targets(capsys, monkeypa
     monkeypatch.setattr(sys, "argv", ["planner_accuracy.py"])
     monkeypatch.delenv("BSM_MEASUREMENTS_CSV", raising=False)
     shared = planner_accuracy.shared_csv()
-    if not shared.is_file():
-        pytest.skip(f"no shared reference at {shared}")
+    assert shared.is_file(), f"the reference rows belong in the repository: {shared}"
+    original = planner_accuracy.shared_original()
+    if original is not None:  # the copy must not drift from the shared reference
+        assert shared.read_bytes() == original.read_bytes(), f"update {shared} from {original}"
     planner_accuracy.main()
     lines = [json.loads(x) for x in capsys.readouterr().out.splitlines()]
     names = {x["name"] for x in lines}

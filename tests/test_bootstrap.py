@@ -37,6 +37,9 @@ from blackwell_sm.job.wheels import (
 ROOT = Path(__file__).resolve().parents[1]
 LINUX_X86 = sys.platform == "linux" and platform.machine() == "x86_64"
 needs_linux_x86 = pytest.mark.skipif(not LINUX_X86, reason="wheels here are manylinux x86_64")
+#: Downloads the container's wheels from PyPI on a cold cache: not in `make test`
+#: (`make test-network` runs these; the cache then serves them offline).
+network = pytest.mark.network
 DEAD_NETWORK = {  # any attempt to reach an index fails at once
     "HTTP_PROXY": "http://127.0.0.1:9",
     "HTTPS_PROXY": "http://127.0.0.1:9",
@@ -73,6 +76,7 @@ def test_requirements_follow_the_plan():
     assert next(r for r in fp8 if r.name == "torch").spec == ">=2.6,>=2.8,<2.9"
 
 
+@network
 @needs_linux_x86
 @pytest.mark.parametrize("name", sorted(TARGETS))
 def test_each_targets_wheels_pass_pips_offline_resolver(name, tmp_path):
@@ -180,6 +184,7 @@ def _container(venv: Path, opt_ml: Path, tmp_path: Path) -> subprocess.Completed
     return subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
 
 
+@network
 def test_bootstrap_installs_what_a_bare_image_lacks_then_the_launcher_starts(
     bare_image, local_house, tmp_path
 ):
@@ -209,6 +214,7 @@ def test_bootstrap_installs_what_a_bare_image_lacks_then_the_launcher_starts(
     assert seen.stdout.startswith(str(site))
 
 
+@network
 def test_a_missing_wheel_fails_with_a_clear_failure_file(bare_image, local_house, tmp_path):
     plan = plan_for(run_spec())
     full = build_bundle(plan.to_json(), local_house).data
@@ -257,6 +263,7 @@ def test_an_image_torch_older_than_the_plan_needs_is_named(tmp_path):
     assert f"torch {have}" in text and "torch>=99" in text and "sm_200 kernels" in text
 
 
+@network
 @needs_linux_x86
 def test_the_job_bundle_carries_the_pinned_images_wheels_and_says_why():
     spec = run_spec()
@@ -274,6 +281,7 @@ def test_the_job_bundle_carries_the_pinned_images_wheels_and_says_why():
     assert any("carries no wheels" in w for w in bare.warnings) and not bare.bundle.carried
 
 
+@network
 @needs_linux_x86
 def test_dry_run_lists_what_the_bundle_carries_why_and_its_size():
     from click.testing import CliRunner

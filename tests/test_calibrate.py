@@ -8,10 +8,10 @@ from __future__ import annotations
 import csv
 import io
 import json
-import tarfile
 from pathlib import Path
 
 import pytest
+from aws_support import summary_json, tar_gz
 
 from blackwell_sm.cli import main
 from blackwell_sm.planner import calibration as C
@@ -120,7 +120,7 @@ def test_what_the_rows_cannot_identify_keeps_its_default_and_says_why():
     for name in f.kept:
         assert get_param(f.constants, name) == get_param(f.base, name)
     # One row proves nothing about the spread: the range is narrowed only halfway.
-    assert f.speed_range == (0.2, 0.1)
+    assert f.speed_range == (0.175, 0.35)  # halfway: B200 anchored (0.25, 0.6), calibrated 0.1
 
 
 def _profile(path: Path, name: str, bf16: float, **gpu) -> Path:
@@ -154,7 +154,7 @@ def test_plan_names_the_profile_and_its_changes_and_narrows_the_range(tmp_path, 
     code, out, err = run([*args, "--calibration", str(prof)], capsys)
     assert code == 0, err
     after = json.loads(out)
-    assert before["calibration"] is None and before["throughput"]["evidence"] == "carried"
+    assert before["calibration"] is None and before["throughput"]["evidence"] == "anchored"
     cal = after["calibration"]
     assert cal["profile"] == str(prof) and cal["name"] == "mine" and cal["origin"] == "flag"
     assert cal["gpu"] == "B200"
@@ -258,16 +258,6 @@ def test_a_missing_profile_is_exit_2(tmp_path, capsys):
 # ---------------------------------------------------------------------------------------------
 
 
-def _tar(files: dict[str, bytes]) -> bytes:
-    buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w:gz") as tar:
-        for name, data in files.items():
-            info = tarfile.TarInfo(name)
-            info.size = len(data)
-            tar.addfile(info, io.BytesIO(data))
-    return buf.getvalue()
-
-
 def test_a_job_without_output_is_read_from_its_step_lines(aws):
     import time
 
@@ -294,22 +284,6 @@ def test_a_job_without_output_is_read_from_its_step_lines(aws):
     assert row.tokens_per_s_per_gpu == 1050.0  # median of the steady steps 3..5
 
 
-def _summary(tok_s: float, mem_gib: float) -> str:
-    """A version 1 summary.json (no schema_version) of a CUDA run, as the loop wrote it."""
-    return json.dumps({
-        "status": "completed", "final_step": 5, "planned_steps": 5, "resumed_from_step": None,
-        "final_loss": 2.5, "final_val_loss": 2.9,
-        "measured": {"steps_timed": 3, "step_time_s": 1.0, "tokens_per_s_per_gpu": tok_s,
-                     "mfu": 0.4, "peak_memory_allocated_gib": 3.0,
-                     "peak_memory_reserved_gib": mem_gib,
-                     "memory_kind": "cuda_max_allocated_reserved"},
-        "predicted": {"step_time_s": 1.0, "tokens_per_s_per_gpu": 1000.0, "mfu": 0.4,
-                      "memory_gib": 3.0},
-        "ratio_measured_over_predicted": {"tokens_per_s_per_gpu": 1.2, "peak_memory": 1.1},
-        "check": None, "eta": None, "alerts": [],
-    })  # fmt: skip
-
-
 def test_a_job_source_for_calibrate_and_report(aws, tmp_path):
     """A job name: the plan from its code bundle, summary.json and metrics.jsonl from its
     output.tar.gz, for `bsm calibrate` (the summary's figures) and `bsm report` (the records)."""
@@ -329,15 +303,15 @@ def test_a_job_source_for_calibrate_and_report(aws, tmp_path):
         for s in range(1, 6)
     ] + [{"kind": "val", "step": 5, "loss": 2.9, "time": 1_700_000_006.0}]  # fmt: skip
     jsonl = "".join(json.dumps(r) + "\n" for r in records).encode()
+    output = tar_gz({"metrics.jsonl": jsonl, "summary.json": summary_json(1234.5, 3.25).encode()})
     bucket, key = split_s3_uri(d["OutputDataConfig"]["S3OutputPath"].rstrip("/"))
     aws.s3.put_object(
-        Bucket=bucket, Key=f"{key}/{job.name}/output/output.tar.gz",
-        Body=_tar({"metrics.jsonl": jsonl, "summary.json": _summary(1234.5, 3.25).encode()}),
+        Bucket=bucket, Key=f"{key}/{job.name}/output/output.tar.gz", Body=output,
     )  # fmt: skip
     [row] = job_rows(job.name, aws)
     assert row.id == job.name and row.tokens_per_s_per_gpu == 1234.5
     assert row.memory_gib == 3.25 and row.memory_kind == "max_reserved"
-    assert row.ctx.instance.name == "ml.p6-b200.48xlarge" and row.ctx.model.name == "tiny"
+    assert row.ctx.instance.name == "ml.p6-b200.48xlarge" and row.ctx.model.spec.name == "tiny"
 
     res = write_report(job.name, tmp_path / "job.html", aws=aws)
     data = read_plot_data(res.path.read_text())

@@ -211,14 +211,14 @@ def test_bsm_data_verify_finds_a_changed_byte(tmp_path):
     r = _bsm("data", "verify", out, "--no-sha256")
     assert r.exit_code == 0 and "sizes, headers OK" in r.stderr + r.stdout
     r = _bsm("data", "verify", out)
-    assert r.exit_code == 1 and "shard-00001.bin: sha256 differs" in r.stderr
+    assert r.exit_code == 2 and "shard-00001.bin: sha256 differs" in r.stderr
     r = _bsm("data", "verify", out, "--no-sha256", "--vocab-size", "98")
     assert (
-        r.exit_code == 1 and "vocabulary of 256 tokens but the model's vocab_size is 98" in r.stderr
+        r.exit_code == 2 and "vocabulary of 256 tokens but the model's vocab_size is 98" in r.stderr
     )
     (out / "manifest.json").unlink()  # hand-made shards: the ids themselves are checked
     r = _bsm("data", "verify", out, "--vocab-size", "98")
-    assert r.exit_code == 1
+    assert r.exit_code == 2
     assert (
         "shard-00000.bin: token id 98 (token 1) is not below the model's vocab_size 98" in r.stderr
     )

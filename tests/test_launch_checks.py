@@ -37,7 +37,8 @@ def test_the_planners_plans_pass(count: int, training: dict) -> None:
 def test_a_rounded_batch_passes_only_as_the_planner_rounded_it() -> None:
     plan = _plan(3, global_batch_seqs=100)
     assert plan.config.global_batch_sequences == 120
-    bad = plan.model_copy(update={"warnings": []})
+    assert plan.has_note("batch_rounded")
+    bad = plan.model_copy(update={"notes": [n for n in plan.notes if n.code != "batch_rounded"]})
     with pytest.raises(SpecError) as e:
         check_plan(bad, Path("plan.json"))
     assert "= 120 sequences per step, but the spec's global batch is 100" in e.value.message

@@ -92,7 +92,10 @@ def test_the_long_context_targets_fit_on_one_node_and_say_why():
         assert p.feasible and p.instance.count == 1
         assert p.memory_gib.logits_and_loss < 0.02 * p.memory_gib.total  # the chunked loss
     assert any(r.startswith("seq 131072 runs faster with cp") for r in eight.reasons)
-    assert any(r.startswith("cp_degree 1") for r in one.reasons)
+    # the 1B is near a tie (its choice follows the speed prior): the reason names the choice
+    cp = one.config.cp_degree
+    said = "cp_degree 1" if cp == 1 else f"seq 131072 runs faster with cp {cp}"
+    assert next(n.text for n in one.notes if n.code == "cp_degree").startswith(said)
     # pinned off, the 70B at 32k misses; the advice names the degree that fits
     seventy = plan("llama-3.1-70b", seq_len=32768, cp_degree=1, allow_infeasible=True)
     assert not seventy.feasible and any(a.startswith("cp_degree: 4 fits") for a in seventy.advice)

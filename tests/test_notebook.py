@@ -93,7 +93,7 @@ def test_the_html_repr_is_the_summary_as_tables(plan70):
     assert "runner-ups" in captions and "warnings" in captions and "reasons" in captions
     run = dict(r for r in doc.tables[0]["rows"])
     assert run["instances"].startswith(f"{plan70.instance.count} x ml.p6-b200.48xlarge")
-    assert "per billion tokens" in run["cost"] and "range" in run["cost"]
+    assert "per billion tokens" in run["tokens"] and "range" in run["cost"]
     config = dict(doc.tables[1]["rows"])
     assert config["precision"].startswith(plan70.config.precision)
     assert plan70.model.name in "".join(doc.text)  # the headline

@@ -15,7 +15,7 @@ from blackwell_sm.spec.presets import PRESETS
 
 ROOT = Path(__file__).resolve().parents[1]
 
-# The stable JSON shape (schema_version 1): keys may be added, none removed or renamed.
+# The stable JSON shape (schema_version 2): keys may be added, none removed or renamed.
 REQUIRED_KEYS = {
     "schema_version", "feasible", "model", "instance", "config", "memory_gib", "throughput",
     "run", "alternatives", "warnings",
@@ -35,7 +35,8 @@ NESTED = {
 # Exactly today's keys: a change here is a schema change and must be deliberate.
 SNAPSHOT = {
     "": ["advice", "alternatives", "calibration", "checkpoint", "config", "feasible", "instance", "memory_gib", "model",
-         "reasons", "run", "schema_version", "spec", "throughput", "warnings"],
+         "notes", "objective", "other_objective", "reasons", "run", "schema_version", "spec", "throughput",
+         "warnings"],
     "memory_gib": ["activations", "allocator_reserved", "fp8_extras", "grads_fp32", "grads_unsharded", "limit",
                    "logits_and_loss", "optimizer_states", "overhead", "params_fp32",
                    "params_unsharded", "total", "usable"],
@@ -65,7 +66,10 @@ def test_json_shape_is_stable(capsys):
     for key, keys in SNAPSHOT.items():
         node = data[key] if key else data
         assert sorted(node) == keys, key
-    assert data["schema_version"] == 1 and data["feasible"] is True
+    assert data["schema_version"] == 2 and data["feasible"] is True
+    assert "seq_len" not in data["spec"]["training"]  # stored once: config.seq_len
+    assert {n["kind"] for n in data["notes"]} <= {"warning", "reason", "advice"}
+    assert data["warnings"] == [n["text"] for n in data["notes"] if n["kind"] == "warning"]
     assert "6 x (all params except input embedding)" in data["throughput"]["mfu_basis"]
     alt = data["alternatives"][0]
     assert {"config", "instance_count", "feasible", "hours", "why_not"} <= set(alt)

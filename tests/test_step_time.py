@@ -8,12 +8,13 @@ import pytest
 
 from blackwell_sm.hardware import get_instance
 from blackwell_sm.planner import calibration as C
+from blackwell_sm.planner.memory import shape
 from blackwell_sm.planner.step_time import compute_time_per_token, step_time
 from blackwell_sm.spec import get_preset
 
 P6 = get_instance("ml.p6-b200.48xlarge")
 P5 = get_instance("ml.p5.48xlarge")
-M8B = get_preset("llama-3.1-8b")
+M8B = shape(get_preset("llama-3.1-8b"))  # the planner's functions take a Shape
 
 
 def st(**kw):
@@ -28,7 +29,7 @@ def test_one_gpu_step_by_hand():
     32 blocks of 4096·4096·2 + 2·4096·1024 + 3·4096·14336 = 218,103,808 linear weights, an
     output head (and final norm) of 525,340,672, 8,030,261,248 parameters in all."""
     peak, hbm = 2250e12, 8e12  # B200 dense BF16 FLOP/s, HBM bytes/s
-    scale = C.BLACKWELL_SCALE  # B200's efficiencies: Hopper's x Megatron's B200/H100 ratio
+    scale = C.BLACKWELL_SCALE  # B200's efficiencies: Hopper's x what FSDP2 reaches on Blackwell
     lin_eff = C.MATMUL_EFFICIENCY[("bf16", False)] * scale
     linears = 6 * (32 * 218_103_808 + 525_340_672) / (peak * lin_eff)
     attention = (
@@ -49,7 +50,7 @@ def test_one_gpu_step_by_hand():
     assert math.isclose(t.compute_s, compute, rel_tol=1e-12)
     assert math.isclose(t.optimizer_s, optimizer, rel_tol=1e-12)
     assert math.isclose(t.step_s, compute + optimizer, rel_tol=1e-12)
-    assert 0.22 < t.step_s < 0.28  # with today's constants: 0.197 s + 0.046 s
+    assert 0.37 < t.step_s < 0.43  # with today's constants: 0.356 s + 0.046 s
 
 
 def test_limits():

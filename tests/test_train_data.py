@@ -138,6 +138,7 @@ def test_old_manifests_read_newer_and_foreign_ones_are_refused(tmp_path):
         ShardDataset(ch, seq_len=4)
     (ch / "stale.bin").unlink()
     v1["shards"][0]["tokens"] += 1  # its header is the size check now; the count still tells
+    v1["tokens"] += 1  # (the total must agree with the list, or the manifest itself is refused)
     (ch / "manifest.json").write_text(json.dumps(v1))
     with pytest.raises(BsmError, match=r"shard-00000\.bin: 1024 tokens, manifest\.json lists 1025"):
         ShardDataset(ch, seq_len=4)

@@ -83,3 +83,24 @@ def test_a_checkpoint_of_non_finite_weights_is_refused(tmp_path):
     with pytest.raises(BsmError, match=r"refusing to save checkpoint step 7 .* not finite"):
         ckpt.save(model, opt, 7)
     assert list(tmp_path.iterdir()) == []
+
+
+def test_bad_steps_that_are_not_in_a_row_never_add_up(tmp_path):
+    """Good steps between bad ones reset the count: bad, good, bad, good, bad with
+    max_bad_steps 2 trains on; two bad in a row then stop (a counter that never resets after a
+    good step would stop at the second bad step)."""
+    import torch
+
+    from blackwell_sm.errors import BsmError
+    from blackwell_sm.train.guard import NanGuard
+    from blackwell_sm.train.metrics_log import MetricsLog
+
+    log = MetricsLog(tmp_path, local_plan(), torch.device("cpu"), is_main=True)
+    guard = NanGuard(2, rank=0, metrics=log, is_main=True)
+    nan, one = torch.tensor(math.nan), torch.tensor(1.0)
+    verdicts = [guard.step_ok(s, nan if s % 2 == 0 else one, one) for s in range(5)]
+    assert verdicts == [False, True, False, True, False]
+    assert [r.in_row for r in log.records if r.kind == "bad_step"] == [1, 1, 1]
+    assert guard.total == 3 and guard.in_row == 1
+    with pytest.raises(BsmError, match=r"2 steps in a row \(steps 5\.\.6\)"):
+        guard.step_ok(5, one, nan)  # a non-finite gradient norm counts the same

@@ -260,6 +260,18 @@ def translate(
             e, action=action, service=service, instance_type=instance_type
         ) from None
     except CallDeadlineExceeded as e:
+        if e.response is not None:  # the service answered (throttled, 5xx): its error, bounded
+            err = map_client_error(
+                bx.ClientError(e.response[1], e.operation),
+                action=action,
+                service=service,
+                instance_type=instance_type,
+            )
+            err.message += (
+                f" (gave up after {e.waited_s:.0f} s and {e.attempts} attempts: "
+                "the call deadline, BSM_AWS_CALL_DEADLINE_S)"
+            )
+            raise err from None
         raise _unreachable(action, e.last, waited=e) from None
     except bx.NoCredentialsError:
         raise AwsError(

@@ -68,3 +68,20 @@ def to_model_trainer(
         upload_bundle=upload_bundle,
     )
     return trainer
+
+
+def to_estimator(
+    spec: RunSpec | str | Path | dict[str, Any],
+    plan: Plan | None = None,
+    *,
+    training_plan_arn: str | None = None,
+    sagemaker_session: Any = None,
+    upload_bundle: bool = True,
+) -> Any:
+    """A SageMaker SDK 2.x `Estimator` that sends the builder's CreateTrainingJob
+    (`blackwell_sm.job.sdk_v2`), the code bundle uploaded first so that `estimator.fit()` runs."""
+    from blackwell_sm.job.sdk_v2 import to_estimator as view
+
+    return view(spec, plan, training_plan_arn=training_plan_arn,
+                sagemaker_session=sagemaker_session,
+                upload=upload_for_sdk if upload_bundle else None)  # fmt: skip

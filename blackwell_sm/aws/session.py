@@ -126,14 +126,18 @@ def client_config() -> Any:
 
 
 class CallDeadlineExceeded(Exception):
-    """A call (with its retries) ran past its deadline; `last` is the final attempt's error."""
+    """A call (with its retries) would run past its deadline; `last` is the final attempt's
+    error, `response` the service's parsed answer when it answered (a throttle, a 5xx)."""
 
-    def __init__(self, operation: str, waited_s: float, attempts: int, last: Any) -> None:
+    def __init__(
+        self, operation: str, waited_s: float, attempts: int, last: Any, response: Any = None
+    ) -> None:
         super().__init__(f"{operation} gave up after {waited_s:.0f} s and {attempts} attempts")
         self.operation = operation
         self.waited_s = waited_s
         self.attempts = attempts
         self.last = last
+        self.response = response
 
 
 def _call_budget(params: Any, model: Any, t: Timeouts) -> float:
@@ -145,29 +149,63 @@ def _call_budget(params: Any, model: Any, t: Timeouts) -> float:
     return t.call_deadline_s + size / (t.upload_mib_per_s * 2**20)
 
 
+#: botocore's standard retry mode (botocore/retries/standard.py ExponentialBackoff): the
+#: longest back-off before attempt n+1 is min(scale * 2**(n-1), 20) s, scale 1 s for a throttle
+#: and 0.05 s for other errors, plus up to 5 s more when the answer carries x-amz-retry-after.
+_MAX_BACKOFF_S, _RETRY_AFTER_EXTRA_S = 20.0, 5.0
+_SCALE_ANSWERED_S, _SCALE_TRANSPORT_S = 1.0, 0.05
+
+
+def longest_backoff(attempts: int, response: Any) -> float:
+    """The longest sleep botocore's standard mode can take after `attempts` attempts (an answer
+    from the service may be a throttle: its scale; a transport error has the short one)."""
+    scale = _SCALE_ANSWERED_S if response else _SCALE_TRANSPORT_S
+    backoff = min(scale * 2.0 ** (attempts - 1), _MAX_BACKOFF_S)
+    headers = getattr(response[0], "headers", {}) if response else {}
+    return backoff + (_RETRY_AFTER_EXTRA_S if "x-amz-retry-after" in (headers or {}) else 0.0)
+
+
+def _failed(response: Any) -> bool:
+    """Whether a (http response, parsed) pair is an error answer (what botocore may retry)."""
+    status = getattr(response[0], "status_code", 200)
+    return status >= 400 or bool((response[1] or {}).get("Error"))
+
+
 def install_deadline(client: Any) -> None:
-    """Bound each call's total time: no retry starts that could end past the deadline."""
+    """Bound each call's total time, retries and back-offs included: no retry starts unless its
+    longest back-off and one more attempt still end within the call's budget. A connection that
+    fails or hangs is given the per-attempt timeouts; a service that answers (a throttle, a 5xx)
+    the time its last answer took. The call then ends with the last attempt's error."""
     t = timeouts()
 
     def start(params: Any, model: Any, context: dict, **_: Any) -> None:
         context["bsm_start"] = time.monotonic()
         context["bsm_budget"] = _call_budget(params, model, t)
 
+    def attempt(request: Any, **_: Any) -> None:
+        context = getattr(request, "context", None)
+        if isinstance(context, dict):
+            context["bsm_attempt"] = time.monotonic()
+
     def before_retry(attempts: int, operation: Any, request_dict: dict, **kw: Any) -> None:
         context = request_dict.get("context", {})
         began = context.get("bsm_start")
-        if began is None:
-            return
-        elapsed = time.monotonic() - began
-        per_attempt = t.connect_s + t.read_s
-        if elapsed + per_attempt > context.get("bsm_budget", t.call_deadline_s):
-            last = kw.get("caught_exception")
-            if last is None and kw.get("response") is not None:
-                return  # a service answer: botocore's own attempt limit applies
-            raise CallDeadlineExceeded(operation.name, elapsed, attempts, last)
+        last, response = kw.get("caught_exception"), kw.get("response")
+        if began is None or (last is None and (response is None or not _failed(response))):
+            return  # a success, or a call this handler did not time
+        now = time.monotonic()
+        elapsed = now - began
+        if last is not None:
+            next_try = t.connect_s + t.read_s
+        else:
+            next_try = now - context.get("bsm_attempt", began)
+        budget = context.get("bsm_budget", t.call_deadline_s)
+        if elapsed + longest_backoff(attempts, response) + next_try > budget:
+            raise CallDeadlineExceeded(operation.name, elapsed, attempts, last, response)
 
     events = client.meta.events
     events.register_first("provide-client-params.*.*", start)
+    events.register_first("request-created.*.*", attempt)
     events.register_first("needs-retry.*.*", before_retry)
 
 
@@ -178,6 +216,14 @@ def _shared_loader() -> Any:
     from botocore.loaders import create_loader
 
     return create_loader()
+
+
+def service_model(service: str) -> Any:
+    """botocore's model of `service` (shapes, patterns, enums): no client, credentials or region,
+    so local input can be checked against it before any AWS setup (`cli/params.py`)."""
+    from botocore.model import ServiceModel
+
+    return ServiceModel(_shared_loader().load_service_model(service, "service-2"), service)
 
 
 def new_session(profile: str | None = None) -> Any:

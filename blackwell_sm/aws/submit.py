@@ -81,6 +81,9 @@ def prepare(
     run = {"run_index": run_index, "done_steps": done_steps}
     if training_plan is not None:
         rs = with_overrides(rs, {"compute.training_plan": training_plan})
+    from blackwell_sm.spec.hf_files import check_init_from
+
+    check_init_from(rs)  # a local init_from's headers against the model, before planning
     if rs.compute.instance_preferences:
         from blackwell_sm.planner.preferences import plan_preferences
 

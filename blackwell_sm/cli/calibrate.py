@@ -6,6 +6,7 @@ from __future__ import annotations
 import click
 
 from blackwell_sm.cli.output import OUTPUT_OPTION, emit_json
+from blackwell_sm.cli.params import REGION, SOURCE
 
 EXACT = "exact by construction, not validated"
 
@@ -28,7 +29,7 @@ def _median(before: float | None, after: float | None, figure: str, exact: list[
 
 
 @click.command("calibrate")
-@click.argument("sources", metavar="SOURCE...", nargs=-1, required=True)
+@click.argument("sources", metavar="SOURCE...", nargs=-1, required=True, type=SOURCE)
 @click.option(
     "--out",
     "out",
@@ -39,7 +40,10 @@ def _median(before: float | None, after: float | None, figure: str, exact: list[
 )
 @click.option("--name", default="calibration", show_default=True, help="The profile's name.")
 @click.option(
-    "--region", metavar="REGION", help="For job sources: default AWS_REGION / the profile's."
+    "--region",
+    type=REGION,
+    metavar="REGION",
+    help="For job sources: default AWS_REGION / the profile's.",
 )
 @OUTPUT_OPTION
 def calibrate(
@@ -58,9 +62,9 @@ def calibrate(
     check_out_path(out, flag="--out")  # before the fit: a bad --out is refused at once
     aws = None
     if any(classify(s) == "job" for s in sources):
-        from blackwell_sm.aws.session import AwsContext
+        from blackwell_sm.cli.submit import aws_context
 
-        aws = AwsContext(region)
+        aws = aws_context(region)
     result = run_calibration(list(sources), name=name, aws=aws)
     path = write_profile(result.profile, out)
     result = result.model_copy(update={"out": str(path)})

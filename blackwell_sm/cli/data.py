@@ -101,7 +101,8 @@ def _prepare_finetune(inputs, out_dir, tokenizer, fmt, seq_len, packing, shard_t
         missing = "--tokenizer" if tokenizer is None else "--seq-len"
         raise SpecError(f"--format {fmt} needs {missing}", field=missing)
     m = prepare_finetune(list(inputs), out_dir, fmt=fmt, tokenizer=tokenizer, seq_len=seq_len,
-                         packing=packing, shard_tokens=shard_tokens, overwrite=overwrite)  # fmt: skip
+                         packing=packing, shard_tokens=shard_tokens, overwrite=overwrite,
+                         notify=info)  # fmt: skip
     if output == "json":
         emit_json(m)
         return
@@ -132,8 +133,11 @@ def _prepare_finetune(inputs, out_dir, tokenizer, fmt, seq_len, packing, shard_t
 @OUTPUT_OPTION
 def verify(directory: Path, vocab_size: int | None, no_sha256: bool, output: str) -> None:
     """Check a prepared folder: every shard listed in its manifest and no other, sizes, headers,
-    the sha256 of every shard (about 1 GB/s per core) and, with --vocab-size, every token id."""
+    the sha256 of every shard (about 1 GB/s per core) and, with --vocab-size, every token id; for
+    fine-tuning rows also the manifest's seq_len, sequences and loss_tokens against the shards.
+    Corrupt data is exit 2 naming the file."""
     from blackwell_sm.data.channel import open_channel
+    from blackwell_sm.data.manifest import FinetuneManifest
 
     ch = open_channel(directory, vocab_size=vocab_size, verify_sha256=not no_sha256)
     tokens = sum(len(s.tokens) for s in ch.shards)
@@ -145,7 +149,16 @@ def verify(directory: Path, vocab_size: int | None, no_sha256: bool, output: str
         "sha256_checked": not no_sha256 and ch.manifest is not None,
         "vocab_size_checked": vocab_size,
         "tokenizer_dir": str(ch.tokenizer_dir) if ch.tokenizer_dir else None,
+        "finetune_checked": None,
     }
+    if isinstance(ch.manifest, FinetuneManifest):
+        m = ch.manifest
+        result["finetune_checked"] = {
+            "format": m.data_format,
+            "seq_len": m.seq_len,
+            "sequences": m.sequences,
+            "loss_tokens": m.loss_tokens if not no_sha256 else None,
+        }
     if output == "json":
         emit_json(result)
         return
@@ -154,6 +167,8 @@ def verify(directory: Path, vocab_size: int | None, no_sha256: bool, output: str
         checked.append("sha256")
     if vocab_size is not None:
         checked.append(f"token ids < {vocab_size}")
+    if result["finetune_checked"]:
+        checked.append("rows of seq_len, sequences" + ("" if no_sha256 else ", loss_tokens"))
     if ch.manifest is None:
         info(f"{directory}: no manifest.json: every *.bin read in name order, unlisted")
     info(f"{len(ch.shards)} shard(s), {tokens:,} tokens: {', '.join(checked)} OK")

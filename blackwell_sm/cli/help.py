@@ -27,6 +27,7 @@ EXAMPLES: dict[str, list[tuple[str, str]]] = {
         ("bsm plan spec.yaml", "the chosen configuration, memory, speed, time and cost"),
         ("bsm plan --model llama-3.1-70b --seq-len 4096", "a preset, no spec file"),
         ("bsm plan spec.yaml --instance-count auto", "the fewest instances within the deadline"),
+        ("bsm plan spec.yaml --instance-count auto --optimize cost", "the cheapest count instead"),
         ("bsm plan spec.yaml --set precision=bf16 --set micro_batch_size=2", "pin knobs"),
         ("bsm plan spec.yaml -o json | jq .run.cost_usd", "for scripts"),
     ],

@@ -9,12 +9,16 @@ import click
 from blackwell_sm.aws.views import hours_of
 from blackwell_sm.cli import submit as submit_cli
 from blackwell_sm.cli.output import OUTPUT_OPTION, emit_json, snake_keys
+from blackwell_sm.cli.params import JOB_NAME, JOB_STATUS, NAME_CONTAINS, REGION
 from blackwell_sm.cli.progress import ProgressDisplay, wait_poller
 from blackwell_sm.cli.submit import Interrupted, print_log_event, reattach_hint, say
 from blackwell_sm.errors import AwsError
 
 REGION_OPTION = click.option(
-    "--region", metavar="REGION", help="Default: AWS_REGION / AWS_DEFAULT_REGION / the profile."
+    "--region",
+    type=REGION,
+    metavar="REGION",
+    help="Default: AWS_REGION / AWS_DEFAULT_REGION / the profile.",
 )
 
 
@@ -28,7 +32,7 @@ def _job(name: str, region: str | None) -> Any:
 
 
 @click.command("status")
-@click.argument("name", metavar="JOB")
+@click.argument("name", metavar="JOB", type=JOB_NAME)
 @click.option("--wait", is_flag=True, help="Poll until the job ends.")
 @REGION_OPTION
 @OUTPUT_OPTION
@@ -109,7 +113,7 @@ def show_run(run: Any) -> None:
 
 
 @click.command("logs")
-@click.argument("name", metavar="JOB")
+@click.argument("name", metavar="JOB", type=JOB_NAME)
 @click.option("--follow", "-f", is_flag=True, help="Keep printing until the job ends.")
 @click.option(
     "--timeout",
@@ -133,7 +137,7 @@ def logs(name: str, follow: bool, timeout: float | None, region: str | None, out
 
 
 @click.command("stop")
-@click.argument("name", metavar="JOB")
+@click.argument("name", metavar="JOB", type=JOB_NAME)
 @REGION_OPTION
 @OUTPUT_OPTION
 def stop(name: str, region: str | None, output: str) -> None:
@@ -150,8 +154,10 @@ def stop(name: str, region: str | None, output: str) -> None:
 
 
 @click.command("list")
-@click.option("--status", "status_", metavar="STATUS", help="InProgress, Completed, Failed, ...")
-@click.option("--name-contains", metavar="TEXT")
+@click.option(
+    "--status", "status_", type=JOB_STATUS, metavar="STATUS", help="InProgress, Completed, ..."
+)
+@click.option("--name-contains", type=NAME_CONTAINS, metavar="TEXT")
 @click.option("--limit", type=click.IntRange(1, 1000), default=20, show_default=True)
 @click.option("--all", "all_jobs", is_flag=True, help="Every training job, not only bsm's.")
 @REGION_OPTION

@@ -9,6 +9,7 @@ from typing import Any
 import click
 
 from blackwell_sm.cli.output import OUTPUT_OPTION, emit_json, say
+from blackwell_sm.cli.params import PLAN_OR_AUTO, REGION, SPEC_FILE
 from blackwell_sm.cli.progress import ProgressDisplay, wait_poller
 from blackwell_sm.errors import BsmError
 
@@ -51,9 +52,10 @@ def print_log_event(event: Any, *, output: str) -> None:
 
 
 @click.command("submit")
-@click.argument("spec_path", metavar="SPEC.yaml", type=click.Path(dir_okay=False))
+@click.argument("spec_path", metavar="SPEC.yaml", type=SPEC_FILE)
 @click.option(
     "--training-plan",
+    type=PLAN_OR_AUTO,
     metavar="ARN|NAME|auto",
     help="Run on this Flexible Training Plan (overrides compute.training_plan); auto searches "
     "offerings and asks before reserving one.",
@@ -86,7 +88,9 @@ def print_log_event(event: Any, *, output: str) -> None:
     help="One step of --until-done by hand (e.g. from CI): submit the run's next job if the "
     "last one ended resumably, else say why not.",
 )
-@click.option("--region", metavar="REGION", help="Default: job.region, AWS_REGION, the profile.")
+@click.option(
+    "--region", type=REGION, metavar="REGION", help="Default: job.region, AWS_REGION, the profile."
+)
 @OUTPUT_OPTION
 def submit(
     spec_path: str,

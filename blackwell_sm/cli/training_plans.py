@@ -7,30 +7,32 @@ window and ask; with no terminal they refuse unless --yes is given (exit 5).
 from __future__ import annotations
 
 import math
-from datetime import UTC, datetime
 from typing import Any
 
 import click
 
 from blackwell_sm.cli import submit as submit_cli
 from blackwell_sm.cli.output import OUTPUT_OPTION, emit_json
+from blackwell_sm.cli.params import (
+    EXTENSION_ID,
+    INSTANCE_TYPE,
+    ISO_TIME,
+    OFFERING_ID,
+    PLAN_NAME,
+    PLAN_REF,
+    REGION,
+    SPEC_FILE,
+    parse_iso,
+)
 from blackwell_sm.cli.submit import consent_prompt, say
 from blackwell_sm.errors import SpecError
 
-REGION_OPTION = click.option("--region", metavar="REGION", help="Default: the spec's, AWS_REGION.")
+REGION_OPTION = click.option(
+    "--region", type=REGION, metavar="REGION", help="Default: the spec's, AWS_REGION."
+)
 
 
-def _when(value: str | None, flag: str) -> datetime | None:
-    if value is None:
-        return None
-    try:
-        ts = datetime.fromisoformat(value)
-    except ValueError:
-        raise SpecError(
-            f"{flag} takes an ISO date/time such as 2026-12-24 or 2026-12-24T08:00, got {value!r}",
-            field=flag,
-        ) from None
-    return ts if ts.tzinfo else ts.replace(tzinfo=UTC)
+_when = parse_iso  # ISO_TIME has converted a flag's value already; this takes either
 
 
 def capacity_for(
@@ -79,8 +81,10 @@ def plans() -> None:
 def _capacity_options(f: Any) -> Any:
     for opt in reversed(
         [
-            click.argument("spec_path", metavar="[SPEC.yaml]", required=False),
-            click.option("--instance-type", metavar="TYPE", help="Default: the spec's plan."),
+            click.argument("spec_path", metavar="[SPEC.yaml]", required=False, type=SPEC_FILE),
+            click.option(
+                "--instance-type", type=INSTANCE_TYPE, metavar="TYPE", help="Default: the spec's."
+            ),
             click.option("--count", type=click.IntRange(min=1), help="Instances."),
             click.option(
                 "--hours", type=click.FloatRange(min=1), help="Duration; default: predicted run."
@@ -94,8 +98,8 @@ def _capacity_options(f: Any) -> Any:
 
 @plans.command("search")
 @_capacity_options
-@click.option("--start-after", metavar="ISO", help="Earliest start (default: now).")
-@click.option("--end-before", metavar="ISO", help="Latest end.")
+@click.option("--start-after", type=ISO_TIME, metavar="ISO", help="Earliest start (default: now).")
+@click.option("--end-before", type=ISO_TIME, metavar="ISO", help="Latest end.")
 @OUTPUT_OPTION
 def search(
     spec_path: str | None,
@@ -135,9 +139,11 @@ def search(
 
 
 @plans.command("reserve")
-@click.argument("offering_id", metavar="OFFERING_ID")
+@click.argument("offering_id", metavar="OFFERING_ID", type=OFFERING_ID)
 @_capacity_options
-@click.option("--name", "plan_name", required=True, metavar="NAME", help="The new plan's name.")
+@click.option(
+    "--name", "plan_name", required=True, type=PLAN_NAME, metavar="NAME", help="The plan's name."
+)
 @click.option("--yes", "-y", is_flag=True, help="Agree to the upfront fee without a prompt.")
 @OUTPUT_OPTION
 def reserve(
@@ -157,12 +163,7 @@ def reserve(
     is used if it matches (type, count, window) and nothing is bought; else exit 2."""
     from blackwell_sm.aws.reserve import mismatches, reserve_once
     from blackwell_sm.aws.training_plans import find_offering
-    from blackwell_sm.spec.compute import TRAINING_PLAN_NAME_RE
 
-    if not TRAINING_PLAN_NAME_RE.match(plan_name):
-        raise SpecError(
-            f"--name {plan_name!r}: 1-64 letters, digits and single hyphens", field="--name"
-        )
     itype, n, h, region = capacity_for(spec_path, instance_type, count, hours, region)
     aws = submit_cli.aws_context(region)
     done = reserve_once(
@@ -196,29 +197,28 @@ def reserve(
 
 
 @plans.command("extend")
-@click.argument("ref", metavar="PLAN")
-@click.option(
-    "--until", "until", metavar="ISO", help="Extend until the plan ends at or after this time."
-)
+@click.argument("ref", metavar="PLAN", type=PLAN_REF)
+@click.option("--until", type=ISO_TIME, metavar="ISO", help="Until the plan ends at or after it.")
 @click.option(
     "--to-fit",
     "to_fit",
     metavar="SPEC.yaml",
-    type=click.Path(dir_okay=False),
+    type=SPEC_FILE,
     help="Extend until SPEC's predicted run fits the plan.",
 )
 @click.option("--days", type=click.IntRange(1, 182), help="Buy the extension of this many days.")
-@click.option("--offering", "offering_id", metavar="ID", help="Buy this extension offering.")
+@click.option(
+    "--offering", "offering_id", type=EXTENSION_ID, metavar="ID", help="Buy this offering."
+)
 @click.option(
     "--again-after",
     "again_after",
+    type=EXTENSION_ID,
     metavar="EXTENSION",
     help="With --days/--offering: buy although the plan was extended in the last 24 h, naming "
     "that latest extension (its offering id).",
 )
-@click.option(
-    "--spec", "spec_path", type=click.Path(dir_okay=False), help="Say whether SPEC's run fits."
-)
+@click.option("--spec", "spec_path", type=SPEC_FILE, help="Say whether SPEC's run fits.")
 @click.option("--yes", "-y", is_flag=True, help="Agree to the upfront fee without a prompt.")
 @REGION_OPTION
 @OUTPUT_OPTION
@@ -338,10 +338,8 @@ def _plan_line(r: Any) -> str:
 
 
 @plans.command("describe")
-@click.argument("ref", metavar="NAME|ARN")
-@click.option(
-    "--spec", "spec_path", type=click.Path(dir_okay=False), help="Also check a spec's run fits."
-)
+@click.argument("ref", metavar="NAME|ARN", type=PLAN_REF)
+@click.option("--spec", "spec_path", type=SPEC_FILE, help="Also check a spec's run fits.")
 @REGION_OPTION
 @OUTPUT_OPTION
 def describe(ref: str, spec_path: str | None, region: str | None, output: str) -> None:

@@ -16,14 +16,14 @@ numpy, and transformers' tokenizer inside the functions that need it: no torch.
 
 from __future__ import annotations
 
-import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, Literal, NamedTuple
 
 import numpy as np
 
 from blackwell_sm.atomic_write import write_text
+from blackwell_sm.data.inputs import check_inputs, check_regular, check_text, jsonl_records
 from blackwell_sm.data.manifest import (
     FINETUNE_FORMAT_NAME,
     MANIFEST_FILE,
@@ -33,24 +33,33 @@ from blackwell_sm.data.manifest import (
 from blackwell_sm.data.prepare import DEFAULT_SHARD_TOKENS, TOKENIZER_DIR, shard_info
 from blackwell_sm.data.shards import FLAG_LOSS, FLAG_START, ShardWriter, token_dtype
 from blackwell_sm.data.staging import check_out, staged_dir
-from blackwell_sm.data.tokenizer_files import tokenizer_sha256
+from blackwell_sm.data.tokenizer_files import tokenizer_files, tokenizer_sha256
 from blackwell_sm.errors import SpecError
 
 FORMAT_NAME = FINETUNE_FORMAT_NAME
 Format = Literal["chat", "prompt-completion"]
 
 
+#: The chat roles a sample may use (the templates' own: anything else would become prompt text).
+ROLES = ("system", "user", "assistant", "tool")
+_NAMED = 5  # samples named in a note before "and N more"
+
+
 class Sample(NamedTuple):
     tokens: list[int]
     loss: list[int]  # 1 where the token counts as a target
+    where: str = ""  # file:line it came from
 
 
 def load_tokenizer(path: Path):
     """A Hugging Face tokenizer folder (tokenizer.json, tokenizer_config.json, chat template), or
     a file in one (its folder is read)."""
     path = Path(path)
-    if path.is_file():
+    if not path.is_dir():
+        check_regular(path, field="--tokenizer", what="tokenizer")  # never /dev/zero
         path = path.parent
+    for f in tokenizer_files(path):
+        check_regular(f, field="--tokenizer", what="tokenizer file")
     try:
         from transformers import AutoTokenizer
     except ImportError as e:
@@ -109,44 +118,64 @@ def prompt_completion_sample(tok, prompt: str, completion: str) -> Sample:
     return Sample(p + c, [0] * len(p) + [1] * len(c))
 
 
+def _chat_record(where: str, obj: dict[str, Any]) -> list[dict[str, str]]:
+    msgs = obj.get("messages")
+    ok = (
+        isinstance(msgs, list)
+        and msgs
+        and all(
+            isinstance(m, dict)
+            and isinstance(m.get("role"), str)
+            and isinstance(m.get("content"), str)
+            for m in msgs
+        )
+    )
+    if not ok:
+        raise SpecError(
+            f"{where}: --format chat needs 'messages': a list of {{role: str, content: str}}",
+            field="INPUT",
+        )
+    for i, m in enumerate(msgs):
+        if m["role"] not in ROLES:
+            raise SpecError(
+                f"{where}: messages.{i}.role {m['role']!r} is not one of {', '.join(ROLES)}",
+                field="INPUT",
+                hint="an unknown role would be rendered as prompt text",
+            )
+        extra = sorted(set(m) - {"role", "content"})
+        if extra:
+            raise SpecError(
+                f"{where}: messages.{i}: unknown key(s) {', '.join(extra)}; a "
+                "message has role and content",
+                field="INPUT",
+            )
+        check_text(f"{where}: messages.{i}.content", m["content"])
+    if not any(m["role"] == "assistant" for m in msgs):
+        raise SpecError(f"{where}: no assistant turn to learn from", field="INPUT")
+    return msgs
+
+
+def iter_records(path: Path, fmt: Format) -> Iterator[tuple[str, Any]]:
+    """(`file:line`, messages or (prompt, completion)) for each sample of a JSONL file, each
+    checked without a tokenizer (`data/inputs.py` for the bytes and the JSON)."""
+    for where, obj in jsonl_records(path):
+        if fmt == "chat":
+            yield where, _chat_record(where, obj)
+            continue
+        if not (isinstance(obj.get("prompt"), str) and isinstance(obj.get("completion"), str)):
+            raise SpecError(
+                f"{where}: --format prompt-completion needs string fields 'prompt' "
+                "and 'completion'",
+                field="INPUT",
+            )
+        yield where, (check_text(where, obj["prompt"]), check_text(where, obj["completion"]))
+
+
 def iter_samples(path: Path, fmt: Format, tok) -> Iterator[Sample]:
     """The samples of a JSONL file, each checked (the line number in every error)."""
-    with open(path, encoding="utf-8") as f:
-        for n, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            where = f"{path}:{n}"
-            try:
-                obj = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise SpecError(f"{where}: not valid JSON ({e.msg})", field="INPUT") from e
-            if fmt == "chat":
-                msgs = obj.get("messages") if isinstance(obj, dict) else None
-                ok = isinstance(msgs, list) and msgs and all(
-                    isinstance(m, dict) and isinstance(m.get("role"), str)
-                    and isinstance(m.get("content"), str) for m in msgs
-                )  # fmt: skip
-                if not ok:
-                    raise SpecError(
-                        f"{where}: --format chat needs 'messages': a list of "
-                        "{role: str, content: str}",
-                        field="INPUT",
-                    )
-                if not any(m["role"] == "assistant" for m in msgs):
-                    raise SpecError(f"{where}: no assistant turn to learn from", field="INPUT")
-                yield chat_sample(tok, msgs, where)
-            else:
-                if not (
-                    isinstance(obj, dict)
-                    and isinstance(obj.get("prompt"), str)
-                    and isinstance(obj.get("completion"), str)
-                ):
-                    raise SpecError(
-                        f"{where}: --format prompt-completion needs string fields 'prompt' and "
-                        "'completion'",
-                        field="INPUT",
-                    )
-                yield prompt_completion_sample(tok, obj["prompt"], obj["completion"])
+    for where, rec in iter_records(path, fmt):
+        s = chat_sample(tok, rec, where) if fmt == "chat" else prompt_completion_sample(tok, *rec)
+        yield s._replace(where=where)
 
 
 class PackStats(NamedTuple):
@@ -158,10 +187,16 @@ class PackStats(NamedTuple):
 
 
 def iter_rows(
-    samples: Iterator[Sample], seq_len: int, pad_id: int, packing: str, counts: dict[str, int]
+    samples: Iterator[Sample],
+    seq_len: int,
+    pad_id: int,
+    packing: str,
+    counts: dict[str, int],
+    cut: list[str] | None = None,
 ) -> Iterator[tuple[np.ndarray, np.ndarray]]:
     """(tokens, flags) of each row of exactly `seq_len` tokens, one at a time (a row and a
-    sample in memory, however long); `counts` gets samples, truncated, dropped, loss_tokens."""
+    sample in memory, however long); `counts` gets samples, truncated, dropped, loss_tokens;
+    `cut` collects where each sample cut to seq_len came from (and its length)."""
     for k in ("rows", "samples", "truncated", "dropped", "loss_tokens"):
         counts[k] = 0
     tokens: list[int] = []
@@ -184,7 +219,11 @@ def iter_rows(
             counts["truncated"] += 1
         if not any(loss[1:]):  # the first token is never a target
             counts["dropped"] += 1
+            if cut is not None and s.where:
+                cut.append(f"{s.where} ({len(s.tokens)} tokens: dropped, nothing left to learn)")
             continue
+        if cut is not None and s.where and len(s.tokens) > seq_len:
+            cut.append(f"{s.where} ({len(s.tokens)} tokens)")
         if tokens and (packing == "pad" or len(tokens) + len(toks) > seq_len):
             yield row_done()
         tokens.extend(toks)
@@ -219,6 +258,11 @@ def _close_shard(writer: ShardWriter, pad: int):
     return shard_info(writer.path, writer.count)
 
 
+def _listed(where: list[str]) -> str:
+    more = f" and {len(where) - _NAMED} more" if len(where) > _NAMED else ""
+    return ", ".join(where[:_NAMED]) + more
+
+
 def prepare_finetune(
     inputs: list[Path],
     out_dir: Path,
@@ -229,13 +273,15 @@ def prepare_finetune(
     packing: str = "pack",
     shard_tokens: int = DEFAULT_SHARD_TOKENS,
     overwrite: bool = False,
+    notify: Callable[[str], None] | None = None,
 ) -> FinetuneManifest:
     """JSONL samples -> version 2 shards of whole rows under `out_dir`, and its manifest;
     `out_dir` appears only when all is written (refused when not empty, unless `overwrite`)."""
-    missing = [str(p) for p in inputs if not p.is_file()]
-    if missing:
-        raise SpecError(f"input file(s) not found: {', '.join(missing)}", field="INPUT")
+    check_inputs(inputs)
     check_out(out_dir, overwrite=overwrite)  # before the work, not after it
+    for path in inputs:  # every line read and checked before any tokenising
+        for _ in iter_records(path, fmt):
+            pass
     tok = load_tokenizer(tokenizer)
     pad = tok.pad_token_id if tok.pad_token_id is not None else (tok.eos_token_id or 0)
     samples = (s for path in inputs for s in iter_samples(path, fmt, tok))
@@ -243,12 +289,13 @@ def prepare_finetune(
     dtype = token_dtype(vocab)
     rows_per_shard = max(1, shard_tokens // seq_len)
     counts: dict[str, int] = {}
+    cut: list[str] = []
     with staged_dir(out_dir, overwrite=overwrite) as tmp:
         shards = []
         writer: ShardWriter | None = None
         # Streamed row by row: at 128k tokens a row is 1 MiB; the data set is never in memory.
         try:
-            for tokens, flags in iter_rows(samples, seq_len, pad, packing, counts):
+            for tokens, flags in iter_rows(samples, seq_len, pad, packing, counts, cut):
                 if writer is None:
                     writer = ShardWriter(tmp / f"shard-{len(shards):05d}.bin", dtype, flags=True)
                     writer.__enter__()
@@ -263,8 +310,13 @@ def prepare_finetune(
             if writer is not None:  # an error mid-shard: no partial file left behind
                 writer.__exit__(RuntimeError, None, None)
         st = PackStats(**counts)
+        longer = f"longer than --seq-len {seq_len}: {_listed(cut)}" if cut else ""
         if st.rows == 0:
-            raise SpecError("no sample with a token to learn from", field="INPUT")
+            raise SpecError(
+                f"no sample with a token to learn from{'; ' + longer if cut else ''}",
+                field="INPUT",
+                hint="raise --seq-len, or shorten the samples named",
+            )
         # The tokenizer travels with the data it made (an export ships it beside the model).
         tok.save_pretrained(str(tmp / TOKENIZER_DIR))
         manifest = FinetuneManifest(
@@ -288,4 +340,6 @@ def prepare_finetune(
             dropped=st.dropped,
         )
         write_text(tmp / MANIFEST_FILE, manifest.model_dump_json(indent=2) + "\n", flag=None)
+    if cut and notify is not None:
+        notify(f"warning: {len(cut)} sample(s) {longer}")
     return manifest

@@ -20,6 +20,13 @@ import numpy as np
 
 from blackwell_sm.atomic_write import write_text
 from blackwell_sm.data.channel import file_sha256
+from blackwell_sm.data.inputs import (
+    check_inputs,
+    check_regular,
+    check_text,
+    jsonl_records,
+    read_text_file,
+)
 from blackwell_sm.data.manifest import MANIFEST_FILE, MANIFEST_VERSION, Manifest, ShardInfo
 from blackwell_sm.data.shards import ShardWriter, token_dtype
 from blackwell_sm.data.staging import check_out, staged_dir
@@ -57,6 +64,7 @@ class HFTokenizer:
                 hint="pip install tokenizers",
             ) from e  # fmt: skip
         self.file = path / "tokenizer.json" if path.is_dir() else path
+        check_regular(self.file, field="--tokenizer", what="tokenizer")  # never /dev/zero
         try:
             self._tok = Tokenizer.from_file(str(self.file))
         except Exception as e:  # the library raises a bare Exception on a bad file
@@ -89,23 +97,17 @@ class HFTokenizer:
 
 
 def iter_documents(path: Path) -> Iterator[str]:
-    """Documents of a file: one per JSONL line (its `text` field), or the whole text file."""
+    """Documents of a file: one per JSONL line (its `text` field), or the whole text file; each
+    checked (`data/inputs.py`: UTF-8, strict JSON, no NUL), errors naming `file:line`."""
     if path.suffix in (".jsonl", ".ndjson"):
-        with open(path, encoding="utf-8") as f:
-            for n, line in enumerate(f, 1):
-                if not line.strip():
-                    continue
-                try:
-                    obj = json.loads(line)
-                except json.JSONDecodeError as e:
-                    raise SpecError(f"{path}:{n}: not valid JSON ({e.msg})", field="INPUT") from e
-                if not isinstance(obj, dict) or not isinstance(obj.get("text"), str):
-                    raise SpecError(
-                        f"{path}:{n}: each JSONL line needs a string field 'text'", field="INPUT"
-                    )
-                yield obj["text"]
+        for where, obj in jsonl_records(path):
+            if not isinstance(obj.get("text"), str):
+                raise SpecError(
+                    f"{where}: each JSONL line needs a string field 'text'", field="INPUT"
+                )
+            yield check_text(where, obj["text"])
     else:
-        yield path.read_text(encoding="utf-8")
+        yield read_text_file(path)
 
 
 def shard_info(path: Path, tokens: int) -> ShardInfo:
@@ -125,11 +127,12 @@ def prepare(
 ) -> Manifest:
     """Tokenize `inputs` into shards of at most `shard_tokens` tokens; `out_dir` appears only
     when all is written (`data/staging.py`: a non-empty one is refused unless `overwrite`)."""
-    missing = [str(p) for p in inputs if not p.is_file()]
-    if missing:
-        raise SpecError(f"input file(s) not found: {', '.join(missing)}", field="INPUT")
+    check_inputs(inputs)
     check_out(out_dir, overwrite=overwrite)  # before the work, not after it
     tok = HFTokenizer(tokenizer) if tokenizer else ByteTokenizer()
+    for path in inputs:  # every input read and checked before any tokenising
+        for _ in iter_documents(path):
+            pass
     dtype = token_dtype(tok.vocab_size)
     with staged_dir(out_dir, overwrite=overwrite) as tmp:
         shards: list[ShardInfo] = []

@@ -31,7 +31,7 @@ from pathlib import Path
 
 import numpy as np
 
-from blackwell_sm.errors import BsmError
+from blackwell_sm.errors import DataError
 
 FORMAT_NAME = "bsm-tokens-v1"
 MAGIC = b"BSMTOKS\0"
@@ -138,15 +138,15 @@ def read_tokens_and_flags(path: Path) -> tuple[np.ndarray, np.ndarray | None]:
     with open(path, "rb") as f:
         raw = f.read(HEADER_BYTES)
     if len(raw) < HEADER_BYTES:
-        raise BsmError(f"{path}: too short to be a token shard ({len(raw)} bytes)")
+        raise DataError(f"{path}: too short to be a token shard ({len(raw)} bytes)")
     magic, version, width, count, _ = HEADER.unpack(raw)
     if magic != MAGIC:
-        raise BsmError(
+        raise DataError(
             f"{path}: not a blackwell_sm token shard (magic {magic!r})",
             hint="make shards with `bsm data prepare INPUT... --out DIR`",
         )
     if version not in (VERSION, VERSION_FLAGS) or width not in _DTYPES:
-        raise BsmError(
+        raise DataError(
             f"{path}: unsupported shard header: version {version}, token width {width}",
             hint="make shards with `bsm data prepare INPUT... --out DIR`",
         )
@@ -155,7 +155,7 @@ def read_tokens_and_flags(path: Path) -> tuple[np.ndarray, np.ndarray | None]:
     size = path.stat().st_size
     if size != expected:
         what = "truncated" if size < expected else "longer than its header says"
-        raise BsmError(
+        raise DataError(
             f"{path}: {what}: size {size} bytes, the header's {count} tokens need {expected}",
             hint="copy the shard again from the folder `bsm data prepare` wrote",
         )

@@ -111,7 +111,9 @@ def build_bundle(
     _check_size([(name, size) for name, size, _ in members], package.source)
 
     raw = io.BytesIO()
-    with tarfile.open(fileobj=raw, mode="w", format=tarfile.USTAR_FORMAT) as tar:
+    # PAX: wheel file names can pass USTAR's 100 characters (charset_normalizer's manylinux
+    # wheel, a dependency of the trackers' clients); an extended header carries them.
+    with tarfile.open(fileobj=raw, mode="w", format=tarfile.PAX_FORMAT) as tar:
         for arcname, _size, read in members:
             data = read()
             tar.addfile(_member(arcname, len(data)), io.BytesIO(data))

@@ -2,136 +2,33 @@
 
 Derived from a spec when one is given (its region, account, role, S3 prefixes, channels, image,
 KMS keys, VPC); without one, REPLACE-ME placeholders and wildcards mark what to fill in.
-Pure: builds policy documents, calls nothing.
+Pure: builds policy documents, calls nothing. What each command calls is the table in
+`job/iam_calls.py` (re-exported here).
 """
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple
+from typing import Any
 
+from blackwell_sm.job.iam_calls import BUY_ACTIONS, CALLER_RESOURCES, COMMAND_CALLS, Call
+from blackwell_sm.job.iam_trackers import tracker_statements
 from blackwell_sm.job.images import default_image_uri
 from blackwell_sm.job.names import JOB_NAME_PREFIX, name_stem
 from blackwell_sm.spec.aws_rules import ECR_IMAGE_RE
 from blackwell_sm.spec.job import S3_URI_RE
 from blackwell_sm.spec.run import RunSpec
 
-
-class Call(NamedTuple):
-    """One AWS API operation a command makes: its IAM action and the resource it acts on.
-
-    `resource` names a kind of resource (`CALLER_RESOURCES`); `also` lists the actions the call
-    needs besides its own (tag-on-create needs AddTags, a job passes its role, a training plan
-    reservation creates reserved capacity), each with its resource kind.
-    """
-
-    operation: str  # service:ApiOperation, as botocore names it
-    action: str  # the IAM action it is authorised as
-    resource: str
-    also: tuple[tuple[str, str], ...] = ()
+__all__ = [
+    "BUY_ACTIONS",
+    "CALLER_RESOURCES",
+    "COMMAND_CALLS",
+    "Call",
+    "caller_policy",
+    "caller_resources",
+    "iam_policies",
+]
 
 
-_DESCRIBE_JOB = Call(
-    "sagemaker:DescribeTrainingJob", "sagemaker:DescribeTrainingJob", "toolkit_jobs"
-)
-_LIST_TAGS = Call("sagemaker:ListTags", "sagemaker:ListTags", "toolkit_jobs")
-_CREATE_JOB = Call(
-    "sagemaker:CreateTrainingJob",
-    "sagemaker:CreateTrainingJob",
-    "spec_jobs",
-    also=(
-        ("sagemaker:AddTags", "spec_jobs"),
-        ("iam:PassRole", "role"),
-        # on a plan, CreateTrainingJob is authorised on the plan's ARN too
-        ("sagemaker:CreateTrainingJob", "plans"),
-    ),
-)
-_STOP_JOB = Call("sagemaker:StopTrainingJob", "sagemaker:StopTrainingJob", "toolkit_jobs")
-# `bsm list`; submit's check for a live job on the spec's checkpoint prefix (aws/one_job.py)
-_LIST_JOBS = Call("sagemaker:ListTrainingJobs", "sagemaker:ListTrainingJobs", "any")
-_DESCRIBE_PLAN = Call("sagemaker:DescribeTrainingPlan", "sagemaker:DescribeTrainingPlan", "plans")
-_SEARCH_OFFERINGS = Call(
-    "sagemaker:SearchTrainingPlanOfferings", "sagemaker:SearchTrainingPlanOfferings", "any"
-)
-_CREATE_PLAN = Call(
-    "sagemaker:CreateTrainingPlan",
-    "sagemaker:CreateTrainingPlan",
-    "plans",
-    also=(
-        ("sagemaker:AddTags", "plans"),
-        ("sagemaker:CreateReservedCapacity", "reserved"),
-        ("sagemaker:AddTags", "reserved"),
-    ),
-)
-_EXTEND_PLAN = Call("sagemaker:ExtendTrainingPlan", "sagemaker:ExtendTrainingPlan", "plans")
-_EXTENSION_HISTORY = Call(
-    "sagemaker:DescribeTrainingPlanExtensionHistory",
-    "sagemaker:DescribeTrainingPlanExtensionHistory",
-    "plans",
-)
-_BUCKET_REGION = Call("s3:GetBucketLocation", "s3:GetBucketLocation", "bucket")
-_HEAD_CODE = Call("s3:HeadObject", "s3:GetObject", "code_objects")
-_PUT_CODE = Call("s3:PutObject", "s3:PutObject", "code_objects")
-_DELETE_CODE = Call("s3:DeleteObject", "s3:DeleteObject", "code_objects")
-# --until-done / --resume / status of a run read the checkpoints' COMPLETE markers
-_LIST_CHECKPOINTS = Call("s3:ListObjectsV2", "s3:ListBucket", "checkpoint_list")
-_READ_MARKER = Call("s3:GetObject", "s3:GetObject", "checkpoint_objects")
-_LOG_STREAMS = Call("logs:DescribeLogStreams", "logs:DescribeLogStreams", "job_logs")
-_LOG_EVENTS = Call("logs:GetLogEvents", "logs:GetLogEvents", "job_logs")
-_FILTER_EVENTS = Call("logs:FilterLogEvents", "logs:FilterLogEvents", "job_logs")
-_LOGS = (_DESCRIBE_JOB, _LOG_STREAMS, _LOG_EVENTS)
-
-# Every command → the calls it can make. The caller policy is generated from this table, and
-# tests/test_iam_coverage.py runs each command on moto and checks every call it made is here
-# and is allowed by the generated policy.
-COMMAND_CALLS: dict[str, tuple[Call, ...]] = {
-    "submit": (
-        _DESCRIBE_JOB, _LIST_TAGS, _DESCRIBE_PLAN, _SEARCH_OFFERINGS, _CREATE_PLAN,
-        _BUCKET_REGION, _HEAD_CODE, _PUT_CODE, _DELETE_CODE, _CREATE_JOB,
-        _LIST_JOBS,  # one live job per checkpoint prefix: checked before and after creating
-        _STOP_JOB,  # a job created without the capacity asked for (or second on its prefix)
-        *_LOGS,  # --logs / --wait
-        _LIST_CHECKPOINTS, _READ_MARKER,  # --until-done / --resume
-    ),
-    "status": (
-        _DESCRIBE_JOB, _LIST_CHECKPOINTS, _READ_MARKER,
-        *_LOGS, _FILTER_EVENTS, _DESCRIBE_PLAN,  # progress: step/check/alert lines, plan's end
-    ),
-    "logs": _LOGS,
-    "stop": (_DESCRIBE_JOB, _STOP_JOB),
-    "list": (_LIST_JOBS, _LIST_TAGS),
-    "plans search": (_SEARCH_OFFERINGS,),
-    "plans reserve": (_SEARCH_OFFERINGS, _CREATE_PLAN, _DESCRIBE_PLAN),
-    "plans list": (
-        Call("sagemaker:ListTrainingPlans", "sagemaker:ListTrainingPlans", "any"),
-    ),
-    # the history is read before buying (a retry buys nothing) and after (another machine?)
-    "plans extend": (_DESCRIBE_PLAN, _EXTENSION_HISTORY, _SEARCH_OFFERINGS, _EXTEND_PLAN),
-    "plans describe": (_DESCRIBE_PLAN, _EXTENSION_HISTORY),
-    "to_model_trainer": (_BUCKET_REGION, _HEAD_CODE, _PUT_CODE, _DELETE_CODE, _CREATE_JOB),
-}  # fmt: skip
-
-# How each resource kind reads in a statement: (Sid, why). Order = statement order.
-CALLER_RESOURCES: dict[str, tuple[str, str]] = {
-    "spec_jobs": ("CreateTheSpecsTrainingJobs", "create and tag jobs named after the spec"),
-    "toolkit_jobs": ("ManageTheToolkitsTrainingJobs", "read, tag-read and stop bsm-* jobs"),
-    "any": ("ListJobsAndPlansSearchOfferings", "calls without resource-level permissions"),
-    "plans": ("UseAndReserveTrainingPlans", "describe, reserve, tag and run jobs on plans"),
-    "reserved": ("ReservedCapacityOfPlans", "a plan reservation creates reserved capacity"),
-    "role": ("PassTheJobRoleToSageMaker", "CreateTrainingJob passes job.role_arn"),
-    "bucket": ("FindTheBucketsRegion", "refuse a bucket outside the job's region first"),
-    "code_objects": ("UploadAndCheckTheCodeBundle", "upload once, verify, remove a bad upload"),
-    "checkpoint_list": ("ListTheRunsCheckpoints", "--until-done/--resume find the newest"),
-    "checkpoint_objects": ("ReadCheckpointMarkers", "a run's COMPLETE markers (step, time)"),
-    "job_logs": ("ReadJobLogs", "bsm logs / submit --logs / status's progress"),
-}
-# Reserving and extending spend money: without these a caller can use plans but never buy.
-BUY_ACTIONS = frozenset(
-    {
-        "sagemaker:CreateTrainingPlan",
-        "sagemaker:CreateReservedCapacity",
-        "sagemaker:ExtendTrainingPlan",
-    }
-)
 LOG_WRITE_ACTIONS = [
     "logs:CreateLogGroup",
     "logs:CreateLogStream",
@@ -238,11 +135,10 @@ def caller_actions(commands: list[str] | None = None) -> dict[str, set[str]]:
     return by_kind
 
 
-def caller_policy(spec: RunSpec | None = None) -> dict[str, Any]:
-    """What `bsm` commands (and the SDK view) call, generated from COMMAND_CALLS."""
+def caller_resources(spec: RunSpec | None = None) -> dict[str, list[str] | str]:
+    """Resource kind -> the ARNs (IAM wildcards) the caller policy grants it on."""
     c = _Ctx(spec)
-    by_kind = caller_actions()
-    resources: dict[str, list[str] | str] = {
+    return {
         "spec_jobs": [c.training_jobs()],
         "toolkit_jobs": [c.arn("sagemaker", f"training-job/{JOB_NAME_PREFIX}*")],
         "any": "*",
@@ -253,11 +149,19 @@ def caller_policy(spec: RunSpec | None = None) -> dict[str, Any]:
         "code_objects": [c.s3_objects(c.code)],
         "checkpoint_list": [f"arn:{c.partition}:s3:::{_s3_parts(c.checkpoints)[0]}"],
         "checkpoint_objects": [c.s3_objects(c.checkpoints)],
+        "job_output": [c.s3_objects(c.output)],
         "job_logs": [
             c.arn("logs", f"log-group:{LOG_GROUP}"),
             c.arn("logs", f"log-group:{LOG_GROUP}:*"),
         ],
     }
+
+
+def caller_policy(spec: RunSpec | None = None) -> dict[str, Any]:
+    """What `bsm` commands (and the SDK view) call, generated from COMMAND_CALLS."""
+    c = _Ctx(spec)
+    by_kind = caller_actions()
+    resources = caller_resources(spec)
     ck_key = _s3_parts(c.checkpoints)[1]
     extra: dict[str, dict[str, Any]] = {
         "role": {"Condition": {"StringEquals": {"iam:PassedToService": "sagemaker.amazonaws.com"}}},
@@ -339,6 +243,7 @@ def job_role_policy(spec: RunSpec | None = None) -> dict[str, Any]:
         # every training role, so they are always granted (SageMaker makes the interfaces).
         _stmt("VpcNetworkInterfacesAndTheSdkRoleCheck", VPC_ACTIONS, "*"),
     ]  # fmt: skip
+    statements += tracker_statements(spec, region=c.region)  # job/iam_trackers.py
     if kms_keys:
         statements.append(
             _stmt("UseTheSpecsKmsKeys", ["kms:Decrypt", "kms:GenerateDataKey"], kms_keys)

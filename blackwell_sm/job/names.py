@@ -11,12 +11,15 @@ given training plan, or with other instance preferences is a different job, neve
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import json
 import re
 import secrets
 import time
 from typing import Any
+
+from blackwell_sm.spec.trackers import TRACKER_FIELDS
 
 JOB_NAME_PREFIX = "bsm-"
 MAX_JOB_NAME = 63  # botocore model TrainingJobName max; checked again against the model
@@ -47,13 +50,18 @@ def capacity_identity(compute: dict[str, Any], plan: Any) -> dict[str, Any]:
     return capacity
 
 
-def spec_hash(spec: Any, plan: Any, others: Any = ()) -> str:
-    """Hash of what defines the run: the whole spec, its capacity and the plan's configuration.
-
-    `others`: the other instance preferences' plans; their instances and configurations join
-    the hash (a spec without preferences hashes as before)."""
-    data = spec.model_dump(mode="json")
+def job_identity(spec_data: dict[str, Any], plan: Any, others: Any = ()) -> dict[str, Any]:
+    """What defines the run, as data: the spec (`spec.model_dump(mode="json")`), its capacity
+    and the plan's configuration; `others`: the other instance preferences' plans, whose
+    instances and configurations join it (a spec without preferences is as before).
+    tests/test_job_identity.py varies every field of it."""
+    data = copy.deepcopy(spec_data)
     compute = data.pop("compute", {})
+    # Accepting changed data is an instruction to the resume, not a new run: the same job name
+    # and checkpoint location, so the run it names is the one that resumes.
+    data.get("training", {}).get("data", {}).pop("accept_changed_data", None)
+    for key in TRACKER_FIELDS:  # where the run reports is not what it trains
+        data.get("training", {}).pop(key, None)
     payload = {
         "spec": data,
         "capacity": capacity_identity(compute, plan),
@@ -70,7 +78,13 @@ def spec_hash(spec: Any, plan: Any, others: Any = ()) -> str:
             }
             for p in others
         ]
-    return sha256_hex(canonical_json(payload))[:HASH_CHARS]
+    return payload
+
+
+def spec_hash(spec: Any, plan: Any, others: Any = ()) -> str:
+    """Hash of what defines the run (`job_identity`)."""
+    identity = job_identity(spec.model_dump(mode="json"), plan, others)
+    return sha256_hex(canonical_json(identity))[:HASH_CHARS]
 
 
 def name_stem(model_name: str) -> str:

@@ -39,6 +39,7 @@ from blackwell_sm.job.names import (
     spec_hash,
     unique_suffix,
 )
+from blackwell_sm.job.native import native_members, tracker_environment
 from blackwell_sm.job.request_checks import (
     INIT_CHANNEL,
     check_channels,
@@ -322,7 +323,8 @@ def build_job_request(
     if job.output_kms_key_id:
         output["KmsKeyId"] = job.output_kms_key_id
 
-    environment = {**dict(sorted(job.environment.items())), ENV_MAX_RUNTIME_S: str(runtime_s)}
+    environment = {**dict(sorted(job.environment.items())), ENV_MAX_RUNTIME_S: str(runtime_s),
+                   **tracker_environment(spec, job, name)}  # fmt: skip
     request: dict[str, Any] = {
         "TrainingJobName": name,
         "RoleArn": job.role_arn,
@@ -358,6 +360,9 @@ def build_job_request(
         }
     if job.max_retry_attempts is not None:
         request["RetryStrategy"] = {"MaximumRetryAttempts": job.max_retry_attempts}
+    types = [p.instance.type for p in [plan, *others]]
+    request.update(native_members(spec, job, job_name=name, job_base=base, region=region,
+                                  instance_types=types))  # fmt: skip
 
     if not wheelhouse.wheels:
         warnings.append(

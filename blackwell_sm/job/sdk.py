@@ -65,6 +65,39 @@ def refuse_placeholders(req: JobRequest) -> None:
         )
 
 
+def view_inputs(
+    spec: RunSpec | str | Path | dict[str, Any],
+    plan: Plan | None,
+    training_plan_arn: str | None,
+    view: str,
+) -> tuple[RunSpec, Plan]:
+    """The spec and plan an SDK view (`view`: its function's name) is built from, after what
+    neither view can map is refused: instance preferences, and a training plan given by name
+    without its ARN (the job would run on on-demand capacity)."""
+    run = _load(spec)
+    if run.compute.instance_preferences:
+        raise SpecError(
+            f"{view} does not map compute.instance_preferences: the SDK passes the list "
+            "through, but the bundle's plan per type is built only by `bsm submit`",
+            field="compute.instance_preferences",
+            hint="submit with `bsm submit SPEC` (blackwell_sm.submit), or use one instance_type",
+        )
+    wanted = run.compute.training_plan
+    if wanted and not wanted.startswith("arn:") and training_plan_arn is None:
+        raise SpecError(
+            f"compute.training_plan {wanted!r} is not an ARN, and the job would run on "
+            "on-demand capacity without one",
+            field="compute.training_plan",
+            hint="pass training_plan_arn=... (`bsm plans describe NAME` or `bsm plans search`)",
+        )
+    if plan is None:
+        from blackwell_sm.planner.api import make_plan
+        from blackwell_sm.planner.profile import profile_for
+
+        plan = make_plan(run, calibration=profile_for(run))
+    return run, plan
+
+
 def _entrypoint_hook(req: JobRequest) -> Any:
     algo = req.request["AlgorithmSpecification"]
 
@@ -93,27 +126,7 @@ def model_trainer_and_request(
     `upload` puts the code bundle in S3 (the AWS layer passes its verified upload; this module
     makes no AWS call of its own). Placeholders are refused before the SDK is imported.
     """
-    run = _load(spec)
-    if run.compute.instance_preferences:
-        raise SpecError(
-            "to_model_trainer does not map compute.instance_preferences: the SDK passes the "
-            "list through, but the bundle's plan per type is built only by `bsm submit`",
-            field="compute.instance_preferences",
-            hint="submit with `bsm submit SPEC` (blackwell_sm.submit), or use one instance_type",
-        )
-    wanted = run.compute.training_plan
-    if wanted and not wanted.startswith("arn:") and training_plan_arn is None:
-        raise SpecError(
-            f"compute.training_plan {wanted!r} is not an ARN, and the trainer would run on "
-            "on-demand capacity without one",
-            field="compute.training_plan",
-            hint="pass training_plan_arn=... (`bsm plans describe NAME` or `bsm plans search`)",
-        )
-    if plan is None:
-        from blackwell_sm.planner.api import make_plan
-        from blackwell_sm.planner.profile import profile_for
-
-        plan = make_plan(run, calibration=profile_for(run))
+    run, plan = view_inputs(spec, plan, training_plan_arn, "to_model_trainer")
     if sagemaker_session is None:
         import boto3
 

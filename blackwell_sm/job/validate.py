@@ -27,6 +27,10 @@ SPEC_FIELD: dict[str, str] = {
     "CheckpointConfig": "job.checkpoint_s3_prefix",
     "Environment": "job.environment",
     "RetryStrategy": "job.max_retry_attempts",
+    "TensorBoardOutputConfig": "job.tensorboard_s3_prefix",
+    "MlflowConfig": "training.mlflow",
+    "ModelPackageConfig": "job.model_package_group",
+    "InfraCheckConfig": "job.infra_check",
 }
 
 # Request member -> the spec field it is built from (fixed members; keyed ones are added below).
@@ -51,6 +55,10 @@ _ORIGINS: dict[str, str] = {
     "Tags": "job.tags",
     "Environment": "job.environment",
     "InputDataConfig": "job.channels",
+    "TensorBoardOutputConfig": "job.tensorboard_s3_prefix",
+    "MlflowConfig": "training.mlflow",
+    "ModelPackageConfig": "job.model_package_group",
+    "InfraCheckConfig": "job.infra_check",
 }
 
 

@@ -38,6 +38,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from blackwell_sm.atomic_write import atomic_open, write_text
 from blackwell_sm.errors import BsmError, SpecError
 from blackwell_sm.job.images import MANYLINUX_X86_64, TARGETS, ImageTarget, image_target
+from blackwell_sm.spec.trackers import tracker_packages
 
 if TYPE_CHECKING:
     from blackwell_sm.planner.plan import Plan
@@ -118,6 +119,7 @@ def container_requirements(
     export_model: bool = False,
     sm100: bool = False,
     extra: tuple[str, ...] | list[str] = (),
+    trackers: Sequence[tuple[str, str, str]] = (),
 ) -> list[Requirement]:
     """What the container needs for a run of this kind on `target` (pure)."""
     floor = TORCH_FLOOR_SM100 if sm100 else TORCH_FLOOR
@@ -136,6 +138,7 @@ def container_requirements(
     if export_model:
         reqs.append(Requirement(name="safetensors", spec=SAFETENSORS, carried=True,
                                 why="the Hugging Face export at the end"))  # fmt: skip
+    reqs += [Requirement(name=n, spec=v, carried=True, why=why) for n, v, why in trackers]
     reqs.append(Requirement(name="torch", spec=torch_spec, why=torch_why, carried=False))
     reqs.append(Requirement(name="numpy", why="token data and checkpoints", carried=False))
     for raw in extra:
@@ -167,6 +170,7 @@ def requirements_for(
         export_model=spec.training.export_model,
         sm100=any(cc is not None and cc >= (10, 0) for cc in ccs),
         extra=job.container_requirements if job else (),
+        trackers=tracker_packages(spec.training.report_to, spec.training.mlflow),
     )
     return target, reqs, [warning] if warning else []
 
@@ -174,7 +178,11 @@ def requirements_for(
 def fetch_for(
     spec: RunSpec, plan: Plan, also: Sequence[Plan] = (), progress: Progress | None = None
 ) -> Wheelhouse:
-    """The wheelhouse `build_job_request` wants for `spec` run as `plan` (cached download)."""
+    """The wheelhouse `build_job_request` wants for `spec` run as `plan` (cached download). A
+    spec the builder would refuse for its trackers is refused first, before any download."""
+    from blackwell_sm.job.native import check_wandb
+
+    check_wandb(spec)
     target, reqs, _ = requirements_for(spec, plan, also)
     return fetch_wheels(reqs, target, progress=progress)
 

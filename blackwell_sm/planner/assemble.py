@@ -1,5 +1,6 @@
-"""The Plan from the chosen evaluation: memory terms in GiB, speed with its range, hours and
-cost with theirs, the checkpoint size, and the time and cost warnings (pure)."""
+"""The assemble step of the pipeline: the Plan from the chosen evaluation and its explanation:
+memory terms in GiB, speed with its range, hours and cost with theirs, the checkpoint size, and
+the warnings that need the ranges (pure)."""
 
 from __future__ import annotations
 
@@ -7,9 +8,10 @@ import math
 
 from blackwell_sm.hardware import InstanceType
 from blackwell_sm.planner import calibration as C
+from blackwell_sm.planner.alternatives import to_config
 from blackwell_sm.planner.checkpoint_size import checkpoint_size
-from blackwell_sm.planner.explain import to_config
 from blackwell_sm.planner.memory import GIB
+from blackwell_sm.planner.notes import Note, warning
 from blackwell_sm.planner.plan import (
     Alternative,
     CalibrationRef,
@@ -17,19 +19,20 @@ from blackwell_sm.planner.plan import (
     InstanceRef,
     MemoryBreakdown,
     ModelRef,
+    ObjectivePick,
     Plan,
     PlanSpec,
     RunEstimate,
     StepBreakdown,
     Throughput,
 )
-from blackwell_sm.planner.profile import for_mode
 from blackwell_sm.planner.search import Evaluation
 from blackwell_sm.planner.uncertainty import over_published, speed_range
 from blackwell_sm.spec import RunSpec
 from blackwell_sm.spec.job import MAX_RUNTIME_HOURS
 
 
+# long function: the Plan built field by field in one visible order (main, after the planner merge; to be split)
 def assemble_plan(
     spec: RunSpec,
     inst: InstanceType,
@@ -39,11 +42,11 @@ def assemble_plan(
     price: float | None,
     local: bool,
     *,
-    warnings: list[str],
-    reasons: list[str],
-    advice: list[str],
+    notes: list[Note],
     constants: C.Constants | None = None,
     calibration: CalibrationRef | None = None,
+    objective: str = "time",
+    other: ObjectivePick | None = None,
 ) -> Plan:
     """The Plan for the evaluated candidate `best`."""
     tr, comp, model = spec.training, spec.compute, spec.model
@@ -51,40 +54,56 @@ def assemble_plan(
     m = best.mem
     g = lambda x: round(x / GIB, 3)  # noqa: E731
     mem = MemoryBreakdown(
-        params_fp32=g(m.params_fp32), grads_fp32=g(m.grads_fp32),
-        optimizer_states=g(m.optimizer_states), params_unsharded=g(m.params_unsharded),
-        grads_unsharded=g(m.grads_unsharded), activations=g(m.activations),
-        logits_and_loss=g(m.logits_and_loss), overhead=g(m.overhead), fp8_extras=g(m.fp8_extras),
-        total=g(m.total), limit=limit, allocator_reserved=g(m.reserved),
+        params_fp32=g(m.params_fp32),
+        grads_fp32=g(m.grads_fp32),
+        optimizer_states=g(m.optimizer_states),
+        params_unsharded=g(m.params_unsharded),
+        grads_unsharded=g(m.grads_unsharded),
+        activations=g(m.activations),
+        logits_and_loss=g(m.logits_and_loss),
+        overhead=g(m.overhead),
+        fp8_extras=g(m.fp8_extras),
+        total=g(m.total),
+        limit=limit,
+        allocator_reserved=g(m.reserved),
         usable=round(limit * (1.0 - C.MEMORY_HEADROOM), 3),
-    )  # fmt: skip
+    )
     tokens = best.steps * c.global_batch_seqs * tr.seq_len
     t, tps = best.time, best.tokens_per_s_per_gpu
-    if constants is not None:  # the profile vouches for this mode's speed only if it fitted it
+    notes = list(notes)
+    if calibration is not None and constants is not None:
+        # the profile vouches for this mode's speed only if it fitted it
+        from blackwell_sm.planner.profile import for_mode
+
         constants, calibration, note = for_mode(
             constants, calibration, inst.gpu.name, c.precision, c.compile
         )
-        warnings = [*warnings, note] if note else warnings
+        if note:
+            notes.append(warning("profile_mode_uncalibrated", note))
     sr = speed_range(tps, inst.gpu, model, c.precision, tr.seq_len, constants)
     warn = over_published(tps, sr)
     if warn:
-        warnings = [*warnings, warn]
+        notes.append(warning("over_published", warn))
     hours_range = (best.hours * tps / sr.high, best.hours * tps / sr.low)
     jobs = max(1, math.ceil(hours_range[1] / MAX_RUNTIME_HOURS))
     if jobs > 1 and best.hours <= MAX_RUNTIME_HOURS and not local:
-        warnings = [*warnings, (
+        text = (
             f"at the pessimistic end of the range ({hours_range[1]:,.1f} h) the run needs {jobs} "
             "SageMaker jobs of at most 28 days, each resuming from the same checkpoints"
-        )]  # fmt: skip
+        )
+        notes.append(warning("jobs_at_slow_end", text))
     cost_range = None
     if best.price_per_hour is not None:
-        cost_range = (round(hours_range[0] * best.price_per_hour, 2),
-                      round(hours_range[1] * best.price_per_hour, 2))  # fmt: skip
+        cost_range = (
+            round(hours_range[0] * best.price_per_hour, 2),
+            round(hours_range[1] * best.price_per_hour, 2),
+        )
         if not local and cost_range[1] > comp.confirm_cost_usd:
-            warnings = [*warnings, (
+            text = (
                 f"the run may cost up to ${cost_range[1]:,.0f} (pessimistic end), over "
                 f"compute.confirm_cost_usd ${comp.confirm_cost_usd:,.0f}: bsm submit asks first"
-            )]  # fmt: skip
+            )
+            notes.append(warning("cost_confirm", text))
     ck = checkpoint_size(model.n_params, c.shard_degree, inst.gpus_per_instance)
     return Plan(
         feasible=feasible,
@@ -136,9 +155,9 @@ def assemble_plan(
             save_s=round(ck.save_s, 1),
         ),
         alternatives=alts,
-        warnings=warnings,
-        reasons=reasons,
-        advice=advice,
+        notes=notes,
+        objective=objective,
+        other_objective=other,
         spec=PlanSpec(model=model, training=tr),
         calibration=calibration,
     )

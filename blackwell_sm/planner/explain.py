@@ -1,85 +1,220 @@
-"""The plan's words: why each choice was made (`reasons`), what single change would make an
-infeasible plan fit (`advice`), and the runner-up per decision (`alternatives`).
+"""The explain step of the pipeline: the plan's words for the choice the pick step made. Why
+each choice was made (reasons), what to watch (warnings), what single change would make an
+infeasible plan fit (advice, each checked with the model), the runner-ups (`alternatives.py`),
+time and scale (`timing.py`), and what the other objective would pick.
 
 Every name shown to the user is a plan config name (the names `--set` takes).
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import NamedTuple
 
 from blackwell_sm.planner import calibration as C
-from blackwell_sm.planner.counts import fits_or_none, fits_somewhere, precisions_for
+from blackwell_sm.planner.alternatives import alternatives, differs
+from blackwell_sm.planner.cp_choice import cp_advice, cp_reason
+from blackwell_sm.planner.frame import Problem
 from blackwell_sm.planner.memory import GIB
-from blackwell_sm.planner.plan import Alternative, PlanConfig
+from blackwell_sm.planner.notes import Note, advice, reason, warning
+from blackwell_sm.planner.pick import Choice
+from blackwell_sm.planner.plan import Alternative, ObjectivePick
+from blackwell_sm.planner.precision import lowp_ineligible
 from blackwell_sm.planner.search import (
-    Candidate,
     Context,
     Evaluation,
     Pins,
-    cp_degrees,
+    fits_somewhere,
     min_memory,
-    pick,
+    precisions_for,
     usable_bytes,
 )
+from blackwell_sm.planner.timing import deadline_notes, scale_notes
+from blackwell_sm.planner.units import hours_text, usd_text
 
-#: The knobs a row of alternatives[] can differ in, in the order its `set` flags list them.
-KNOBS = tuple(f for f in Candidate._fields if f != "instance_count")
+OBJECTIVES = {
+    "time": "the fewest instances that finish within the deadline, fastest on them",
+    "cost": "the cheapest",
+}
 
 
-def to_config(c: Candidate, seq_len: int) -> PlanConfig:
-    return PlanConfig(
-        shard_degree=c.shard_degree,
-        replicate_degree=c.replicate_degree,
-        micro_batch_size=c.micro_batch_size,
-        grad_accum_steps=c.grad_accum_steps,
-        seq_len=seq_len,
-        precision=c.precision,
-        activation_checkpointing=c.activation_checkpointing,
-        compile=c.compile,
-        reshard_after_forward=c.reshard_after_forward,
-        cp_degree=c.cp_degree,
+class Explanation(NamedTuple):
+    notes: list[Note]
+    alternatives: list[Alternative]
+    other: ObjectivePick | None
+
+
+def explain(problem: Problem, choice: Choice) -> Explanation:
+    """Every note of the plan and its runner-ups, for `choice` made on `problem`."""
+    ctx, pins, best = problem.ctx, problem.pins, choice.best
+    c = best.cand
+    notes = [*problem.notes, *choice.notes]
+    line, other = objective_line(problem, choice)
+    notes.append(line)
+    if choice.feasible and not problem.local:
+        notes += deadline_notes(
+            ctx, choice, problem.allowed, problem.time_limit, problem.user_deadline
+        )
+    notes += reasons_for(best, ctx, pins)
+    why_cp = cp_reason(choice.evaluated, best, ctx, pins)
+    if why_cp:
+        notes.append(why_cp)
+    tie = [n for n in choice.config_notes if n.code == "tie_free_memory"]
+    if pins.precision:
+        notes.append(reason("precision", f"precision {c.precision} (pinned)"))
+        why = lowp_ineligible(ctx.model.spec, c.precision)
+        if why:
+            notes.append(
+                warning(
+                    "precision_partial",
+                    f"precision {c.precision}: {why}; those linears stay bf16",
+                )
+            )
+    else:
+        said = [n for n in choice.config_notes if n not in tie]
+        notes += said
+        if not any(n.code in ("precision_chosen", "precision_kept_bf16") for n in said):
+            notes.append(reason("precision", f"precision {c.precision}"))
+    notes += tie
+    if c.global_batch_seqs != ctx.global_batch_seqs:
+        notes.append(
+            warning(
+                "batch_rounded",
+                f"global batch is {c.global_batch_seqs} sequences, not the "
+                f"{ctx.global_batch_seqs} asked: {c.world} GPUs x micro_batch_size "
+                f"{c.micro_batch_size} x grad_accum_steps {c.grad_accum_steps}",
+            )
+        )
+    notes += memory_notes(choice, ctx, pins, problem.allowed)
+    if not problem.local:
+        notes += scale_notes(choice.count, ctx.instance.name, ctx.instance.gpus_per_instance)
+    alts = alternatives(
+        choice.evaluated, best, ctx, pins, count_auto=problem.count is None and not problem.local
     )
+    return Explanation(notes, alts, other)
+
+
+def memory_notes(choice: Choice, ctx: Context, pins: Pins, allowed: list[int]) -> list[Note]:
+    """Near the limit, a near miss, communication-bound, or (nothing fits) what would fit."""
+    best, limit = choice.best, ctx.instance.gpu.memory_gib
+    out: list[Note] = []
+    if best.fits and best.mem.total > 0.9 * limit * GIB:
+        relief = memory_relief(choice.evaluated, best, ctx)
+        out.append(
+            warning(
+                "memory_high",
+                f"predicted memory {best.memory_gib:.1f} GiB is above 90% of {limit:.1f} GiB"
+                + (f"; {relief}" if relief else ""),
+            )
+        )
+    if choice.feasible:
+        out += near_miss_advice(choice.evaluated, best, ctx)
+        bound = comm_bound(best, ctx)
+        if bound:
+            out.append(bound)
+        return out
+    usable = limit * (1.0 - C.MEMORY_HEADROOM)
+    out += advice_for(ctx, choice.count, pins, best, allowed)
+    out.append(
+        warning(
+            "no_fit",
+            f"no configuration fits: the best candidate needs {best.memory_gib:.1f} GiB per "
+            f"GPU, the usable limit is {usable:.1f} GiB ({limit:.1f} GiB less "
+            f"{C.MEMORY_HEADROOM:.0%} headroom)",
+        )
+    )
+    return out
+
+
+def _pick_text(count: int, e: Evaluation) -> str:
+    cost = "" if e.cost_usd is None else f", {usd_text(e.cost_usd)}"
+    return f"{count} instance{'s' if count > 1 else ''}: {hours_text(e.hours)}{cost}"
+
+
+def objective_line(problem: Problem, choice: Choice) -> tuple[Note, ObjectivePick | None]:
+    """One reason naming the objective that chose the plan and what the other would pick."""
+    mine, theirs = problem.objective, "cost" if problem.objective == "time" else "time"
+    head = f"objective {mine} ({OBJECTIVES[mine]})"
+    best = choice.best
+    if problem.local or best.cost_usd is None:
+        return reason("objective", f"{head}; no price, so cost cannot be compared"), None
+    if problem.count is not None or choice.other is None:
+        why = (
+            "on one instance count cost follows time"
+            if problem.count is not None
+            else "nothing else qualifies"
+        )
+        pick = ObjectivePick(
+            objective=theirs,
+            instance_count=choice.count,
+            hours=round(best.hours, 3),
+            cost_usd=round(best.cost_usd, 2),
+            same_as_plan=True,
+        )
+        return reason("objective", f"{head}; --optimize {theirs} picks the same ({why})"), pick
+    _, cc = choice.other
+    same = cc.best.cand == best.cand
+    pick = ObjectivePick(
+        objective=theirs,
+        instance_count=cc.count,
+        hours=round(cc.hours, 3),
+        cost_usd=None if cc.best.cost_usd is None else round(cc.best.cost_usd, 2),
+        same_as_plan=same,
+    )
+    if same:
+        return reason("objective", f"{head}; --optimize {theirs} picks the same"), pick
+    return reason(
+        "objective",
+        f"{head}: {_pick_text(choice.count, best)}; --optimize {theirs} would pick "
+        f"{_pick_text(cc.count, cc.best)}",
+    ), pick
 
 
 def advice_for(
     ctx: Context, count: int, pins: Pins, best: Evaluation, allowed: list[int]
-) -> list[str]:
+) -> list[Note]:
     """What single change would make it fit, each checked with the model."""
-    out = []
+    out: list[Note] = []
     limit = usable_bytes(ctx.instance) / GIB
     precs = precisions_for(ctx, pins)
     # More instances: a pinned shard degree stays, the replica count grows with the GPUs.
     scaled = pins._replace(replicate_degree=None) if pins.shard_degree else pins
     for n in allowed:
         if n > count and fits_somewhere(ctx, n, scaled):
-            out.append(f"use {n} instances (compute.instance_count: {n}) — it fits there")
+            out.append(
+                advice(
+                    "fit_instances",
+                    f"use {n} instances (compute.instance_count: {n}) — it fits there",
+                )
+            )
             break
     else:
         if count < allowed[-1]:
-            out.append(f"no instance count up to {allowed[-1]} fits with these pins")
+            out.append(
+                advice(
+                    "fit_none_with_pins",
+                    f"no instance count up to {allowed[-1]} fits with these pins",
+                )
+            )
+    of_usable = f"of the usable {limit:.1f}"
     if best.cand.activation_checkpointing != "full":
         e = min_memory(ctx, count, pins._replace(activation_checkpointing="full"), precs)
-        if fits_or_none(e):
+        if e is not None and e.fits:
             out.append(
-                f"activation_checkpointing: full fits ({e.memory_gib:.1f} GiB of the usable {limit:.1f})"
-            )
-    if best.cand.cp_degree == 1 and pins.cp_degree is not None:  # CP pinned off: would it fit?
-        for cp in cp_degrees(ctx._replace(seq_len=max(ctx.seq_len, C.CP_MIN_SEQ)),
-                             best.cand.shard_degree, pins._replace(cp_degree=None))[1:]:  # fmt: skip
-            if ctx.seq_len % (2 * cp):
-                continue
-            e = min_memory(ctx, count, pins._replace(cp_degree=cp), precs)
-            if fits_or_none(e):
-                out.append(
-                    f"cp_degree: {cp} fits ({e.memory_gib:.1f} GiB of the usable {limit:.1f})"
+                advice(
+                    "fit_full_checkpointing",
+                    f"activation_checkpointing: full fits ({e.memory_gib:.1f} GiB {of_usable})",
                 )
-                break
+            )
+    fit_cp = cp_advice(ctx, count, pins, best, precs)
+    if fit_cp:
+        out.append(fit_cp)
     s = ctx.seq_len // 2
     while s >= 256:
         e = min_memory(ctx._replace(seq_len=s), count, pins, precs)
-        if fits_or_none(e):
-            out.append(f"seq_len: {s} fits ({e.memory_gib:.1f} GiB of the usable {limit:.1f})")
+        if e is not None and e.fits:
+            out.append(
+                advice("fit_seq_len", f"seq_len: {s} fits ({e.memory_gib:.1f} GiB {of_usable})")
+            )
             break
         s //= 2
     for p in ("fp8", "mxfp8"):
@@ -87,138 +222,43 @@ def advice_for(
             continue  # already considered
         if ctx.instance.gpu.supports(p) and p != best.cand.precision:
             e = min_memory(ctx, count, pins._replace(precision=p), (p,))
-            if fits_or_none(e):
+            if e is not None and e.fits:
                 out.append(
-                    f"precision: {p} fits ({e.memory_gib:.1f} GiB of the usable {limit:.1f})"
+                    advice(
+                        "fit_precision", f"precision: {p} fits ({e.memory_gib:.1f} GiB {of_usable})"
+                    )
                 )
                 break
     if pins.micro_batch_size not in (None, 1):
         e = min_memory(ctx, count, pins._replace(micro_batch_size=1, grad_accum_steps=None), precs)
-        if fits_or_none(e):
+        if e is not None and e.fits:
             out.append(
-                f"micro_batch_size: 1 fits ({e.memory_gib:.1f} GiB of the usable {limit:.1f})"
+                advice(
+                    "fit_micro_batch",
+                    f"micro_batch_size: 1 fits ({e.memory_gib:.1f} GiB {of_usable})",
+                )
             )
     if not out:
-        out.append("no single change fits; combine more instances with full checkpointing")
-    return out
-
-
-def does_not_fit(e: Evaluation, usable_gib: float) -> str:
-    """The one wording of a memory miss: against the usable limit (capacity less headroom)."""
-    return f"does not fit: needs {e.memory_gib:.1f} GiB of the usable {usable_gib:.1f} GiB"
-
-
-def _why_not(e: Evaluation, best: Evaluation, usable_gib: float) -> str:
-    if not e.fits:
-        return does_not_fit(e, usable_gib)
-    if not best.fits:
-        return "fits, but only by changing a pinned knob"
-    slower = e.hours / best.hours - 1.0
-    if slower > C.TIE_FRACTION:
-        return f"{slower:.0%} slower ({e.hours:.1f} h vs {best.hours:.1f} h)"
-    if slower < -C.TIE_FRACTION:
-        return f"{-slower:.0%} faster, but below the gain low precision must bring"
-    if e.mem.total > best.mem.total * 1.001:
-        return f"as fast (within {C.TIE_FRACTION:.0%}) but less free memory"
-    return f"as fast (within {C.TIE_FRACTION:.0%}) but less simple"
-
-
-def _flag(name: str, value: object) -> str:
-    return f"{name}={str(value).lower() if isinstance(value, bool) else value}"
-
-
-def _differs(e: Evaluation, best: Evaluation) -> list[str]:
-    a, b = e.cand, best.cand
-    return [_flag(n, getattr(a, n)) for n in KNOBS if getattr(a, n) != getattr(b, n)]
-
-
-def _matches(c: Candidate, pins: dict[str, object]) -> bool:
-    return all(getattr(c, k) == v for k, v in pins.items())
-
-
-def select_flags(
-    e: Evaluation, best: Evaluation, evals: list[Evaluation], pins: Pins, usable: float
-) -> list[str]:
-    """The `--set` flags that make `bsm plan` choose `e`: the knobs it differs in (and its
-    precision when the spec leaves precision to the planner), checked by re-running the choice
-    over the evaluated candidates; every knob when that does not single it out."""
-    user = {k: v for k, v in pins._asdict().items() if v is not None}
-    names = [n for n in KNOBS if getattr(e.cand, n) != getattr(best.cand, n)]
-    if pins.precision is None and "precision" not in names:
-        names.insert(0, "precision")
-    chosen = {n: getattr(e.cand, n) for n in names}
-    if e.fits:
-        ok = [x for x in evals if x.fits and _matches(x.cand, user | chosen)]
-        if ok and pick(ok, usable)[0].cand == e.cand:
-            return [_flag(n, v) for n, v in chosen.items()]
-    return [_flag(n, getattr(e.cand, n)) for n in KNOBS]
-
-
-def _rank(e: Evaluation) -> tuple[int, float]:
-    """Higher is a better runner-up: fitting and fast, else needing the least memory."""
-    return (1, -e.hours) if e.fits else (0, -e.mem.total)
-
-
-def alternatives(
-    evals: list[Evaluation],
-    best: Evaluation,
-    ctx: Context,
-    pins: Pins,
-    *,
-    count_auto: bool = False,
-) -> list[Alternative]:
-    """The best candidate that differs in each knob, i.e. the runner-up per decision."""
-    picks: dict[Candidate, Evaluation] = {}
-    for knob in (
-        "activation_checkpointing",
-        "precision",
-        "cp_degree",
-        "shard_degree",
-        "reshard_after_forward",
-        "compile",
-        "micro_batch_size",
-    ):
-        ref = getattr(best.cand, knob)
-        others = [e for e in evals if getattr(e.cand, knob) != ref]
-        by_value: dict[Any, Evaluation] = {}
-        for e in others:
-            v = getattr(e.cand, knob)
-            cur = by_value.get(v)
-            if cur is None or _rank(e) > _rank(cur):
-                by_value[v] = e
-        for e in by_value.values():
-            picks.setdefault(e.cand, e)
-    ranked = sorted(picks.values(), key=lambda e: (not e.fits, e.hours))[:6]
-    usable = usable_bytes(ctx.instance)
-    out = []
-    for e in ranked:
-        flags = select_flags(e, best, evals, pins, usable)
-        if count_auto:
-            flags.append(f"compute.instance_count={e.cand.instance_count}")
         out.append(
-            Alternative(
-                config=to_config(e.cand, ctx.seq_len),
-                instance_count=e.cand.instance_count,
-                feasible=e.fits,
-                memory_total_gib=round(e.memory_gib, 2),
-                tokens_per_s_per_gpu=round(e.tokens_per_s_per_gpu, 1),
-                hours=round(e.hours, 3),
-                why_not=f"{', '.join(_differs(e, best))}: {_why_not(e, best, usable / GIB)}",
-                set=flags,
+            advice(
+                "fit_combine",
+                "no single change fits; combine more instances with full checkpointing",
             )
         )
     return out
 
 
-def near_miss_advice(evals: list[Evaluation], best: Evaluation, ctx: Context) -> list[str]:
+def near_miss_advice(evals: list[Evaluation], best: Evaluation, ctx: Context) -> list[Note]:
     """For the fastest layout at least NEAR_MISS_SPEEDUP faster than `best` that misses the
     usable limit by at most NEAR_MISS_MEMORY: what would make it fit."""
     usable = usable_bytes(ctx.instance)
     near = [
-        e for e in evals
-        if not e.fits and e.hours <= best.hours * (1.0 - C.NEAR_MISS_SPEEDUP)
+        e
+        for e in evals
+        if not e.fits
+        and e.hours <= best.hours * (1.0 - C.NEAR_MISS_SPEEDUP)
         and e.mem.total <= usable * (1.0 + C.NEAR_MISS_MEMORY)
-    ]  # fmt: skip
+    ]
     if not near or not best.fits:
         return []
     e = min(near, key=lambda x: x.hours)
@@ -232,9 +272,12 @@ def near_miss_advice(evals: list[Evaluation], best: Evaluation, ctx: Context) ->
         "(PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True)",
     ]
     return [
-        f"{', '.join(_differs(e, best))} would be {faster:.0%} faster but needs "
-        f"{e.memory_gib:.1f} GiB, {over:.1f} GiB over the usable {usable / GIB:.1f} GiB; it "
-        f"would fit with {' or '.join(ways)}"
+        advice(
+            "near_miss",
+            f"{', '.join(differs(e, best))} would be {faster:.0%} faster but needs "
+            f"{e.memory_gib:.1f} GiB, {over:.1f} GiB over the usable {usable / GIB:.1f} GiB; it "
+            f"would fit with {' or '.join(ways)}",
+        )
     ]
 
 
@@ -247,12 +290,12 @@ def memory_relief(evals: list[Evaluation], best: Evaluation, ctx: Context) -> st
     e = min(lower, key=lambda x: x.hours)
     slower = e.hours / best.hours - 1.0
     return (
-        f"--set {' --set '.join(_differs(e, best))} lowers it to {e.memory_gib:.1f} GiB "
+        f"--set {' --set '.join(differs(e, best))} lowers it to {e.memory_gib:.1f} GiB "
         f"({slower:+.1%} time)"
     )
 
 
-def comm_bound(best: Evaluation, ctx: Context) -> str | None:
+def comm_bound(best: Evaluation, ctx: Context) -> Note | None:
     """The communication-bound warning when exposed collectives exceed COMM_BOUND_FRACTION."""
     t = best.time
     share = t.exposed_comm_s / t.step_s
@@ -271,86 +314,53 @@ def comm_bound(best: Evaluation, ctx: Context) -> str | None:
     if c.precision == "bf16" and ctx.instance.gpu.supports("fp8"):
         helps.append("precision=fp8 (fp8 all-gathers move half the bytes)")
     helps.append("fewer instances with more steps each (if the deadline allows)")
-    return (
+    return warning(
+        "comm_bound",
         f"communication-bound: exposed collectives are {share:.0%} of the step "
-        f"({t.exposed_comm_s:.2f} of {t.step_s:.2f} s); would help: {'; '.join(helps)}"
+        f"({t.exposed_comm_s:.2f} of {t.step_s:.2f} s); would help: {'; '.join(helps)}",
     )
 
 
-def cp_reason(evals: list[Evaluation], best: Evaluation, ctx: Context, pins: Pins) -> str | None:
-    """Why this context-parallel degree (only when more than one was weighed, or pinned)."""
-    c, s = best.cand, ctx.seq_len
-    if pins.cp_degree is not None:
-        return f"cp_degree {c.cp_degree} (pinned)"
-    evals = [e for e in evals if e.cand.precision == c.precision]  # precision is chosen apart
-    if len({e.cand.cp_degree for e in evals}) < 2:
-        return None
-    usable = usable_bytes(ctx.instance) / GIB
-    plain = [e for e in evals if e.cand.cp_degree == 1]
-    if c.cp_degree == 1:
-        others = [e for e in evals if e.cand.cp_degree > 1 and e.fits]
-        if not others:
-            return "cp_degree 1 (no context parallelism: the whole sequence fits on each GPU)"
-        o = min(others, key=lambda e: e.hours)
-        return f"cp_degree 1 (no context parallelism): cp {o.cand.cp_degree} {_why_not(o, best, usable)}"
-    gathers = best.time.exposed_comm_s
-    per_gpu = f"each GPU holds {s // c.cp_degree:,} tokens of every sequence"
-    if not any(e.fits for e in plain):
-        least = min(plain, key=lambda e: e.mem.total)
-        return (
-            f"seq {s} needs cp {c.cp_degree}: without context parallelism the least memory is "
-            f"{least.memory_gib:.1f} GiB ({', '.join(_differs(least, best))}) of the usable "
-            f"{usable:.1f}; with cp {c.cp_degree} {per_gpu} and {best.memory_gib:.1f} GiB"
-        )
-    fast = min((e for e in plain if e.fits), key=lambda e: e.hours)
-    return (
-        f"seq {s} runs faster with cp {c.cp_degree}: {1 - best.hours / fast.hours:.0%} faster than "
-        f"the fastest layout without it ({', '.join(_differs(fast, best))}); {per_gpu}, and "
-        f"the K/V gathers and other exposed collectives take {gathers:.2f} s of the "
-        f"{best.time.step_s:.2f} s step"
-    )
-
-
-def reasons_for(e: Evaluation, ctx: Context, pins: Pins) -> list[str]:
+def reasons_for(e: Evaluation, ctx: Context, pins: Pins) -> list[Note]:
     c, gpn = e.cand, ctx.instance.gpus_per_instance
     out = []
-    layout = (
-        "pinned" if pins.shard_degree or pins.replicate_degree else
-        "fastest fitting layout"
-    )  # fmt: skip
+    layout = "pinned" if pins.shard_degree or pins.replicate_degree else "fastest fitting layout"
     if c.replicate_degree == 1:
         where = "inside the node" if c.shard_degree <= gpn else f"across {c.instance_count} nodes"
-        out.append(f"shard_degree {c.shard_degree} (full shard {where}, {layout})")
+        text = f"shard_degree {c.shard_degree} (full shard {where}, {layout})"
     else:
         links = (
             "all-gathers stay on NVLink, only the gradient all-reduce crosses EFA"
             if c.shard_degree <= gpn
             else "shard groups span nodes; replicas all-reduce gradients over EFA"
         )
-        out.append(
-            f"HSDP: shard {c.shard_degree} x replicate {c.replicate_degree} ({layout}): {links}"
-        )
+        text = f"HSDP: shard {c.shard_degree} x replicate {c.replicate_degree} ({layout}): {links}"
+    out.append(reason("layout", text))
     mb_src = "pinned" if pins.micro_batch_size else "fastest that fits"
     out.append(
-        f"micro_batch_size {c.micro_batch_size} ({mb_src}) x grad_accum_steps {c.grad_accum_steps} x "
-        f"{c.world} GPUs = {c.global_batch_seqs} sequences per step"
+        reason(
+            "batch",
+            f"micro_batch_size {c.micro_batch_size} ({mb_src}) x grad_accum_steps "
+            f"{c.grad_accum_steps} x {c.world} GPUs = {c.global_batch_seqs} sequences per step",
+        )
     )
-    ac = "pinned" if pins.activation_checkpointing else {
+    modes = {
         "none": "no checkpointing needed: fastest",
         "selective": "selective: saves matmul and attention outputs, recomputes the cheap ops",
         "selective-op": "selective-op: saves every other matmul and the attention, recomputes "
         "the rest (torchtitan's per-op policy)",
         "full": "full: only block inputs kept; recompute costs ~1/3 more block FLOPs",
-    }.get(c.activation_checkpointing, "fastest that fits")  # fmt: skip
-    out.append(f"activation_checkpointing {c.activation_checkpointing} ({ac})")
+    }
+    mode = c.activation_checkpointing
+    ac = "pinned" if pins.activation_checkpointing else modes.get(mode, "fastest that fits")
+    out.append(reason("checkpointing", f"activation_checkpointing {mode} ({ac})"))
     if c.shard_degree > 1:
-        out.append(
-            "reshard_after_forward "
-            + ("true (frees gathered params after forward; re-gathers in backward)"
-               if c.reshard_after_forward else
-               "false (keeps gathered params to backward: saves one all-gather per micro-batch)")
-        )  # fmt: skip
-    out.append(
-        f"compile {str(c.compile).lower()}" + (" (pinned)" if pins.compile is not None else "")
-    )
+        what = (
+            "true (frees gathered params after forward; re-gathers in backward)"
+            if c.reshard_after_forward
+            else "false (keeps gathered params to backward: saves one all-gather per micro-batch)"
+        )
+        out.append(reason("reshard", f"reshard_after_forward {what}"))
+    pinned = " (pinned)" if pins.compile is not None else ""
+    out.append(reason("compile", f"compile {str(c.compile).lower()}{pinned}"))
     return out

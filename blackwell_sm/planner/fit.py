@@ -49,9 +49,14 @@ BOUNDS: dict[str, tuple[float, float]] = {
 #: Order in which constants are offered to the identifiability check: the dominant terms first,
 #: so a constant that is confounded with a larger one is the one kept.
 PRIORITY = (
-    "matmul_efficiency", "fragmentation", "attention_efficiency", "comm_overlap",
-    "efa_efficiency", "nvlink_efficiency", "hbm_efficiency",
-)  # fmt: skip
+    "matmul_efficiency",
+    "fragmentation",
+    "attention_efficiency",
+    "comm_overlap",
+    "efa_efficiency",
+    "nvlink_efficiency",
+    "hbm_efficiency",
+)
 #: Narrowest speed range a calibrated profile records (fraction below and above).
 MIN_RANGE = 0.05
 
@@ -169,8 +174,11 @@ def candidate_params(rows: Sequence[Row]) -> list[str]:
         key = (r.cand.precision, r.cand.compile)
         own[key] = own.get(key, 0) + 1
     keys = sorted(own, key=lambda pk: (-own[pk], pk))
-    keys += [("bf16", c) for c in (False, True) if any(r.cand.compile == c for r in rows)
-             and ("bf16", c) not in own]  # fmt: skip
+    keys += [
+        ("bf16", c)
+        for c in (False, True)
+        if any(r.cand.compile == c for r in rows) and ("bf16", c) not in own
+    ]
     names: list[str] = []
     for group in PRIORITY:
         if group == "matmul_efficiency":

@@ -1,6 +1,13 @@
 """The Plan: the planner's versioned JSON output, and the container's only source of settings.
 
-The shape of `schema_version` 1 is stable: keys may be added, none removed or renamed.
+Within a `schema_version` keys may be added, none removed or renamed. Version 2 (2026-12):
+every warning, reason and advice is a typed note (`notes`: kind, code, text; code reacts to the
+code, never the words; `warnings`/`reasons`/`advice` stay in the JSON as the notes' texts,
+ignored when read back), and `seq_len` is stored once, in `config.seq_len` (`spec.training` is
+written without it and gets it back on read). `Plan.read` reads version 2 and version 1 (its
+sentences become notes with code `v1`; its two seq_lens must agree), keeping `schema_version`;
+the launcher runs only the version its own code writes (`launch/checks.py`). docs/planner.md,
+"Plan schema versions".
 """
 
 from __future__ import annotations
@@ -8,14 +15,20 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, computed_field, model_serializer, model_validator
 
+from blackwell_sm.planner.notes import Note
+from blackwell_sm.planner.plan_versions import from_v1, seq_len_into_spec
 from blackwell_sm.spec import Checkpointing, ModelSpec, Precision, TrainingSpec
 
 #: What to do about a plan file that does not validate or check out.
 PLAN_HINT = "make the plan again with bsm plan; plan.json is not meant to be edited"
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+#: Versions `Plan` reads (older ones are upgraded on read, see the module docstring).
+READABLE_VERSIONS = (1, 2)
+
+Objective = Literal["time", "cost"]
 
 
 class _Out(BaseModel):
@@ -141,7 +154,8 @@ class Throughput(_Out):
     evidence: str | None = Field(
         None,
         description="What the step-time constants rest on for this GPU: 'fitted' (measured FSDP "
-        "rows on it), 'carried' (from another GPU), 'measured' (timed on this machine).",
+        "rows on it), 'anchored' (public FSDP rows on it under other conditions), 'carried' "
+        "(from another GPU), 'measured' (timed on this machine), 'calibrated' (a profile).",
     )
 
 
@@ -207,10 +221,27 @@ class Alternative(_Out):
 
 
 class PlanSpec(_Out):
-    """The spec the plan was made from, shipped to the container with it."""
+    """The spec the plan was made from, shipped to the container with it. Written without
+    `training.seq_len`: the plan holds it once, in `config.seq_len` (restored on read)."""
 
     model: ModelSpec = Field(description="The model's shape.")
     training: TrainingSpec = Field(description="The training settings.")
+
+    @model_serializer(mode="wrap")
+    def _once(self, handler: Any) -> Any:
+        data = handler(self)
+        data["training"].pop("seq_len", None)
+        return data
+
+
+class ObjectivePick(_Out):
+    """What one planning objective picks (the other objective's pick, beside the plan's own)."""
+
+    objective: Objective = Field(description="The objective: time or cost.")
+    instance_count: int = Field(description="The instance count it picks.")
+    hours: float = Field(description="Its predicted wall hours.")
+    cost_usd: float | None = Field(description="Its predicted cost; None: no price.")
+    same_as_plan: bool = Field(description="The plan's own configuration is this pick.")
 
 
 class CalibrationRef(_Out):
@@ -250,13 +281,63 @@ class Plan(_Out):
     run: RunEstimate = Field(description="Predicted time and cost of the whole run.")
     checkpoint: CheckpointEstimate | None = Field(None, description="One checkpoint save.")
     alternatives: list[Alternative] = Field(default_factory=list, description="Runner-ups.")
-    warnings: list[str] = Field(default_factory=list, description="What to look at.")
-    reasons: list[str] = Field(default_factory=list, description="Why each choice was made.")
-    advice: list[str] = Field(default_factory=list, description="What would make it fit.")
+    notes: list[Note] = Field(
+        default_factory=list, description="Warnings, reasons and advice, each with its code."
+    )
+    objective: Objective = Field(
+        "time",
+        description="What chose the configuration: 'time' (the fewest instances that finish "
+        "within the deadline, fastest on them) or 'cost' (the cheapest; compute.optimize).",
+    )
+    other_objective: ObjectivePick | None = Field(
+        None, description="What the other objective would pick (count, hours, cost)."
+    )
     spec: PlanSpec = Field(description="The spec the plan was made from.")
     calibration: CalibrationRef | None = Field(
         None, description="The calibration profile applied; None: calibration.py's constants."
     )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _read(cls, data: Any) -> Any:
+        """Version 1 upgraded; the rendered lists dropped (they come from `notes`); seq_len
+        restored into the spec from `config.seq_len`, where it is stored."""
+        if not isinstance(data, dict):
+            return data
+        data = dict(data)
+        version = data.get("schema_version", SCHEMA_VERSION)
+        if version not in READABLE_VERSIONS:
+            raise ValueError(
+                f"schema_version {version!r} is not one this bsm reads "
+                f"({', '.join(map(str, READABLE_VERSIONS))})"
+            )
+        if version == 1:
+            from_v1(data)
+        for key in ("warnings", "reasons", "advice"):
+            data.pop(key, None)
+        seq_len_into_spec(data)
+        return data
+
+    def _texts(self, kind: str) -> list[str]:
+        return [n.text for n in self.notes if n.kind == kind]
+
+    @computed_field(description="The warnings' texts (rendered from notes).")  # type: ignore[prop-decorator]
+    @property
+    def warnings(self) -> list[str]:
+        return self._texts("warning")
+
+    @computed_field(description="Why each choice was made (rendered from notes).")  # type: ignore[prop-decorator]
+    @property
+    def reasons(self) -> list[str]:
+        return self._texts("reason")
+
+    @computed_field(description="What would make it fit (rendered from notes).")  # type: ignore[prop-decorator]
+    @property
+    def advice(self) -> list[str]:
+        return self._texts("advice")
+
+    def has_note(self, code: str) -> bool:
+        return any(n.code == code for n in self.notes)
 
     def predicted_memory_gib(self, runtime_gib: float | None = None) -> float:
         """What a run's peak-memory reading is compared with: the caching allocator's reserved

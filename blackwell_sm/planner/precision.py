@@ -12,57 +12,81 @@ is the more proven recipe).
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from blackwell_sm.hardware import GpuSpec
 from blackwell_sm.planner import calibration as C
-from blackwell_sm.planner.search import SearchResult
+from blackwell_sm.planner.notes import Note, reason
 from blackwell_sm.spec import ModelSpec, arch
+
+if TYPE_CHECKING:
+    from blackwell_sm.planner.search import Evaluation
 
 DIVISOR = arch.LOWP_DIVISOR
 lowp_ineligible = arch.lowp_ineligible
 
 
+def bf16_unless_it_cannot_fit(model: ModelSpec) -> bool:
+    """Whether `choose_precision` keeps bf16 for `model` whenever bf16 fits, however much
+    faster a low precision would be (models below LOWP_MIN_PARAMS)."""
+    return model.n_params < C.LOWP_MIN_PARAMS
+
+
+def _skipped(text: str) -> Note:
+    return reason("precision_skipped", f"precision: {text}")
+
+
 def choose_precision(
-    model: ModelSpec, gpu: GpuSpec, results: dict[str, SearchResult]
-) -> tuple[str, list[str]]:
-    """Pick among per-precision search results (keys: the precisions searched); say why."""
-    reasons: list[str] = []
-    base = results["bf16"]
+    model: ModelSpec, gpu: GpuSpec, bests: dict[str, Evaluation | None]
+) -> tuple[str, list[Note]]:
+    """Pick among the best configuration of each precision searched on one instance count (None:
+    nothing fits at that precision); the notes say why."""
+    notes: list[Note] = []
+    base = bests["bf16"]
     options = []
     for p in ("fp8", "mxfp8"):
-        if p not in results:
-            reasons.append(f"{p}: not supported on {gpu.name}")
+        if p not in bests:
+            notes.append(_skipped(f"{p}: not supported on {gpu.name}"))
             continue
         why = lowp_ineligible(model, p)
         if why:
-            reasons.append(f"{p}: not eligible ({why})")
+            notes.append(_skipped(f"{p}: not eligible ({why})"))
             continue
-        r = results[p]
-        if not r.feasible:
-            reasons.append(f"{p}: no configuration fits")
+        best = bests[p]
+        if best is None:
+            notes.append(_skipped(f"{p}: no configuration fits"))
             continue
-        options.append((r.best.hours, p, r))
+        options.append((best.hours, p))
     if not options:
-        return "bf16", reasons
-    hours, p, r = min(options, key=lambda o: o[0] * (1 - C.TIE_FRACTION) if o[1] == "fp8" else o[0])
-    if not base.feasible:
-        reasons.append(f"chose {p}: bf16 does not fit in memory, {p} does")
-        return p, reasons
-    gain = 1.0 - hours / base.best.hours
+        return "bf16", notes
+    hours, p = min(options, key=lambda o: o[0] * (1 - C.TIE_FRACTION) if o[1] == "fp8" else o[0])
+    if base is None:
+        notes.append(
+            reason(
+                "precision_chosen", f"precision: chose {p}: bf16 does not fit in memory, {p} does"
+            )
+        )
+        return p, notes
+    gain = 1.0 - hours / base.hours
     if model.n_params < C.LOWP_MIN_PARAMS:
-        reasons.append(
-            f"kept bf16: {p} would be {gain:.0%} faster, but the model ({model.n_params / 1e9:.1f}B) "
-            f"is below {C.LOWP_MIN_PARAMS / 1e9:.0f}B, where fp8 gains little and risks numerics"
+        text = (
+            f"precision: kept bf16: {p} would be {gain:.0%} faster, but the model "
+            f"({model.n_params / 1e9:.1f}B) is below {C.LOWP_MIN_PARAMS / 1e9:.0f}B, where fp8 "
+            "gains little and risks numerics"
         )
-        return "bf16", reasons
+        notes.append(reason("precision_kept_bf16", text))
+        return "bf16", notes
     if gain < C.LOWP_MIN_GAIN:
-        reasons.append(
-            f"kept bf16: {p} predicted only {gain:.0%} faster (< {C.LOWP_MIN_GAIN:.0%} needed to "
-            "take on low-precision numerics)"
+        text = (
+            f"precision: kept bf16: {p} predicted only {gain:.0%} faster (< "
+            f"{C.LOWP_MIN_GAIN:.0%} needed to take on low-precision numerics)"
         )
-        return "bf16", reasons
-    reasons.append(
-        f"chose {p}: predicted {gain:.0%} faster than bf16 ({hours:.1f} h vs "
-        f"{base.best.hours:.1f} h), supported on {gpu.name}, all block linears divisible by "
+        notes.append(reason("precision_kept_bf16", text))
+        return "bf16", notes
+    text = (
+        f"precision: chose {p}: predicted {gain:.0%} faster than bf16 ({hours:.1f} h vs "
+        f"{base.hours:.1f} h), supported on {gpu.name}, all block linears divisible by "
         f"{DIVISOR[p]}, model large enough"
     )
-    return p, reasons
+    notes.append(reason("precision_chosen", text))
+    return p, notes

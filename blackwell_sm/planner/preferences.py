@@ -8,14 +8,18 @@ type, count, training plan and price; the spec's deadline), by the planner's pub
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from pydantic import BaseModel, ConfigDict, Field
 
 from blackwell_sm.errors import InfeasiblePlanError, SpecError
 from blackwell_sm.opt_ml import plan_file_for
-from blackwell_sm.planner.api import make_plan
+from blackwell_sm.planner.pipeline import make_plan
 from blackwell_sm.planner.plan import Plan
-from blackwell_sm.planner.profile import AppliedProfile
 from blackwell_sm.spec import ComputeSpec, InstancePreference, RunSpec
+
+if TYPE_CHECKING:
+    from blackwell_sm.planner.profile import AppliedProfile
 
 
 class PreferencePlan(BaseModel):
@@ -85,6 +89,8 @@ def preference_spec(spec: RunSpec, pref: InstancePreference) -> RunSpec:
         training_plan=pref.training_plan,
         price_per_hour=pref.price_per_hour,
         deadline_hours=spec.compute.deadline_hours,
+        optimize=spec.compute.optimize,
+        confirm_cost_usd=spec.compute.confirm_cost_usd,  # the plan's cost warning: the spec's
     )
     return spec.model_copy(update={"compute": compute})
 

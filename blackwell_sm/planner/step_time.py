@@ -1,6 +1,7 @@
 """Step-time model of FSDP2 training: compute at a calibrated fraction of peak, FSDP collectives
 over NVLink (inside a node) or EFA (across nodes) overlapped with compute, HSDP all-reduce, and
-the optimizer step. Pure functions; seconds.
+the optimizer step. Pure functions of a `memory.Shape` (the search converts the ModelSpec once);
+seconds.
 """
 
 from __future__ import annotations
@@ -9,22 +10,19 @@ from typing import NamedTuple
 
 from blackwell_sm.hardware import InstanceType
 from blackwell_sm.planner import calibration as C
-from blackwell_sm.planner.memory import Shape, block_linear_params, root_params, shape
-from blackwell_sm.spec import ModelSpec, arch, long_context
+from blackwell_sm.planner.memory import Shape, root_params
+from blackwell_sm.spec import arch, long_context
 
 
-def recompute_flops_per_token(
-    model: ModelSpec | Shape, seq_len: int, mode: str
-) -> tuple[float, float]:
+def recompute_flops_per_token(model: Shape, seq_len: int, mode: str) -> tuple[float, float]:
     """(linear, attention) FLOPs per token redone in backward by activation checkpointing
     (`arch.recompute_flops_per_token`: full redoes every block's forward, selective-op the
     matmuls it does not keep, selective and none no matmul or attention)."""
-    model = shape(model) if isinstance(model, ModelSpec) else model
     return arch.recompute_flops_per_token(model.spec, seq_len, mode)
 
 
 def compute_time_per_token(
-    model: ModelSpec | Shape,
+    model: Shape,
     instance: InstanceType,
     seq_len: int,
     precision: str,
@@ -44,7 +42,7 @@ def compute_time_per_token(
 
 
 def compute_terms_per_token(
-    model: ModelSpec | Shape,
+    model: Shape,
     instance: InstanceType,
     seq_len: int,
     precision: str,
@@ -56,9 +54,9 @@ def compute_terms_per_token(
 ) -> tuple[float, float]:
     """(forward + backward, recompute) seconds of compute per token on one GPU. `constants`:
     the calibration to use (default: `calibration.constants_for` the instance's GPU). `packed`:
-    the attention takes a dense mask (every score block computed). `loss_impl` chunked: the
-    loss's backward recomputes each chunk's logits (8 head FLOPs per parameter, not 6)."""
-    model = shape(model) if isinstance(model, ModelSpec) else model
+    the attention takes a dense mask (every score block computed; `dense_mask`). `loss_impl`
+    chunked: the loss's backward recomputes each chunk's logits (8 head FLOPs per parameter,
+    not 6)."""
     gpu = instance.gpu
     k = constants or C.constants_for(gpu.name)
     scale = k.compute_scale
@@ -67,7 +65,7 @@ def compute_terms_per_token(
     eff_lin = k.matmul_efficiency[(precision, compile)] * scale
     eff_bf16 = k.matmul_efficiency[("bf16", compile)] * scale
     eff_attn = k.attention_efficiency * scale
-    lin_params = model.n_layers * block_linear_params(model)
+    lin_params = model.n_layers * model.linear_params
     head_params = model.n_matmul_params - model.n_layers * model.params_per_layer
     rec_lin, rec_attn = recompute_flops_per_token(model, seq_len, mode)
     t_lin = 6.0 * lin_params / (lowp_peak * eff_lin)
@@ -101,8 +99,24 @@ def link_bandwidth(
     return instance.intra_node_gb_s * 1e9 * k.nvlink_efficiency
 
 
+def dense_mask(
+    packed: bool, cp_degree: int, micro_batch: int, seq_len: int, instance: InstanceType
+) -> bool:
+    """Whether the attention takes a dense mask (`long_context.mask_kind`): every score block is
+    then computed, where the causal kernel and FlexAttention's block mask skip the upper half."""
+    form = long_context.mask_kind(
+        packed=packed,
+        cp_degree=cp_degree,
+        micro_batch=micro_batch,
+        q_len=seq_len // cp_degree,
+        kv_len=seq_len,
+        device=instance.gpu.kind,
+    )
+    return form == "dense"
+
+
 def context_parallel_comm_s(
-    model: ModelSpec | Shape,
+    model: Shape,
     instance: InstanceType,
     micro_batch: int,
     seq_len: int,
@@ -113,13 +127,82 @@ def context_parallel_comm_s(
     """Seconds per micro-batch of context parallelism's collectives (train/context_parallel.py):
     in every block the K and V all-gather (forward, and again when a checkpointing `mode`
     recomputes the block: the gather is not among the ops any mode keeps) and the reduce-scatter
-    of their gradients; each GPU moves (cp - 1) / cp of the whole sequence's K/V (bf16)."""
+    of their gradients; each GPU moves (cp - 1) / cp of the whole sequence's K/V (bf16). They
+    sit on the attention's critical path: all exposed."""
     if cp_degree == 1:
         return 0.0
-    model = shape(model) if isinstance(model, ModelSpec) else model
     kv = micro_batch * seq_len * 2 * model.kv_dim * 2 * (cp_degree - 1) / cp_degree
     bw = link_bandwidth(instance, cp_degree > instance.gpus_per_instance, constants)
     return model.n_layers * (2 if mode == "none" else 3) * kv / bw
+
+
+def optimizer_time(
+    model: Shape, instance: InstanceType, shard_degree: int, constants: C.Constants | None = None
+) -> float:
+    """Seconds of the AdamW step and grad-norm on each GPU's shard (HBM-bound)."""
+    k = constants or C.constants_for(instance.gpu.name)
+    bytes_opt = model.n_params / shard_degree * C.OPTIMIZER_BYTES_PER_PARAM
+    return bytes_opt / (instance.gpu.hbm_tb_s * 1e12 * k.hbm_efficiency)
+
+
+class Comm(NamedTuple):
+    """One micro-batch's collectives on each GPU, seconds."""
+
+    total: float  # FSDP all-gathers and reduce-scatter, HSDP all-reduce, before overlap
+    first: float  # the part nothing hides: the first block's all-gather (root + block 0) and
+    # the last reduce-scatter (root); included in `total`
+
+
+def comm_per_micro_batch(
+    model: Shape,
+    instance: InstanceType,
+    shard_degree: int,
+    replicate_degree: int,
+    precision: str,
+    reshard_after_forward: bool,
+    constants: C.Constants | None = None,
+) -> Comm:
+    """Per micro-batch FSDP traffic: all-gather forward (+ again in backward when resharding),
+    reduce-scatter of fp32 grads (ring: each GPU moves (n-1)/n of the full buffer); with HSDP the
+    all-reduce of each shard's fp32 grads across replicas (FSDP2's default: every micro-batch),
+    over EFA when the group spans nodes."""
+    k = constants or C.constants_for(instance.gpu.name)
+    gpn, n, r = instance.gpus_per_instance, shard_degree, replicate_degree
+    t_ag = t_rs = t_first = 0.0
+    if n > 1:
+        bw = link_bandwidth(instance, n > gpn, k)
+        lin = model.n_layers * model.linear_params
+        gather = lin * C.GATHER_BYTES[precision] + (model.n_params - lin) * 2
+        frac = (n - 1) / n
+        t_ag = (2 if reshard_after_forward else 1) * frac * gather / bw
+        t_rs = frac * model.n_params * 4 / bw
+        root = root_params(model)
+        t_first = frac * (root * 2 + model.params_per_layer * 2 + root * 4) / bw
+    t_ar = 0.0
+    if r > 1:
+        bw = link_bandwidth(instance, n * r > gpn, k)
+        t_ar = 2 * (r - 1) / r * model.n_params * 4 / n / bw
+    return Comm(t_ag + t_rs + t_ar, t_first)
+
+
+def exposed(comm: Comm, compute_s: float, overlap: float, cp_s: float = 0.0) -> float:
+    """The communication of one micro-batch not hidden under its `compute_s`: the first gather
+    and the last reduce-scatter, and what passes `overlap` of the compute (never more than all
+    of it), and the context-parallel collectives `cp_s` (all exposed)."""
+    return comm.first + max(0.0, comm.total - comm.first - overlap * compute_s) + cp_s
+
+
+def step_seconds(
+    compute_s: float,
+    comm: Comm,
+    overlap: float,
+    grad_accum: int,
+    optimizer_s: float,
+    cp_s: float = 0.0,
+) -> float:
+    """One optimizer step: every micro-batch's compute and exposed communication, then the
+    optimizer."""
+    return grad_accum * (compute_s + exposed(comm, compute_s, overlap, cp_s)) + optimizer_s
 
 
 class StepTime(NamedTuple):
@@ -132,7 +215,7 @@ class StepTime(NamedTuple):
 
 
 def step_time(
-    model: ModelSpec | Shape,
+    model: Shape,
     instance: InstanceType,
     *,
     shard_degree: int,
@@ -148,59 +231,31 @@ def step_time(
     constants: C.Constants | None = None,
     cp_degree: int = 1,
     loss_impl: str = "full-logits",
+    per_token: tuple[float, float] | None = None,
+    comm: Comm | None = None,
 ) -> StepTime:
     """Predicted time of one optimizer step on every GPU (they run in lock-step). `cp_degree`:
     each GPU computes seq_len / cp_degree tokens of each sequence (attention over the whole
-    sequence) and all-gathers K/V (`context_parallel_comm_s`, exposed)."""
-    model = shape(model) if isinstance(model, ModelSpec) else model
+    sequence) and all-gathers K/V (`context_parallel_comm_s`). `per_token`, `comm`:
+    `compute_terms_per_token` and `comm_per_micro_batch` of these arguments, when the caller
+    has them already."""
     k = constants or C.constants_for(instance.gpu.name)
     tokens = micro_batch * seq_len // cp_degree
-    form = long_context.mask_kind(
-        packed=packed, cp_degree=cp_degree, micro_batch=micro_batch,
-        q_len=seq_len // cp_degree, kv_len=seq_len, device=instance.gpu.kind,
-    )  # fmt: skip
-    base, rec = compute_terms_per_token(
-        model, instance, seq_len, precision, mode, compile, form == "dense", k, loss_impl
+    dense = dense_mask(packed, cp_degree, micro_batch, seq_len, instance)
+    base, rec = per_token or compute_terms_per_token(
+        model, instance, seq_len, precision, mode, compile, dense, k, loss_impl
     )
     t_comp = tokens * (base + rec)
+    comm = comm or comm_per_micro_batch(
+        model, instance, shard_degree, replicate_degree, precision, reshard_after_forward, k
+    )
     t_cp = context_parallel_comm_s(model, instance, micro_batch, seq_len, cp_degree, mode, k)
-    gpn = instance.gpus_per_instance
-    n = shard_degree
-    # Per micro-batch FSDP traffic: all-gather forward (+ again in backward when resharding),
-    # reduce-scatter of fp32 grads. Ring: each GPU moves (n-1)/n of the full buffer.
-    t_ag = t_rs = t_first = 0.0
-    if n > 1:
-        bw = link_bandwidth(instance, n > gpn, k)
-        lin = model.n_layers * block_linear_params(model)
-        other = model.n_params - lin
-        gather = lin * C.GATHER_BYTES[precision] + other * 2
-        frac = (n - 1) / n
-        n_ag = 2 if reshard_after_forward else 1
-        t_ag = n_ag * frac * gather / bw
-        t_rs = frac * model.n_params * 4 / bw
-        # Exposed regardless of overlap (part of the traffic above, not added to it): the first
-        # block's all-gather (root + block 0) and the last reduce-scatter (root).
-        t_first = frac * (root_params(model) * 2 + model.params_per_layer * 2) / bw
-        t_first += frac * root_params(model) * 4 / bw
-    t_ar = 0.0
-    r = replicate_degree
-    if r > 1:
-        # HSDP: all-reduce of each shard's fp32 grads across replicas, every micro-batch (FSDP2's
-        # default), over EFA when the replica group spans nodes.
-        bw = link_bandwidth(instance, n * r > gpn, k)
-        t_ar = 2 * (r - 1) / r * model.n_params * 4 / n / bw
-    comm_mb = t_ag + t_rs + t_ar
-    # The first gather and the last reduce-scatter have nothing to hide under; the rest hides
-    # under compute up to COMM_OVERLAP of it. Never more than all the communication. The CP
-    # gathers sit on the attention's critical path: all exposed.
-    exposed_mb = t_first + max(0.0, comm_mb - t_first - k.comm_overlap * t_comp) + t_cp
-    comm_mb += t_cp
-    bytes_opt = model.n_params / n * C.OPTIMIZER_BYTES_PER_PARAM
-    t_opt = bytes_opt / (instance.gpu.hbm_tb_s * 1e12 * k.hbm_efficiency)
-    step = grad_accum * (t_comp + exposed_mb) + t_opt
+    exposed_mb = exposed(comm, t_comp, k.comm_overlap, t_cp)
+    t_opt = optimizer_time(model, instance, shard_degree, k)
+    step = step_seconds(t_comp, comm, k.comm_overlap, grad_accum, t_opt, t_cp)
     return StepTime(
         grad_accum * t_comp,
-        grad_accum * comm_mb,
+        grad_accum * (comm.total + t_cp),
         grad_accum * exposed_mb,
         t_opt,
         step,

@@ -39,13 +39,9 @@ def status_text(p: Plan) -> str:
     if not p.feasible:
         usable = m.usable if m.usable is not None else m.limit
         return "misses the deadline" if m.total <= usable else "does NOT fit"
-    if r.jobs > 1:  # never a bare "fits" for a run that outlives one job
-        longer = r.hours > MAX_RUNTIME_HOURS
-        hours = r.hours if longer or not r.hours_range else r.hours_range[1]
-        return (
-            f"fits in memory, but {'takes' if longer else 'may take'} {hours_text(hours)}, "
-            f"longer than one 28-day SageMaker job ({r.jobs} jobs)"
-        )
+    if r.jobs > 1:  # never a bare "fits" for a run that outlives one job (hours: the time row)
+        verb = "takes" if r.hours > MAX_RUNTIME_HOURS else "may take"
+        return f"fits in memory, but {verb} {r.jobs} 28-day SageMaker jobs"
     return "fits"
 
 
@@ -66,18 +62,19 @@ def run_rows(p: Plan) -> list[tuple[str, str]]:
         lo, hi = (hours_text(h) if h <= 48 else f"{h:,.0f} h" for h in r.hours_range)
         time += f", range {lo} to {hi}"
     rows.append(("time", time))
+    tokens = f"{count_text(r.tokens)} in {r.steps:,} step{'s' if r.steps != 1 else ''}"
     if r.cost_usd is None:
         rows.append(("cost", "n/a (no price: a local run)"))
     else:
-        per_b = r.cost_usd / (r.tokens / 1e9) if r.tokens else 0.0
         cost, rng = usd_text(r.cost_usd), r.cost_usd_range
         if rng:
             cost += f" (range {usd_text(rng[0])} to {usd_text(rng[1])})"
-        rows.append(("cost", f"{cost}; {usd_text(per_b)} per billion tokens"))
-    rows.append(
-        ("tokens", f"{count_text(r.tokens)} in {r.steps:,} step{'s' if r.steps != 1 else ''}")
-    )
+        rows.append(("cost", cost))
+        per_b = r.cost_usd / (r.tokens / 1e9) if r.tokens else 0.0
+        tokens += f"; {usd_text(per_b)} per billion tokens"
+    rows.append(("tokens", tokens))
     rows.append(speed_row(p))
+    rows += objective_rows(p)
     cal = p.calibration
     if cal is not None:
         changed = f"{len(cal.changed)} constant{'s' if len(cal.changed) != 1 else ''} changed"
@@ -97,8 +94,7 @@ def config_rows(p: Plan) -> list[tuple[str, str]]:
     )
     knobs = (
         f"{c.precision}; checkpointing {c.activation_checkpointing}; compile "
-        f"{'on' if c.compile else 'off'}; reshard after forward "
-        f"{'on' if c.reshard_after_forward else 'off'}"
+        f"{'on' if c.compile else 'off'}; reshard {'on' if c.reshard_after_forward else 'off'}"
     )
     return [("layout", layout), ("batch", batch), ("precision", knobs)]
 
@@ -115,6 +111,19 @@ def memory_rows(p: Plan) -> list[tuple[str, str]]:
         ("activations", f"{m.activations:,.1f} GiB, logits and loss {m.logits_and_loss:,.1f}"),
         ("other", f"{gathered:,.1f} GiB gathered blocks, {m.overhead:,.1f} runtime"),
     ]
+
+
+def objective_rows(p: Plan) -> list[tuple[str, str]]:
+    """What chose the configuration (`--optimize`), and what the other objective would pick."""
+    other = p.other_objective
+    if other is None:
+        return []
+    if other.same_as_plan:  # nothing to choose between: said by -v
+        return []
+    cost = "" if other.cost_usd is None else f", {usd_text(other.cost_usd)}"
+    n = other.instance_count
+    pick = f"{n} instance{'s' if n != 1 else ''}, {hours_text(other.hours)}{cost}"
+    return [("objective", f"{p.objective}; --optimize {other.objective} would pick {pick}")]
 
 
 def speed_row(p: Plan) -> tuple[str, str]:

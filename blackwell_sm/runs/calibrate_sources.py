@@ -15,6 +15,7 @@ from blackwell_sm.hardware import CATALOG, GpuSpec, InstanceType, get_instance, 
 from blackwell_sm.opt_ml import is_local_run
 from blackwell_sm.planner import calibration as C
 from blackwell_sm.planner.fit import Row
+from blackwell_sm.planner.memory import shape
 from blackwell_sm.planner.plan import Plan
 from blackwell_sm.planner.profile import ProfileSource
 from blackwell_sm.planner.search import Candidate, Context
@@ -36,6 +37,16 @@ H100_96GB_500W = GpuSpec(
         for p, v in CATALOG["ml.p5.48xlarge"].gpu.peak_tflops.items()
     },
 )
+#: The torchao B200 rows ran on B200s power-limited to 750 W (calibration.py's derate).
+B200_750W = CATALOG["ml.p6-b200.48xlarge"].gpu.model_copy(
+    update={
+        "name": "B200 180GB 750W",
+        "peak_tflops": {
+            p: v * C.B200_750W_DERATE
+            for p, v in CATALOG["ml.p6-b200.48xlarge"].gpu.peak_tflops.items()
+        },
+    }
+)
 CSV_INSTANCES: dict[str, InstanceType] = {
     "H100": CATALOG["ml.p5.48xlarge"].model_copy(
         update={"gpu": H100_96GB_500W, "name": "h100-96gb-500w"}
@@ -43,10 +54,16 @@ CSV_INSTANCES: dict[str, InstanceType] = {
     "H100-SXM": CATALOG["ml.p5.48xlarge"],  # the 700 W part of ml.p5 (Megatron-FSDP row)
     "H200": CATALOG["ml.p5en.48xlarge"],
     "B200": CATALOG["ml.p6-b200.48xlarge"],
+    "B200-750W": CATALOG["ml.p6-b200.48xlarge"].model_copy(
+        update={"gpu": B200_750W, "name": "b200-750w"}
+    ),
 }
 CSV_PRECISION = {
-    "bf16": "bf16", "fp8-tensorwise": "fp8", "fp8-current-scaling": "fp8", "mxfp8": "mxfp8",
-}  # fmt: skip
+    "bf16": "bf16",
+    "fp8-tensorwise": "fp8",
+    "fp8-current-scaling": "fp8",
+    "mxfp8": "mxfp8",
+}
 # torchtitan's modes are ours by the same names ("selective-op": every other matmul kept).
 CSV_MODE = {
     "selective-op": "selective-op",
@@ -125,7 +142,7 @@ def csv_row(row: dict[str, str], *, source: str = "") -> Row:
     mem = _figure(row, "peak_memory_gib", where)
     # torchtitan 2025 compiles the loss with the model (compile.components: model, loss).
     compiled_loss = cand.compile and "2025" in (row.get("stack") or "")
-    ctx = Context(model, inst, seq, cand.global_batch_seqs, None, 1, None, compiled_loss)
+    ctx = Context(shape(model), inst, seq, cand.global_batch_seqs, None, 1, None, compiled_loss)
     kind = "max_reserved" if row.get("memory_kind") == "max_reserved" else "total"
     return Row(row.get("id") or "?", ctx, cand, tps, mem, kind, source)
 
@@ -178,15 +195,19 @@ def plan_row(run: RunFiles) -> Row:
     plan = run.plan
     inst = instance_of(plan)
     cfg, tr = plan.config, plan.spec.training
-    cand = Candidate(
-        plan.instance.count, cfg.shard_degree, cfg.replicate_degree, cfg.micro_batch_size,
-        cfg.grad_accum_steps, cfg.precision, cfg.activation_checkpointing, cfg.compile,
-        cfg.reshard_after_forward, cfg.cp_degree,
-    )  # fmt: skip
+    # PlanConfig holds Candidate's knobs by the same names, and seq_len
+    cand = Candidate(plan.instance.count, **cfg.model_dump(exclude={"seq_len"}))
     ctx = Context(
-        plan.spec.model, inst, cfg.seq_len, cand.global_batch_seqs, None, 1, None,
-        packed=tr.task == "finetune", loss_impl=tr.loss_impl,
-    )  # fmt: skip
+        shape(plan.spec.model),
+        inst,
+        cfg.seq_len,
+        cand.global_batch_seqs,
+        None,
+        1,
+        None,
+        packed=tr.task == "finetune",
+        loss_impl=tr.loss_impl,
+    )
     m = run.measured()
     if m.tokens_per_s_per_gpu is None:
         raise SpecError(

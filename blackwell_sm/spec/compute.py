@@ -83,6 +83,12 @@ class ComputeSpec(BaseModel):
     deadline_hours: PosFloat | None = Field(
         None, le=1e6, description="Finish within this many hours, in (0, 1000000]."
     )
+    optimize: Literal["time", "cost"] = Field(
+        "time",
+        description="What instance_count auto optimizes: 'time' (the fewest instances that "
+        "finish within deadline_hours, else one SageMaker job's 28 days; the fastest "
+        "configuration on them) or 'cost' (the cheapest count, within deadline_hours if set).",
+    )
     training_plan: str | None = Field(
         None, description="Flexible Training Plan: an ARN, a plan name, or 'auto' to search."
     )

@@ -10,6 +10,7 @@ the way back, used by the exporter. Both read both config styles: transformers 5
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +33,36 @@ def _refuse(path: str, key: str, value: Any, why: str) -> SpecError:
     )
 
 
+def _strict(cfg: dict[str, Any], where: str, key: str, kind: str, *, required: bool = False) -> Any:
+    """`cfg[key]` if it has the JSON type `kind` (int, number, bool, str, int-or-list), None when
+    absent or null (refused if `required`). Nothing is coerced: `true`, `2.0` or `"4096"` where
+    an integer belongs is refused with the key, as is NaN or an infinite number."""
+    if cfg.get(key) is None:
+        if required:
+            raise _refuse(where, key, None, "required key is missing")
+        return None
+    v = cfg[key]
+    ok = {
+        "int": type(v) is int,
+        "number": type(v) in (int, float) and math.isfinite(v),
+        "bool": type(v) is bool,
+        "str": type(v) is str,
+        "ids": type(v) is int or (type(v) is list and bool(v) and all(type(i) is int for i in v)),
+        "strs": type(v) is list and all(type(i) is str for i in v),
+    }[kind]
+    if not ok:
+        expected = {
+            "int": "an integer",
+            "number": "a finite number",
+            "bool": "true or false",
+            "str": "a string",
+            "ids": "a token id or a non-empty list of ids",
+            "strs": "a list of strings",
+        }[kind]
+        raise _refuse(where, key, v, f"expected {expected} (nothing is converted)")
+    return v
+
+
 def read_hf_config(path: str | Path) -> tuple[dict[str, Any], Path]:
     """The parsed config.json at `path` (a folder or the file), and the file it came from,
     through the project's safe loader (a regular UTF-8 file of at most 1 MiB, a JSON object)."""
@@ -50,9 +81,12 @@ def _rope(cfg: dict[str, Any], where: str) -> tuple[float, dict[str, Any] | None
     """(rope_theta, rope_scaling for ModelSpec or None) from either config style."""
     params = cfg.get("rope_parameters")
     scaling = cfg.get("rope_scaling")
-    theta = cfg.get("rope_theta")
+    theta = _strict(cfg, where, "rope_theta", "number")
+    for key, value in (("rope_parameters", params), ("rope_scaling", scaling)):
+        if value is not None and not isinstance(value, dict):
+            raise _refuse(where, key, value, "expected a mapping or null")
     if isinstance(params, dict):
-        theta = params.get("rope_theta", theta)
+        theta = _strict(params, f"{where}: rope_parameters", "rope_theta", "number") or theta
         if params.get("rope_type", "default") != "default":
             scaling = params
     kind = None
@@ -66,61 +100,114 @@ def _rope(cfg: dict[str, Any], where: str) -> tuple[float, dict[str, Any] | None
     missing = [k for k in keys if k not in scaling]
     if missing:
         raise _refuse(where, "rope_scaling", scaling, f"llama3 scaling lacks {', '.join(missing)}")
-    return float(theta or DEFAULTS["rope_theta"]), {k: scaling[k] for k in keys}
+    inner = f"{where}: rope_scaling"
+    out = {k: _strict(scaling, inner, k, "number", required=True) for k in keys[:3]}
+    out[keys[3]] = _strict(scaling, inner, keys[3], "int", required=True)
+    return float(theta or DEFAULTS["rope_theta"]), out
+
+
+def _refuse_unsupported(cfg: dict[str, Any], where: str, family: str) -> None:
+    """Mixture of experts, sliding windows, other attention kinds, activations and biases."""
+    for k in _MOE_KEYS:
+        if cfg.get(k):
+            raise _refuse(where, k, cfg[k], "mixture-of-experts models are not supported")
+    sliding = _strict(cfg, where, "use_sliding_window", "bool")
+    window = cfg.get("sliding_window")
+    if window is not None and type(window) is not int:
+        raise _refuse(where, "sliding_window", window, "expected an integer or null")
+    if sliding or (family == "mistral" and window):
+        key = "use_sliding_window" if sliding else "sliding_window"
+        raise _refuse(where, key, cfg[key], "sliding-window attention is not supported")
+    layer_types = _strict(cfg, where, "layer_types", "strs") or []
+    if any(t != "full_attention" for t in layer_types):
+        raise _refuse(where, "layer_types", sorted(set(layer_types)), "only full attention")
+    act = _strict(cfg, where, "hidden_act", "str")
+    if act not in (None, "silu"):
+        raise _refuse(where, "hidden_act", act, "the MLP is SwiGLU (silu)")
+    for k in ("attention_bias", "mlp_bias"):
+        if _strict(cfg, where, k, "bool") and family != "qwen2":
+            raise _refuse(where, k, cfg[k], f"{family} is trained here without that bias")
+    classes = _strict(cfg, where, "architectures", "strs")
+    want = arch.FAMILIES[family].hf_class
+    if classes and want not in classes:
+        raise _refuse(where, "architectures", classes, f"model_type {family} is {want}")
+
+
+#: ModelSpec field -> the config.json key it comes from (to name the key when a value is refused).
+_KEYS = {
+    "n_layers": "num_hidden_layers",
+    "d_model": "hidden_size",
+    "n_heads": "num_attention_heads",
+    "n_kv_heads": "num_key_value_heads",
+    "ffn_dim": "intermediate_size",
+    "vocab_size": "vocab_size",
+    "head_dim": "head_dim",
+    "norm_eps": "rms_norm_eps",
+    "rope_theta": "rope_theta",
+    "max_seq_len": "max_position_embeddings",
+    "bos_token_id": "bos_token_id",
+    "eos_token_id": "eos_token_id",
+    "rope_scaling": "rope_scaling",
+}
+
+
+def _bounded(fields: dict[str, Any], where: str) -> None:
+    """Each value within the ModelSpec field's bounds, refused with its config.json key (checks
+    between fields wait for the spec's own overrides)."""
+    from pydantic import ValidationError
+
+    from blackwell_sm.spec.model import ModelSpec
+
+    try:
+        ModelSpec.model_validate(fields)
+    except ValidationError as e:
+        for err in e.errors():
+            if err["loc"] and err["loc"][0] in _KEYS:
+                key = _KEYS[str(err["loc"][0])]
+                sub = "".join(f".{p}" for p in err["loc"][1:])
+                raise _refuse(where, key + sub, err.get("input"), err["msg"]) from None
 
 
 def from_hf_config(cfg: dict[str, Any], where: str = "config.json") -> dict[str, Any]:
     """ModelSpec fields for a Hugging Face config, or SpecError(field='model.hf') with the key."""
     family = cfg.get("model_type")
-    if family not in arch.FAMILIES:
+    if not isinstance(family, str) or family not in arch.FAMILIES:
         raise _refuse(where, "model_type", family, "not a supported family")
-    for k in _MOE_KEYS:
-        if cfg.get(k):
-            raise _refuse(where, k, cfg[k], "mixture-of-experts models are not supported")
-    if cfg.get("use_sliding_window") or (family == "mistral" and cfg.get("sliding_window")):
-        key = "use_sliding_window" if cfg.get("use_sliding_window") else "sliding_window"
-        raise _refuse(where, key, cfg[key], "sliding-window attention is not supported")
-    layer_types = cfg.get("layer_types") or []
-    if any(t != "full_attention" for t in layer_types):
-        raise _refuse(where, "layer_types", sorted(set(layer_types)), "only full attention")
-    if cfg.get("hidden_act", "silu") != "silu":
-        raise _refuse(where, "hidden_act", cfg["hidden_act"], "the MLP is SwiGLU (silu)")
-    for k in ("attention_bias", "mlp_bias"):
-        if k in cfg and cfg[k] and family != "qwen2":
-            raise _refuse(where, k, cfg[k], f"{family} is trained here without that bias")
+    _refuse_unsupported(cfg, where, family)
     theta, scaling = _rope(cfg, where)
-    try:
-        h, nh = int(cfg["hidden_size"]), int(cfg["num_attention_heads"])
-        fields: dict[str, Any] = {
-            "family": family,
-            "n_layers": int(cfg["num_hidden_layers"]),
-            "d_model": h,
-            "n_heads": nh,
-            "n_kv_heads": int(cfg.get("num_key_value_heads") or nh),
-            "ffn_dim": int(cfg["intermediate_size"]),
-            "vocab_size": int(cfg["vocab_size"]),
-        }
-    except KeyError as e:
-        raise _refuse(where, e.args[0], None, "required key is missing") from None
-    except (TypeError, ValueError) as e:
-        raise SpecError(f"{where}: a size is not an integer ({e})", field=_FIELD) from None
+    nh = _strict(cfg, where, "num_attention_heads", "int", required=True)
+    fields: dict[str, Any] = {
+        "family": family,
+        "n_layers": _strict(cfg, where, "num_hidden_layers", "int", required=True),
+        "d_model": _strict(cfg, where, "hidden_size", "int", required=True),
+        "n_heads": nh,
+        "n_kv_heads": _strict(cfg, where, "num_key_value_heads", "int") or nh,
+        "ffn_dim": _strict(cfg, where, "intermediate_size", "int", required=True),
+        "vocab_size": _strict(cfg, where, "vocab_size", "int", required=True),
+    }
     # Qwen2 has no head_dim key: its heads are hidden_size / num_attention_heads.
-    if cfg.get("head_dim") and family != "qwen2":
-        fields["head_dim"] = int(cfg["head_dim"])
-    bos, eos = cfg.get("bos_token_id"), cfg.get("eos_token_id")
-    if isinstance(bos, int):
+    head_dim = _strict(cfg, where, "head_dim", "int")
+    if head_dim and family != "qwen2":
+        fields["head_dim"] = head_dim
+    bos, eos = (
+        _strict(cfg, where, "bos_token_id", "int"),
+        _strict(cfg, where, "eos_token_id", "ids"),
+    )
+    if bos is not None:
         fields["bos_token_id"] = bos
-    if isinstance(eos, int):
-        fields["eos_token_id"] = (eos,)
-    elif isinstance(eos, list) and eos and all(isinstance(e, int) for e in eos):
-        fields["eos_token_id"] = tuple(eos)
+    if eos is not None:
+        fields["eos_token_id"] = (eos,) if type(eos) is int else tuple(eos)
+    tie = _strict(cfg, where, "tie_word_embeddings", "bool")
+    eps = _strict(cfg, where, "rms_norm_eps", "number")
+    positions = _strict(cfg, where, "max_position_embeddings", "int")
     fields.update(
-        tie_embeddings=bool(cfg.get("tie_word_embeddings", DEFAULTS["tie_word_embeddings"])),
+        tie_embeddings=DEFAULTS["tie_word_embeddings"] if tie is None else tie,
         rope_theta=theta,
         rope_scaling=scaling,
-        norm_eps=float(cfg.get("rms_norm_eps", DEFAULTS["rms_norm_eps"])),
-        max_seq_len=int(cfg.get("max_position_embeddings") or DEFAULT_MAX_POSITIONS[family]),
+        norm_eps=float(DEFAULTS["rms_norm_eps"] if eps is None else eps),
+        max_seq_len=positions or DEFAULT_MAX_POSITIONS[family],
     )
+    _bounded(fields, where)
     return fields
 
 

@@ -37,6 +37,12 @@ REQUIREMENT_RE = re.compile(
     r"^(?P<name>[A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?)"
     r"(?P<spec>\s*(?:==|!=|>=|<=|>|<)\s*\d+(?:\.\d+)*(?:\s*,\s*(?:==|!=|>=|<=|>|<)\s*\d+(?:\.\d+)*)*)?$"
 )
+# ModelPackageGroupName and the model-package-group ARN (botocore model: EntityName,
+# ModelPackageGroupArn).
+PACKAGE_GROUP_RE = re.compile(r"^[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}$")
+PACKAGE_GROUP_ARN_RE = re.compile(
+    r"^arn:aws[a-z\-]*:sagemaker:[a-z0-9\-]{9,16}:[0-9]{12}:model-package-group/[\S]{1,2048}$"
+)
 RESERVED_CHANNELS = frozenset({"code"})  # the code bundle's channel
 RESERVED_ENV_PREFIX = "BSM_"  # set by the builder (BSM_MAX_RUNTIME_S, ...)
 
@@ -96,6 +102,21 @@ class JobSpec(BaseModel):
         None,
         description="Checkpoints; default <s3_prefix>/checkpoints. Each spec gets its own "
         "bsm-<model>-<hash> folder (the job name), shared by --new reruns so they resume.",
+    )
+    tensorboard_s3_prefix: str | None = Field(
+        None,
+        description="TensorBoard event files (training.report_to: [tensorboard]); default "
+        "<s3_prefix>/tensorboard. Each spec gets its own <model>-<spec hash> folder.",
+    )
+    model_package_group: str | None = Field(
+        None,
+        description="Register the exported model in this SageMaker model package group (a name "
+        "in the role's account, or its ARN): the request's ModelPackageConfig.",
+    )
+    infra_check: Bool = Field(
+        False,
+        description="SageMaker's infrastructure health check of the instances before training "
+        "(InfraCheckConfig; GPU instance types). It lengthens start-up by the check's time.",
     )
     channels: dict[str, ChannelSpec] = Field(
         default_factory=dict, description="Input channels by name (e.g. train, validation)."
@@ -197,7 +218,20 @@ class JobSpec(BaseModel):
             raise ValueError(f"expected an AWS region like us-east-1, got {v!r}")
         return v
 
-    @field_validator("s3_prefix", "code_s3_prefix", "output_s3_prefix", "checkpoint_s3_prefix")
+    @field_validator("model_package_group")
+    @classmethod
+    def _package_group(cls, v: str | None) -> str | None:
+        if v is not None and not (PACKAGE_GROUP_RE.match(v) or PACKAGE_GROUP_ARN_RE.match(v)):
+            raise ValueError(
+                f"expected a model package group name (1-63 letters, digits and '-', starting "
+                f"with a letter or digit) or its ARN, got {v!r}"
+            )
+        return v
+
+    @field_validator(
+        "s3_prefix", "code_s3_prefix", "output_s3_prefix", "checkpoint_s3_prefix",
+        "tensorboard_s3_prefix",
+    )  # fmt: skip
     @classmethod
     def _s3(cls, v: str | None) -> str | None:
         return None if v is None else check_s3_uri(v)
@@ -275,6 +309,10 @@ class JobSpec(BaseModel):
     @property
     def output_prefix(self) -> str:
         return self.output_s3_prefix or f"{self.s3_prefix}/output"
+
+    @property
+    def tensorboard_prefix(self) -> str:
+        return self.tensorboard_s3_prefix or f"{self.s3_prefix}/tensorboard"
 
     @property
     def checkpoint_prefix(self) -> str:

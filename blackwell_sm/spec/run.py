@@ -64,11 +64,14 @@ class RunSpec(BaseModel):
             return base
         if isinstance(v, dict) and "hf" in v:
             from blackwell_sm.spec.hf import from_hf_config, read_hf_config
+            from blackwell_sm.spec.hub import local_source
 
             v = dict(v)
-            cfg, where = read_hf_config(v.pop("hf"))
-            base = {"name": where.parent.name or "hf", **from_hf_config(cfg, str(where))}
+            source, name = local_source(v.pop("hf"))  # a hub id: its cached snapshot
+            cfg, where = read_hf_config(source)
+            base = {"name": name or where.parent.name or "hf", **from_hf_config(cfg, str(where))}
             base.update(v)
+            _check_hf_folder(base, source)
             return base
         return v
 
@@ -87,12 +90,24 @@ class RunSpec(BaseModel):
     def _seq_fits_model(self) -> RunSpec:
         if self.training.seq_len > self.model.max_seq_len:
             raise KeyedValueError(
-                f"training.seq_len {self.training.seq_len} exceeds the model's max_seq_len "
+                f"{self.training.seq_len} exceeds the model's max_seq_len "
                 f"{self.model.max_seq_len} (the longest its RoPE setting covers); allowed: "
                 f"1..{self.model.max_seq_len}",
                 key="training.seq_len",
             )
         return self
+
+
+def _check_hf_folder(fields: dict[str, Any], source: str | Path) -> None:
+    """The `model.hf` folder's weights and tokenizer against the model it describes (headers
+    only, `spec/hf_files.py`); a shape that does not validate is left to the spec's own errors."""
+    from blackwell_sm.spec.hf_files import check_model_folder
+
+    try:
+        spec = ModelSpec.model_validate(fields)
+    except ValidationError:
+        return
+    check_model_folder(spec, source, field="model.hf")
 
 
 def _allowed_keys(model: type[BaseModel], loc: tuple[Any, ...]) -> list[str] | None:

@@ -46,7 +46,12 @@ def spec_json_schema() -> dict[str, Any]:
         "type": "object",
         "description": "A Hugging Face config.json (or its folder) with some fields changed.",
         "properties": {
-            "hf": {"type": "string", "minLength": 1, "description": "config.json or its folder."},
+            "hf": {
+                "type": "string",
+                "minLength": 1,
+                "description": "config.json or its folder, or a Hugging Face Hub id "
+                "ORG/NAME[@REVISION] (docs/hub-ids.md).",
+            },
             **copy.deepcopy(shape["properties"]),
         },
         "required": ["hf"],

@@ -8,6 +8,7 @@ from typing import Literal, Self
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator, model_validator
 
 from blackwell_sm.spec.defaults import adjust_default, model_max_seq_len, was_set
+from blackwell_sm.spec.trackers import MlflowSpec, Tracker, WandbSpec, check_trackers
 from blackwell_sm.spec.types import (
     FLOAT64_EXACT,
     INT32_MAX,
@@ -106,6 +107,12 @@ class DataSpec(_Strict):
     )
     validation_steps: StepCount = Field(
         10, description=f"Batches per validation pass, 1..{INT32_MAX}."
+    )
+    accept_changed_data: Bool = Field(
+        False,
+        description="Resume a checkpoint although the train channel's data differs from the "
+        "data it was trained on (its manifest, tokenizer or shards); without it such a resume is "
+        "refused before step 0. The acceptance is kept in the checkpoint's history.",
     )
 
 
@@ -233,10 +240,20 @@ class TrainingSpec(_Strict):
     pins: PlannerPins = Field(
         default_factory=PlannerPins, description="Planner knobs fixed by the user (none: searched)."
     )
+    report_to: list[Tracker] = Field(
+        default_factory=list,
+        description="Trackers rank 0 also reports to from inside the job: tensorboard (event "
+        "files synced by SageMaker's TensorBoardOutputConfig), mlflow (training.mlflow), wandb "
+        "(training.wandb); none by default. A tracker that fails warns once and never stops "
+        "or slows training.",
+    )
+    mlflow: MlflowSpec | None = Field(None, description="MLflow settings (report_to: mlflow).")
+    wandb: WandbSpec | None = Field(None, description="W&B settings (report_to: wandb).")
     _notes: list[str] = PrivateAttr(default_factory=list)  # defaults adjusted (spec/defaults.py)
 
     @model_validator(mode="after")
     def _one_of_each(self) -> Self:
+        check_trackers(self.report_to, self.mlflow, self.wandb)
         limit = model_max_seq_len()  # the model's context, while a RunSpec validates this
         if limit is not None and self.seq_len > limit and not was_set(self, "seq_len"):
             adjust_default(
@@ -248,21 +265,26 @@ class TrainingSpec(_Strict):
                 why="the model's max_seq_len",
             )
         if self.global_batch_tokens is not None and self.global_batch_seqs is not None:
-            raise ValueError("set global_batch_tokens or global_batch_seqs, not both")
+            raise KeyedValueError(
+                "set global_batch_tokens or global_batch_seqs, not both", key="global_batch_seqs"
+            )
         if self.total_tokens is not None and self.total_steps is not None:
-            raise ValueError("set total_tokens or total_steps, not both")
+            raise KeyedValueError("set total_tokens or total_steps, not both", key="total_steps")
         if self.task == "finetune" and not was_set(self.optimizer, "lr"):
             object.__setattr__(self.optimizer, "lr", FINETUNE_LR)  # a default; stays unset
         if self.epochs is not None:
             if self.data.sequences is None:
-                raise ValueError(
-                    "epochs needs data.sequences (the `sequences` of the data's manifest.json)"
+                raise KeyedValueError(
+                    "epochs needs data.sequences (the `sequences` of the data's manifest.json)",
+                    key="data.sequences",
                 )
             if self.total_tokens is not None:
-                raise ValueError("set epochs or total_tokens, not both")
+                raise KeyedValueError("set epochs or total_tokens, not both", key="epochs")
             n = math.ceil(self.epochs * self.data.sequences / self.global_batch_sequences)
             if self.total_steps is not None and self.total_steps != n:
-                raise ValueError(f"set epochs or total_steps, not both (epochs gives {n} steps)")
+                raise KeyedValueError(
+                    f"set epochs or total_steps, not both (epochs gives {n} steps)", key="epochs"
+                )
             # Derived, like seq_len's default: the planner and the loop read total_steps.
             object.__setattr__(self, "total_steps", n)
         steps = self.run_steps
@@ -278,9 +300,10 @@ class TrainingSpec(_Strict):
                     why=why,
                 )
                 return self
-            raise ValueError(
-                f"schedule.warmup_steps {self.schedule.warmup_steps} is longer than the run's "
-                f"{steps} steps: the learning rate would never reach its peak; allowed: 0..{steps}"
+            raise KeyedValueError(
+                f"warmup_steps {self.schedule.warmup_steps} is longer than the run's {steps} "
+                f"steps: the learning rate would never reach its peak; allowed: 0..{steps}",
+                key="schedule.warmup_steps",
             )
         return self
 

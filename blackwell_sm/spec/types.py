@@ -43,7 +43,9 @@ Beta = Annotated[float, Strict(), AllowInfNan(False), Ge(0), Lt(1)]
 
 
 class KeyedValueError(ValueError):
-    """A validation error about one entry of a mapping field; the spec path gets `.KEY`."""
+    """A validation error about one entry of a mapping field, or about one field below the
+    model whose validator raised it (`key` may be dotted: `schedule.warmup_steps`); the spec
+    path gets `.KEY`, so the error names the field, never only its parent."""
 
     def __init__(self, message: str, *, key: str) -> None:
         super().__init__(message)

@@ -1,4 +1,4 @@
-"""Atomic, resumable checkpoints with torch.distributed.checkpoint (DCP).
+"""Atomic, resumable, verified checkpoints with torch.distributed.checkpoint (DCP).
 
 Layout under `DIR/checkpoints/`:
 
@@ -6,22 +6,24 @@ Layout under `DIR/checkpoints/`:
         .metadata           DCP metadata (rank 0)
         __<rank>_0.distcp   model + optimizer shards, one file per rank (unique names)
         rng/rank-<r>.pt     each rank's RNG states
-        COMPLETE            JSON {step, world_size, ...}: written LAST, after a barrier
+        COMPLETE            JSON {step, world_size, run, data, history, files}: written LAST,
+                            after a barrier; `files` holds every file's size and sha256
     .step-00000130.tmp/     a save in progress (renamed to step-00000130 when all ranks are done)
+    step-00000110.corrupt-step-110/   set aside: it failed its checksums or did not load
 
-A directory without `COMPLETE` is never resumed from (it is reported and skipped). On hosts that
-do not share a filesystem (SageMaker gives each host its own /opt/ml/checkpoints, merged in S3),
-each host renames its own temp directory and rank 0 writes the marker on its host.
+A directory without `COMPLETE` is never resumed from (it is reported and skipped). Before any rank
+loads a checkpoint its files are checked against the marker's sums (`checkpoint_files.py`), and
+its `run` and `data` against this run's (`run_identity.py`): another run's checkpoint is refused,
+and so is a resume on different data unless `training.data.accept_changed_data` says so. A
+checkpoint that fails its checksums or does not load is set aside and the previous one tried
+(`checkpoint_dirs.py`: the folder, retention, the S3 copy). On hosts that do not share a
+filesystem (SageMaker gives each host its own /opt/ml/checkpoints, merged in S3), each host
+renames its own temp directory and rank 0 writes the marker on its host.
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
-import re
-import shutil
-import time
 from pathlib import Path
 from typing import Any
 
@@ -30,66 +32,36 @@ import torch.distributed as dist
 from torch import nn
 
 from blackwell_sm.errors import BsmError
-from blackwell_sm.opt_ml import COMPLETE_MARKER
-from blackwell_sm.planner.plan import Plan
+from blackwell_sm.train.checkpoint_dirs import (
+    MARKER,
+    find_latest,
+    list_checkpoints,
+    prune,
+    set_aside,
+    step_dir_name,
+    write_atomic,
+)
+from blackwell_sm.train.checkpoint_files import (
+    FileSum,
+    HashingFileSystem,
+    describe_error,
+    hash_file,
+    local_world_size,
+    save_error,
+    verify_share,
+)
 from blackwell_sm.train.distributed import Env
+from blackwell_sm.train.run_identity import data_change, other_run, read_marker, run_identity
 
-_STEP_DIR = re.compile(r"^step-(\d{8})$")
-MARKER = COMPLETE_MARKER
-
-
-def step_dir_name(step: int) -> str:
-    return f"step-{step:08d}"
-
-
-def list_checkpoints(root: Path) -> list[tuple[int, Path, bool]]:
-    """(step, path, complete) for every `step-XXXXXXXX` directory, newest first."""
-    out = []
-    if root.is_dir():
-        for p in root.iterdir():
-            m = _STEP_DIR.match(p.name)
-            if m and p.is_dir():
-                out.append((int(m.group(1)), p, (p / MARKER).is_file()))
-    return sorted(out, reverse=True)
-
-
-def find_latest(root: Path, log=print) -> tuple[int, Path] | None:
-    """The newest complete checkpoint; incomplete newer ones are logged and skipped."""
-    for step, path, complete in list_checkpoints(root):
-        if complete:
-            return step, path
-        log(f"[bsm] skipping incomplete checkpoint {path.name} (no {MARKER} marker)")
-    return None
-
-
-def run_identity(plan: Plan) -> dict[str, Any]:
-    """What makes a checkpoint belong to this run: the model, the seed and the data stream.
-
-    Optimizer, schedule, step count, checkpoint policy and the world size may change between a
-    run and its resumption (DCP reshards); these may not.
-    """
-    tr, cfg = plan.spec.training, plan.config
-    return {
-        "model": plan.spec.model.model_dump(mode="json"),
-        "seed": tr.seed,
-        "seq_len": cfg.seq_len,
-        "global_batch_sequences": cfg.global_batch_sequences,
-        "data": {"source": tr.data.source, "train_channel": tr.data.train_channel},
-    }
-
-
-def other_run(marker: dict[str, Any], identity: dict[str, Any]) -> str | None:
-    """None if the marker's run is this one (or predates run identities), else what differs."""
-    theirs = marker.get("run")
-    if theirs is None or theirs == identity:
-        return None
-    diffs = [
-        f"{k}: {json.dumps(theirs.get(k), sort_keys=True)} there, "
-        f"{json.dumps(identity[k], sort_keys=True)} in this plan"
-        for k in identity
-        if theirs.get(k) != identity[k]
-    ]
-    return "; ".join(diffs)
+__all__ = [
+    "MARKER",
+    "Checkpointer",
+    "find_latest",
+    "list_checkpoints",
+    "other_run",
+    "run_identity",
+    "step_dir_name",
+]
 
 
 def _rng_state() -> dict[str, Any]:
@@ -120,7 +92,11 @@ def _set_rng_state(state: dict[str, Any]) -> None:
 
 
 class Checkpointer:
-    """Saves and restores model + optimizer + step + RNG; keeps the last `keep_last`."""
+    """Saves and restores model + optimizer + step + RNG; keeps the last `keep_last`.
+
+    `identity` is the run's (`run_identity`), `data` what it trains on (channel identities);
+    `checksums=False` only for the benchmark that measures what they cost.
+    """
 
     def __init__(
         self,
@@ -130,12 +106,21 @@ class Checkpointer:
         keep_last: int,
         async_save: bool,
         identity: dict[str, Any] | None = None,
+        data: dict[str, Any] | None = None,
+        accept_changed_data: bool = False,
+        checksums: bool = True,
     ) -> None:
         self.root, self.env, self.keep_last = root, env, keep_last
         self.identity = identity or {}
+        self.data = data or {}
+        self.accept_changed_data = accept_changed_data
+        self.checksums = checksums
         self.async_save = async_save
-        self._pending: tuple[Any, int, Path] | None = None
+        self.history: list[dict[str, Any]] = []  # carried from marker to marker
+        self._pending: tuple[Any, int, Path, Any] | None = None
         self.marker_error: str | None = None  # the newest complete one's, from latest_step()
+        self._sums: dict[str, FileSum] | None = None  # the newest complete one's file sums
+        self._data_note: dict[str, Any] | None = None  # an accepted change of data
         self._async_group = None
         if async_save:
             # Async saves run collectives from a background thread: give them their own gloo group.
@@ -153,7 +138,10 @@ class Checkpointer:
     # -- save --------------------------------------------------------------------------------
     def save(self, model: nn.Module, optimizer: torch.optim.Optimizer, step: int) -> Path:
         """Save after `step` optimizer steps (collective: every rank calls it)."""
+        import shutil
+
         import torch.distributed.checkpoint as dcp
+        from torch.distributed.checkpoint import FileSystemWriter
         from torch.distributed.checkpoint.api import CheckpointException
 
         from blackwell_sm.train.guard import all_finite
@@ -175,46 +163,38 @@ class Checkpointer:
         dist.barrier()
         try:
             (tmp / "rng").mkdir(parents=True, exist_ok=True)  # hosts without a shared filesystem
-            torch.save(_rng_state(), tmp / "rng" / f"rank-{self.env.rank:05d}.pt")
+            rng = f"rng/rank-{self.env.rank:05d}.pt"
+            torch.save(_rng_state(), tmp / rng)
+            own = {rng: hash_file(tmp / rng)} if self.checksums else {}
+            writer = FileSystemWriter(str(tmp))
+            if self.checksums:
+                writer.fs = HashingFileSystem()  # sums each file as DCP writes it
             state = self._state(model, optimizer, step)
             if self.async_save:
                 future = dcp.async_save(
-                    state, checkpoint_id=str(tmp), process_group=self._async_group
+                    state, storage_writer=writer, process_group=self._async_group
                 )
-                self._pending = (future, step, tmp)
+                self._pending = (future, step, tmp, (writer, own))
             else:
-                dcp.save(state, checkpoint_id=str(tmp))
+                dcp.save(state, storage_writer=writer)
         # DCP's CheckpointException derives from BaseException, not Exception.
         except (Exception, CheckpointException) as e:
             raise self._save_error(e, step) from e
         if not self.async_save:
-            self._finish(step, tmp)
+            self._finish(step, tmp, self._written(writer, own))
         return final
 
-    def _save_error(self, e: BaseException, step: int) -> BsmError:
-        """A failed write as an error that says where, and whether the disk is full.
+    def _written(self, writer: Any, own: dict[str, FileSum]) -> dict[str, FileSum]:
+        sums = getattr(writer.fs, "sums", None)
+        return {**own, **sums} if sums is not None else {}
 
-        Writers report ENOSPC in many shapes (torch.save says only "unexpected pos"), so the free
-        space left is measured too, not only parsed from the message.
-        """
-        free = shutil.disk_usage(self.root).free
-        text = f"{e} {e.__cause__} {e.__context__}"
-        full = free < 2**20 or "No space left" in text or "Errno 28" in text
-        head = "No space left on device: " if full else ""
-        return BsmError(
-            f"{head}checkpoint save of step {step} to {self.root} failed on rank "
-            f"{self.env.rank}: {type(e).__name__}: {str(e)[:300]} "
-            f"(free space there: {free / 2**20:.0f} MiB)",
-            hint="give the job a larger volume (job.volume_size_gb) or keep fewer checkpoints "
-            "(training.checkpoint.keep_last)"
-            if full
-            else None,
-        )
+    def _save_error(self, e: BaseException, step: int) -> BsmError:
+        return save_error(e, step=step, root=self.root, rank=self.env.rank)
 
     def wait(self) -> None:
         """Block until a pending async save is on disk, then mark it complete."""
         if self._pending is not None:
-            pending, step, tmp = self._pending
+            pending, step, tmp, (writer, own) = self._pending
             self._pending = None
             # async_save returns a Future, or an AsyncSaveResponse holding one.
             from torch.distributed.checkpoint.api import CheckpointException
@@ -223,10 +203,14 @@ class Checkpointer:
                 getattr(pending, "upload_completion", pending).result()
             except (Exception, CheckpointException) as e:
                 raise self._save_error(e, step) from e
-            self._finish(step, tmp)
+            self._finish(step, tmp, self._written(writer, own))
 
-    def _finish(self, step: int, tmp: Path) -> None:
+    def _finish(self, step: int, tmp: Path, sums: dict[str, FileSum]) -> None:
+        import contextlib
+
         final = self.root / step_dir_name(step)
+        every: list[Any] = [None] * self.env.world_size
+        dist.all_gather_object(every, {k: v.model_dump() for k, v in sums.items()})
         dist.barrier()  # every rank's files are written
         if self.env.local_rank == 0 and tmp.exists():
             # OSError: another host sharing this directory renamed it first.
@@ -234,78 +218,97 @@ class Checkpointer:
                 tmp.rename(final)
         dist.barrier()
         if self.env.is_main:
-            marker = {"step": step, "world_size": self.env.world_size, "time": time.time(),
-                      "run": self.identity}  # fmt: skip
-            _write_atomic(final / MARKER, json.dumps(marker))
-            self._prune()
+            files = {k: v for part in every for k, v in sorted(part.items())}
+            marker = {
+                "step": step,
+                "world_size": self.env.world_size,
+                "time": _now(),
+                "run": self.identity,
+                "data": self.data,
+                "history": self.history,
+                "files": files if self.checksums else None,
+            }
+            write_atomic(final / MARKER, json.dumps(marker))
+            prune(self.root, self.keep_last)
         dist.barrier()
 
     def _prune(self) -> None:
-        """Keep the newest `keep_last` complete checkpoints; drop older ones and any incomplete
-        directory older than the newest complete one (it can never be resumed from)."""
-        found = list_checkpoints(self.root)
-        complete = [(s, p) for s, p, ok in found if ok]
-        for _, p in complete[self.keep_last :]:
-            shutil.rmtree(p, ignore_errors=True)
-        newest = complete[0][0] if complete else None
-        for s, p, ok in found:
-            if not ok and newest is not None and s < newest:
-                shutil.rmtree(p, ignore_errors=True)
-        for p in self.root.glob(".step-*.tmp"):
-            shutil.rmtree(p, ignore_errors=True)
+        prune(self.root, self.keep_last)
 
     # -- load --------------------------------------------------------------------------------
-    def latest_step(self, log=print) -> tuple[int, Path] | None:
+    def latest_step(
+        self, log=print, skip: frozenset[Path] = frozenset()
+    ) -> tuple[int, Path] | None:
         """Rank 0 picks the newest complete checkpoint and every rank follows its choice.
 
-        A checkpoint of another run (different model, seed or data) is refused, on every rank:
-        resuming it would silently train the wrong model.
+        A checkpoint of another run (different model, seed or data source) is refused, on every
+        rank: resuming it would silently train the wrong model. So is one trained on other data
+        (its channels' identities), unless `accept_changed_data`.
         """
         choice: list[Any] = [None]
-        self.marker_error = None
+        self.marker_error, self._sums, self._data_note = None, None, None
         if self.env.is_main:
-            found = find_latest(self.root, log=log)
+            found = find_latest(self.root, log=log, skip=skip)
             if found is not None:
-                differs, unreadable = None, None
-                try:
-                    marker = json.loads((found[1] / MARKER).read_text())
-                    if not isinstance(marker, dict):
-                        raise ValueError(f"not a JSON object: {type(marker).__name__}")
-                    differs = other_run(marker, self.identity)
-                except (OSError, ValueError) as e:  # a broken marker: resume() moves it aside
-                    unreadable = f"its {MARKER} marker is unreadable: {type(e).__name__}: {e}"
-                choice = [(found[0], str(found[1]), differs, unreadable)]
+                choice = [
+                    (found[0], str(found[1]), read_marker(found[1], self.identity, self.data))
+                ]
         dist.broadcast_object_list(choice, src=0)
         if choice[0] is None:
             return None
-        step, path, differs, self.marker_error = choice[0]
-        if differs:
+        step, path, m = choice[0]
+        self.marker_error, self._sums = m["unreadable"], m["sums"]
+        if m["differs"]:
             raise BsmError(
-                f"checkpoint {Path(path).name} in {self.root} belongs to another run ({differs}); "
-                "refusing to resume from it",
+                f"checkpoint {Path(path).name} in {self.root} belongs to another run "
+                f"({m['differs']}); refusing to resume from it",
                 hint="use a fresh checkpoint location for this run, or remove the old checkpoints",
             )
+        if m["data"]:
+            where = f"checkpoint {Path(path).name} in {self.root}"
+            self._data_note = data_change(where, step, m["data"], self.accept_changed_data)
+        if m["unreadable"] is None:
+            self.history = list(m["history"])
         return step, Path(path)
+
+    def _agree(self, err: str | None) -> list[str]:
+        """Every rank's error (or None) gathered: each rank takes the same branch."""
+        errors: list[Any] = [None] * self.env.world_size
+        dist.all_gather_object(errors, err)
+        return [f"rank {r}: {m}" for r, m in enumerate(errors) if m]
+
+    def _verify(self, path: Path, log) -> list[str]:
+        """Every file of `path` against its marker's sums, split over this host's ranks."""
+        if self._sums is None:
+            log(
+                f"[bsm] checkpoint {path.name} carries no checksums (saved by an older "
+                "blackwell_sm): loaded unverified"
+            )
+            return []
+        local = local_world_size(self.env.world_size)
+        return self._agree(verify_share(path, self._sums, self.env.local_rank, local))
 
     def resume(
         self, model: nn.Module, optimizer: torch.optim.Optimizer, log=print
     ) -> tuple[int, Path] | None:
-        """Load the newest complete checkpoint that loads; (step, path), or None if there is none.
+        """Load the newest complete checkpoint that verifies and loads; (step, path), or None.
 
-        A complete checkpoint that fails to load on any rank is named in a warning and moved
-        aside to `step-XXXXXXXX.corrupt-step-N` (every rank agrees first; the local rank 0 of
+        Its files are checked against the marker's checksums before any rank loads it. One that
+        fails the check or does not load on any rank is named in a warning with the cause and
+        set aside (`checkpoint_dirs.set_aside`: every rank agrees first; the local rank 0 of
         each host renames its copy), and the previous complete one is tried. If checkpoints
         were there but none loads, the run fails naming each one tried.
         """
         from torch.distributed.checkpoint.api import CheckpointException
 
         tried: list[str] = []
+        skip: set[Path] = set()
         while True:
-            found = self.latest_step(log=log)
+            found = self.latest_step(log=log, skip=frozenset(skip))
             if found is None:
                 if tried:
                     raise BsmError(
-                        f"no complete checkpoint in {self.root} could be loaded; tried (and moved "
+                        f"no complete checkpoint in {self.root} could be loaded; tried (and set "
                         "aside): " + "; ".join(tried),
                         hint="start a fresh run in an empty checkpoint location, or restore a "
                         "good checkpoint from S3",
@@ -313,27 +316,37 @@ class Checkpointer:
                     )
                 return None
             step, path = found
-            err, start = self.marker_error, None
-            try:
-                if err is None:
+            bad = self._agree(self.marker_error) or self._verify(path, log)
+            start = None
+            if not bad:
+                err = None
+                try:
                     start = self.load(model, optimizer, path)
-            except (Exception, CheckpointException) as e:  # CheckpointException: BaseException
-                lines = str(e).strip().splitlines() or [""]
-                err = f"{type(e).__name__}: {lines[0][:300]}"
-            errors: list[Any] = [None] * self.env.world_size
-            dist.all_gather_object(errors, err)  # every rank takes the same branch
-            bad = [f"rank {r}: {m}" for r, m in enumerate(errors) if m]
+                except (Exception, CheckpointException) as e:  # CheckpointException: BaseException
+                    err = describe_error(e)
+                bad = self._agree(err)
             if not bad:
                 assert start is not None
+                self._note_data_change(log)
                 return start, path
-            aside = path.with_name(f"{path.name}.corrupt-step-{step}")
-            log(f"[bsm] WARNING: complete checkpoint {path} failed to load ({bad[0]}); moving it "
-                f"to {aside.name} and trying the previous one")  # fmt: skip
+            log(
+                f"[bsm] WARNING: complete checkpoint {path} failed to load ({bad[0]}); setting "
+                "it aside and trying the previous one"
+            )
             if self.env.local_rank == 0 and path.exists():
-                with contextlib.suppress(OSError):  # another host sharing the folder moved it
-                    path.rename(aside)
+                set_aside(path, step, bad[0])
             dist.barrier()
+            skip.add(path)
             tried.append(f"{path.name} ({bad[0]})")
+
+    def _note_data_change(self, log) -> None:
+        if self._data_note is not None:
+            self.history.append({**self._data_note, "time": _now()})
+            log(
+                "[bsm] WARNING: resuming on changed data, accepted by "
+                "training.data.accept_changed_data (kept in the checkpoint's history): "
+                + "; ".join(self._data_note["changes"])
+            )
 
     def load(self, model: nn.Module, optimizer: torch.optim.Optimizer, path: Path) -> int:
         """Restore model, optimizer and RNG from `path`; returns the step to continue from."""
@@ -351,10 +364,7 @@ class Checkpointer:
         return int(state["train"]["step"])
 
 
-def _write_atomic(path: Path, text: str) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "w") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-    tmp.replace(path)
+def _now() -> float:
+    import time
+
+    return time.time()

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
-from blackwell_sm.data.channel import open_channel
+from blackwell_sm.data.channel import channel_identity, open_channel
 from blackwell_sm.data.shards import FLAG_LOSS, FLAG_START
 from blackwell_sm.errors import BsmError
 
@@ -47,6 +47,8 @@ class ShardDataset:
         self.seq_len = seq_len
         #: the tokenizer that made the shards, when it travels with them (exported with the model)
         self.tokenizer_dir = channel.tokenizer_dir
+        #: what the data is, recorded in every checkpoint (train/run_identity.py)
+        self.identity = channel_identity(channel)
         self.shards = [s.tokens for s in channel.shards]
         self.flags = [s.flags for s in channel.shards]
         if len({f is None for f in self.flags}) > 1:

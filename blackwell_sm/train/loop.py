@@ -61,6 +61,13 @@ def _datasets(plan: Plan, paths: OptMl):
     return train, val
 
 
+def _data_identity(train) -> dict:
+    """The train channel's identity for the checkpoints (none for synthetic data: its seed and
+    shape are in the run identity)."""
+    identity = getattr(train, "identity", None)
+    return {"train": identity} if identity is not None else {}
+
+
 class Trainer:
     """One worker's share of the run."""
 
@@ -98,6 +105,8 @@ class Trainer:
             keep_last=tr.checkpoint.keep_last,
             async_save=async_save,
             identity=run_identity(plan),
+            data=_data_identity(self.train_data),
+            accept_changed_data=tr.data.accept_changed_data,
         )
         self.metrics = MetricsLog(
             paths.output_data, plan, env.device, is_main=env.is_main, runtime_gib=runtime

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import torch
 
-from blackwell_sm.opt_ml import METRICS_FILE, SUMMARY_FILE
+from blackwell_sm.opt_ml import METRICS_FILE, SUMMARY_FILE, OptMl
 from blackwell_sm.planner.plan import Plan
 from blackwell_sm.records import (
     BadStepRecord,
@@ -30,6 +30,7 @@ from blackwell_sm.records import (
     to_json,
 )
 from blackwell_sm.train.check import RunCheck
+from blackwell_sm.train.trackers import Trackers
 
 GIB = 1024**3
 
@@ -96,9 +97,13 @@ class MetricsLog:
         self.peak_flops = plan.instance.peak_flops_bf16  # the MFU basis the planner used
         self.records: list[Record] = []
         self.check: RunCheck | None = None
+        self.trackers: Trackers | None = None
         if is_main:
             out_dir.mkdir(parents=True, exist_ok=True)
             _end_torn_line(self.path)
+            if plan.spec.training.report_to:  # train/trackers.py; out_dir is <root>/output/data
+                tb = OptMl(out_dir.parents[1]).tensorboard
+                self.trackers = Trackers(plan, tensorboard_dir=tb, out_dir=out_dir)
 
     def start_check(
         self,
@@ -131,6 +136,8 @@ class MetricsLog:
                 print(line, flush=True)
             with open(self.path, "a") as f:
                 f.write(to_json(rec) + "\n")
+            if self.trackers is not None:
+                self.trackers.write(rec)  # queued: a tracker never blocks the step
         return rec
 
     def start(
@@ -244,6 +251,9 @@ class MetricsLog:
         tmp = self.summary_path.with_suffix(".json.tmp")
         tmp.write_text(to_json(summary, indent=2) + "\n")
         os.replace(tmp, self.summary_path)
+        if self.trackers is not None:
+            self.trackers.close(summary.status)
+            self.trackers = None
 
 
 def _end_torn_line(path: Path) -> None:

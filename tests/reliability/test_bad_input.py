@@ -399,7 +399,8 @@ TEXT_CASES: list[tuple[str, str, str, str, str]] = [
     ("layers-huge", "model", "{preset: tiny, n_layers: 100000000000000}", "1024", "model.n_layers"),
     ("vocab-huge", "model", "{preset: tiny, vocab_size: 10000000000000}", "4294967296", "model.vocab_size"),
     ("tokens-huge", "training.total_tokens", "100000000000000000000", "9007199254740992", "training.total_tokens"),
-    ("warmup-longer", "training.schedule", "{warmup_steps: 999999999}", "warmup_steps", "training"),
+    ("warmup-longer", "training.schedule", "{warmup_steps: 999999999}", "warmup_steps",
+     "training.schedule.warmup_steps"),
 ]  # fmt: skip
 
 

@@ -119,3 +119,64 @@ def test_a_good_channel_trains_and_exports_its_tokenizer(tmp_path):
     loaded = AutoTokenizer.from_pretrained(OptMl(host.root).model)
     ids = tok.encode("the dog sat", add_special_tokens=False).ids
     assert loaded("the dog sat", add_special_tokens=False)["input_ids"] == ids
+
+
+def test_a_resume_on_changed_data_is_refused_unless_accepted(tmp_path):
+    """The checkpoint records what the train channel was (its manifest's shard hashes, the
+    tokenizer's identity, a sample of the bytes). Shards replaced between a stop and a resume:
+    refused before step 0, naming what changed. With training.data.accept_changed_data the run
+    resumes, says so, and the acceptance is in the next checkpoint's history."""
+    import json
+    import shutil
+
+    from blackwell_sm.opt_ml import COMPLETE_MARKER
+
+    host = OptMlHost.create(tmp_path / "run", PLAN)
+    ch = OptMl(host.root).channel("train")
+    _prepared(ch)
+    first = host.start(port=free_port())
+    assert first.wait(timeout=120) == 0, first.tail()
+
+    shutil.rmtree(ch)
+    other = tmp_path / "other.txt"
+    other.write_text("a completely different corpus of words. " * 70)
+    prepare([other], ch, shard_tokens=1024)
+    refused = host.start(port=free_port())
+    assert refused.wait(timeout=120) != 0
+    failure = host.failure() or ""
+    assert "checkpoint step-00000003 in " in failure, failure
+    assert "was trained on other data than this run's (data.train.manifest_sha256: " in failure
+    assert "data.train.sample_sha256: " in failure and "accept_changed_data" in failure
+    assert not STEP_LINE.search(refused.output)
+
+    accepting = local_plan(
+        nproc=1,
+        steps=5,
+        seq_len=16,
+        micro_batch_size=1,
+        grad_accum_steps=1,
+        training={
+            "data": {"source": "channel", "accept_changed_data": True},
+            "checkpoint": {
+                "interval_steps": 1,
+                "interval_minutes": None,
+                "keep_last": 2,
+                "async_save": False,
+            },
+        },
+    )
+    host2 = OptMlHost.create(tmp_path / "run", accepting)
+    OptMl(host2.root).failure.unlink()
+    resumed = host2.start(port=free_port())
+    assert resumed.wait(timeout=120) == 0, resumed.tail()
+    assert "resuming on changed data, accepted by training.data.accept_changed_data" in (
+        resumed.output
+    )
+    assert "resumed from step-00000003 at step 3" in resumed.output
+    assert sorted(resumed.losses()) == [4, 5]
+    marker = json.loads(
+        (OptMl(host2.root).checkpoints / "step-00000005" / COMPLETE_MARKER).read_text()
+    )
+    (event,) = marker["history"]
+    assert event["event"] == "data_changed" and event["step"] == 3
+    assert any(c.startswith("data.train.manifest_sha256: ") for c in event["changes"])

@@ -75,20 +75,21 @@ def _edit(d: dict[str, Any], dotted: str, value: Any) -> None:
             "config.grad_accum_steps: micro_batch_size 2 x grad_accum_steps 3 x 1 data-parallel "
             "ranks", "= 6 sequences per step, but the spec's global batch is 2 sequences"]),
         ("run.steps", 0, ["run.steps: 0; a run trains at least 1 step"]),
-        ("schema_version", 99, ["schema_version: 99, but this container reads schema_version 1"]),
+        ("schema_version", 99, ["schema_version 99 is not one this bsm reads (1, 2)"]),
+        ("schema_version", 1, ["schema_version: 1, but this container reads schema_version 2"]),
         ("config.seq_len", 1 << 20, ["config.seq_len: 1048576 is above the model's max_seq_len"]),
         ("config.micro_batch_size", "two", ["config.micro_batch_size: Input should be a valid "
                                             "integer", "(got 'two')"]),
-        ("spec.training.seq_len", 0, ["spec.training.seq_len: Input should be greater than 0 "
-                                      "(got 0)"]),
+        ("spec.training.seq_len", 0, ["spec.training.seq_len: the plan holds seq_len once, in "
+                                      "config.seq_len"]),
         ("spec.training.total_steps", 7, ["run.steps: 4, but the spec says "
                                           "training.total_steps 7"]),
         ("config.cp_degree", 2, ["config.cp_degree: 2 does not divide shard_degree 1",
                                  "allowed: 1"]),
         ("config.cp_degree", 0, ["config.cp_degree: Input should be greater than or equal to 1"]),
     ],
-    ids=["grad_accum", "steps_0", "schema_99", "seq_len", "wrong_type", "spec_type", "steps",
-         "cp_not_dividing", "cp_zero"],
+    ids=["grad_accum", "steps_0", "schema_99", "schema_1", "seq_len", "wrong_type", "spec_type",
+         "steps", "cp_not_dividing", "cp_zero"],
 )  # fmt: skip
 def test_corrupt_plan_field(tmp_path: Path, field: str, value: Any, expected: list[str]) -> None:
     host = _host(tmp_path)
@@ -182,9 +183,13 @@ def _seeded(tmp: Path, trained: Path) -> OptMlHost:
     return host
 
 
-def _corrupt(host: OptMlHost, step: int) -> None:
-    shard = host.root / "checkpoints" / f"step-{step:08d}" / "__0_0.distcp"
-    shard.write_bytes(shard.read_bytes()[: shard.stat().st_size // 2])
+def _flip_byte(host: OptMlHost, step: int, name: str) -> None:
+    """One byte in the middle of a checkpoint file changed, its size kept: only a checksum sees
+    it (a truncated file would fail DCP's own reading too)."""
+    f = host.root / "checkpoints" / f"step-{step:08d}" / name
+    raw = bytearray(f.read_bytes())
+    raw[len(raw) // 2] ^= 0xFF
+    f.write_bytes(bytes(raw))
 
 
 def test_another_runs_checkpoint(tmp_path: Path, trained: Path) -> None:
@@ -202,26 +207,33 @@ def test_another_runs_checkpoint(tmp_path: Path, trained: Path) -> None:
 def test_corrupt_complete_checkpoint_falls_back_to_the_previous(
     tmp_path: Path, trained: Path
 ) -> None:
+    """A flipped byte inside a model shard (size unchanged): the checksums written with the save
+    catch it before any rank loads it; the checkpoint is set aside with the reason and the run
+    resumes from the previous one."""
     host = _seeded(tmp_path, trained)
-    _corrupt(host, 4)
+    _flip_byte(host, 4, "__0_0.distcp")
     run = host.start(port=free_port())
     assert run.wait(timeout=240) == 0, run.output
     assert "WARNING: complete checkpoint" in run.output
-    assert "step-00000004 failed to load (rank 0: " in run.output
+    assert "step-00000004 failed to load (rank 0: __0_0.distcp: sha256 " in run.output
     assert "resumed from step-00000002 at step 2" in run.output
     assert sorted(run.losses()) == [3, 4]  # steps 3 and 4 trained again
     ck = host.root / "checkpoints"
-    assert (ck / "step-00000004.corrupt-step-4").is_dir()
+    aside = ck / "step-00000004.corrupt-step-4"
+    assert "__0_0.distcp: sha256" in json.loads((aside / "SET_ASIDE").read_text())["reason"]
     assert (ck / "step-00000004" / COMPLETE_MARKER).is_file()  # saved anew at the end
     assert host.failure() is None
 
 
 def test_corrupt_complete_checkpoint_with_none_left(tmp_path: Path, trained: Path) -> None:
+    """Flipped bytes in the newest checkpoint's RNG file and the older one's DCP metadata: both
+    set aside, and the run fails before step 0 naming each file."""
     host = _seeded(tmp_path, trained)
-    _corrupt(host, 4)
-    _corrupt(host, 2)
+    _flip_byte(host, 4, "rng/rank-00000.pt")
+    _flip_byte(host, 2, ".metadata")
     rc, out = _launch(host)
     _assert_failed_before_step_0(
-        host, rc, out, "no complete checkpoint in", "could be loaded; tried (and moved aside): "
-        "step-00000004 (rank 0: ", "step-00000002 (rank 0: ",
+        host, rc, out, "no complete checkpoint in", "could be loaded; tried (and set aside): "
+        "step-00000004 (rank 0: rng/rank-00000.pt: sha256 ", "step-00000002 (rank 0: .metadata: "
+        "sha256 ",
     )  # fmt: skip
