@@ -150,6 +150,12 @@ def test_plan_warnings_are_plan_warnings():
     assert issubclass(PlanWarning, UserWarning) and not issubclass(PlanWarning, BsmError)
     assert [str(w.message) for w in caught if w.category is PlanWarning] == p.warnings
     assert {w.filename for w in caught if w.category is PlanWarning} == {__file__}  # the caller
+    from blackwell_sm.planner.notes import NOTE_CODES
+
+    codes = [w.message.code for w in caught if w.category is PlanWarning]
+    assert codes == [n.code for n in p.notes if n.kind == "warning"] and set(codes) <= set(
+        NOTE_CODES
+    )
     with warnings.catch_warnings():
         warnings.simplefilter("error", PlanWarning)
         with pytest.raises(PlanWarning, match="tokens per parameter"):
