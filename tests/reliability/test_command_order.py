@@ -33,6 +33,9 @@ FREE_TEXT = {
     ("calibrate", "out"): "a local file written at the end (records engineer: the atomic write)",
     ("calibrate", "name"): "the profile's name, checked by the profile model before any read",
     ("run-local", "channel"): "NAME=DIR pairs, checked by run-local; no AWS call",
+    ("init", "target"): "a preset, template or folder, checked first thing; no AWS call",
+    ("init", "out"): "a new local file, checked before it is written (never over one)",
+    ("presets", "instance_type"): "checked against the catalog first thing; no AWS call",
 }
 
 
