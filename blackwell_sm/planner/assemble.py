@@ -10,7 +10,7 @@ from blackwell_sm.hardware import InstanceType
 from blackwell_sm.planner import calibration as C
 from blackwell_sm.planner.alternatives import to_config
 from blackwell_sm.planner.checkpoint_size import checkpoint_size
-from blackwell_sm.planner.memory import GIB
+from blackwell_sm.planner.memory import GIB, MemoryTerms
 from blackwell_sm.planner.notes import Note, warning
 from blackwell_sm.planner.plan import (
     Alternative,
@@ -26,13 +26,47 @@ from blackwell_sm.planner.plan import (
     StepBreakdown,
     Throughput,
 )
-from blackwell_sm.planner.search import Evaluation
+from blackwell_sm.planner.search import Candidate, Evaluation
 from blackwell_sm.planner.uncertainty import over_published, speed_range
 from blackwell_sm.spec import RunSpec
 from blackwell_sm.spec.job import MAX_RUNTIME_HOURS
 
 
-# long function: the Plan built field by field in one visible order (main, after the planner merge; to be split)
+def memory_breakdown(m: MemoryTerms, limit: float) -> MemoryBreakdown:
+    """The memory model's terms (bytes) as the Plan's GiB breakdown."""
+    g = lambda x: round(x / GIB, 3)  # noqa: E731
+    return MemoryBreakdown(
+        params_fp32=g(m.params_fp32),
+        grads_fp32=g(m.grads_fp32),
+        optimizer_states=g(m.optimizer_states),
+        params_unsharded=g(m.params_unsharded),
+        grads_unsharded=g(m.grads_unsharded),
+        activations=g(m.activations),
+        logits_and_loss=g(m.logits_and_loss),
+        overhead=g(m.overhead),
+        fp8_extras=g(m.fp8_extras),
+        total=g(m.total),
+        limit=limit,
+        allocator_reserved=g(m.reserved),
+        usable=round(limit * (1.0 - C.MEMORY_HEADROOM), 3),
+    )
+
+
+def instance_ref(inst: InstanceType, c: Candidate, limit: float) -> InstanceRef:
+    """The Plan's instance: the type, the candidate's count and the GPU's peaks."""
+    return InstanceRef(
+        type=inst.name,
+        count=c.instance_count,
+        gpus_per_instance=inst.gpus_per_instance,
+        gpu=inst.gpu.name,
+        gpu_memory_gib=limit,
+        device=inst.gpu.kind,
+        efa=inst.efa_provider_env,
+        peak_flops=inst.gpu.peak_flops(c.precision),
+        peak_flops_bf16=inst.gpu.peak_flops("bf16"),
+    )
+
+
 def assemble_plan(
     spec: RunSpec,
     inst: InstanceType,
@@ -51,23 +85,8 @@ def assemble_plan(
     """The Plan for the evaluated candidate `best`."""
     tr, comp, model = spec.training, spec.compute, spec.model
     c, limit = best.cand, inst.gpu.memory_gib
-    m = best.mem
     g = lambda x: round(x / GIB, 3)  # noqa: E731
-    mem = MemoryBreakdown(
-        params_fp32=g(m.params_fp32),
-        grads_fp32=g(m.grads_fp32),
-        optimizer_states=g(m.optimizer_states),
-        params_unsharded=g(m.params_unsharded),
-        grads_unsharded=g(m.grads_unsharded),
-        activations=g(m.activations),
-        logits_and_loss=g(m.logits_and_loss),
-        overhead=g(m.overhead),
-        fp8_extras=g(m.fp8_extras),
-        total=g(m.total),
-        limit=limit,
-        allocator_reserved=g(m.reserved),
-        usable=round(limit * (1.0 - C.MEMORY_HEADROOM), 3),
-    )
+    mem = memory_breakdown(best.mem, limit)
     tokens = best.steps * c.global_batch_seqs * tr.seq_len
     t, tps = best.time, best.tokens_per_s_per_gpu
     notes = list(notes)
@@ -108,17 +127,7 @@ def assemble_plan(
     return Plan(
         feasible=feasible,
         model=ModelRef(name=model.name, n_params=model.n_params),
-        instance=InstanceRef(
-            type=inst.name,
-            count=c.instance_count,
-            gpus_per_instance=inst.gpus_per_instance,
-            gpu=inst.gpu.name,
-            gpu_memory_gib=limit,
-            device=inst.gpu.kind,
-            efa=inst.efa_provider_env,
-            peak_flops=inst.gpu.peak_flops(c.precision),
-            peak_flops_bf16=inst.gpu.peak_flops("bf16"),
-        ),
+        instance=instance_ref(inst, c, limit),
         config=to_config(c, tr.seq_len),
         memory_gib=mem,
         throughput=Throughput(
