@@ -159,6 +159,10 @@ def test_the_memory_cache_key_holds():
     two = memory.memory_terms(sh, replicate_degree=2, **kw)
     for r in (3, 8, 64):
         assert memory.memory_terms(sh, replicate_degree=r, **kw) == two
+    # ... nor on the micro-batches accumulated beyond one or more than one
+    acc = memory.memory_terms(sh, replicate_degree=2, grad_accum=2, **kw)
+    for ga in (3, 16):
+        assert memory.memory_terms(sh, replicate_degree=2, grad_accum=ga, **kw) == acc
 
 
 def _json_plan(*args: str) -> dict:
@@ -309,9 +313,8 @@ def test_each_instance_preference_is_planned_with_the_specs_objective():
     spec = parse_spec(
         {
             "model": "llama-3.1-70b",
-            # the plain loss: 70B needs two nodes for speed, one is cheaper (the chunked loss
-            # fits the fast layout on one node, where both objectives agree)
-            "training": {"seq_len": 8192, "total_tokens": 2 * 10**10, "loss_impl": "full-logits"},
+            # 100B tokens: the deadline needs more nodes for time, one node is cheaper
+            "training": {"seq_len": 8192, "total_tokens": 10**11, "loss_impl": "full-logits"},
             "compute": {
                 "optimize": "cost",
                 "instance_preferences": [

@@ -7,7 +7,7 @@ from typing import Any
 import click
 
 from blackwell_sm.cli.output import OUTPUT_OPTION, emit_json
-from blackwell_sm.cli.plan_render import render, render_preferences, render_summary
+from blackwell_sm.cli.plan_render import render, render_preferences, render_summary, render_trace
 from blackwell_sm.errors import SpecError
 
 
@@ -112,6 +112,12 @@ def check_flag_conflicts(flags: dict[str, Any], sets: dict[str, Any]) -> None:
 @click.option(
     "--verbose", "-v", is_flag=True, help="Everything: every term, reason, warning, runner-up."
 )
+@click.option(
+    "--trace",
+    is_flag=True,
+    help="Also run the plan's training step at full size on fake tensors (needs torch: the "
+    "[train] extra; no GPU, no AWS) and show the traced peak per GPU beside the prediction.",
+)
 @OUTPUT_OPTION
 def plan(
     spec_path: str | None,
@@ -125,6 +131,7 @@ def plan(
     calibration: str | None,
     optimize: str | None,
     verbose: bool,
+    trace: bool,
     output: str,
 ) -> None:
     """Choose shard degree, micro-batch, accumulation, checkpointing and precision for SPEC (or
@@ -180,17 +187,34 @@ def plan(
 
     applied = profile_for(spec, calibration)
     if spec.compute.instance_preferences:
+        if trace:
+            raise SpecError(
+                "--trace traces one plan; this spec has compute.instance_preferences",
+                field="--trace",
+                hint="trace one preference's plan: bsm plan --instance-type TYPE --trace",
+            )
         _plan_preferences(spec, output, applied)
         return
     p = make_plan(spec, calibration=applied)
+    traced = _trace(p) if trace else None
     if output != "json":
         render(p) if verbose else render_summary(p)
+        if traced is not None:
+            render_trace(traced)
     elif p.feasible:
-        emit_json(p)
+        emit_json(p if traced is None else traced)
     if not p.feasible:  # under --output json the error object carries the plan
         from blackwell_sm.planner.api import infeasible_error
 
         raise infeasible_error(p)
+
+
+def _trace(p: Any) -> Any:
+    """The plan with its traced step (planner/api.py `trace_plan`: exit 2 without torch)."""
+    from blackwell_sm.planner.api import trace_plan
+    from blackwell_sm.planner.trace_check import TracedPlan
+
+    return TracedPlan(plan=p, trace=trace_plan(p))
 
 
 def _plan_preferences(spec: Any, output: str, calibration: Any) -> None:

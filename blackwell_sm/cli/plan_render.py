@@ -217,3 +217,28 @@ def _short(v: Any) -> str:
     if isinstance(v, list):
         return "[" + ", ".join(_short(x) for x in v) + "]"
     return str(v)
+
+
+def render_trace(traced: Any) -> None:
+    """The traced step beside the prediction, term by term (`bsm plan --trace`)."""
+    from rich.table import Table
+
+    from blackwell_sm.cli.output import out_console, text
+
+    con, t = out_console(), traced.trace
+    con.print(
+        text(
+            ("traced peak per GPU: ", "bold"),
+            f"{t.traced_gib:,.2f} GiB at the {t.peak_at}; the planner in the traced form "
+            f"predicts {t.predicted_gib:,.2f} GiB ({100 * t.error:+.1f} %); the plan's own total "
+            f"is {_gib(t.plan_total_gib)} GiB (traced in {t.trace['wall_s']:.0f} s)",
+        )
+    )
+    table = Table(title="traced vs predicted (GiB per GPU)", title_justify="left")
+    for col in ("term", "predicted", "traced", "what it is, what differs"):
+        table.add_column(col)
+    for r in t.rows:
+        table.add_row(r.term, f"{r.predicted_gib:,.2f}", f"{r.traced_gib:,.2f}", text(r.why))
+    con.print(table)
+    for n in t.notes:
+        con.print(text(("note: ", "bold"), n))

@@ -5,6 +5,7 @@ planner's front door.
 
 from __future__ import annotations
 
+import importlib.util
 import warnings
 from pathlib import Path
 from typing import Any
@@ -13,10 +14,11 @@ from blackwell_sm.errors import InfeasiblePlanError, PlanWarning, SpecError
 from blackwell_sm.planner.pipeline import make_plan, pinned_plan
 from blackwell_sm.planner.plan import Plan
 from blackwell_sm.planner.preferences import PreferencePlans, plan_preferences
+from blackwell_sm.planner.trace_check import TraceCheck, TracedPlan
 from blackwell_sm.planner.units import hours_text
 from blackwell_sm.spec import RunSpec
 
-__all__ = ["infeasible_error", "make_plan", "pinned_plan", "plan"]
+__all__ = ["infeasible_error", "make_plan", "pinned_plan", "plan", "trace_plan"]
 
 
 def infeasible_error(p: Plan) -> InfeasiblePlanError:
@@ -42,8 +44,9 @@ def plan(
     spec: RunSpec | str | Path | dict[str, Any],
     *,
     allow_infeasible: bool = False,
+    trace: bool = False,
     **overrides: Any,
-) -> Plan | PreferencePlans:
+) -> Plan | PreferencePlans | TracedPlan:
     """Notebook entry: a RunSpec, a YAML path, a mapping, or a preset name; `overrides` are
     `--set` style keys (plan config keys or dotted spec paths), e.g. `plan("llama-3.1-8b",
     seq_len=8192, precision="bf16")`. `instance=` takes an InstanceType (e.g. local_instance);
@@ -54,6 +57,10 @@ def plan(
     A plan that does not fit (or misses its deadline) raises InfeasiblePlanError carrying the
     plan (`err.plan`), unless `allow_infeasible=True`. Each plan warning is also issued with
     `warnings.warn` as a `PlanWarning` (its note's code on `.code`).
+
+    `trace=True` (needs the `[train]` extra: torch) also runs the plan's real step on fake
+    tensors (`trace_plan`) and returns a TracedPlan: `.plan`, and `.trace`, the prediction
+    beside the traced peak term by term (docs/planner.md "Tracing the real loop").
     """
     from blackwell_sm.planner.profile import AppliedProfile, profile_for
     from blackwell_sm.spec import load_spec, parse_spec, with_overrides
@@ -90,7 +97,26 @@ def plan(
     _warn(p)
     if not p.feasible and not allow_infeasible:
         raise infeasible_error(p)
-    return p
+    return TracedPlan(plan=p, trace=trace_plan(p)) if trace else p
+
+
+def trace_plan(p: Plan) -> TraceCheck:
+    """`p`'s step traced at full size on fake tensors (blackwell_sm/train/trace.py: no GPU, no
+    network), beside the planner's prediction in the traced form (planner/trace_check.py).
+    Raises SpecError (exit 2) when torch, the `[train]` extra, is not installed."""
+    from blackwell_sm.planner.trace_check import compare
+
+    if importlib.util.find_spec("torch") is None:
+        raise SpecError(
+            "tracing a plan runs its training step on fake tensors and needs torch, which is "
+            "not installed",
+            field="--trace",
+            hint="pip install 'blackwell-sm[train]' (torch, a few hundred MB), or plan "
+            "without --trace",
+        )
+    from blackwell_sm.train.trace import trace_plan as run_trace  # lazy: torch
+
+    return compare(p, run_trace(p).model_dump())
 
 
 def _warn(p: Plan, prefix: str = "") -> None:

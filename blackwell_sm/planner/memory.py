@@ -86,17 +86,24 @@ def gathered_param_bytes(
     return n_blocks * block + root_params(model) * 2
 
 
-def grad_transient_bytes(model: ModelSpec | Shape) -> float:
-    """Unsharded gradients and reduce-scatter buffers at the memory peak (start of backward).
+def head_grad_bytes(model: ModelSpec | Shape) -> float:
+    """The output head's bf16 gradient (the embedding's, when tied): made in the loss's backward,
+    alive through the whole backward (the root unit reduce-scatters it last)."""
+    model = shape(model) if isinstance(model, ModelSpec) else model
+    return float(model.vocab_size * model.d_model * 2)
 
-    The root unit's gradients (output head first, embedding last) are reduce-scattered only after
-    the whole backward, so the head's bf16 gradient lives throughout it, beside one block's bf16
-    gradient, its fp32 reduce-scatter input and the previous block's reduce-scatter in flight. The
-    root's own fp32 reduce-scatter comes at the end, when activations are gone: not the peak.
+
+def grad_transient_bytes(model: ModelSpec | Shape, block_saved: float = 0.0) -> float:
+    """Unsharded gradients and reduce-scatter buffers at the peak of backward: the head's
+    gradient, and a block's bf16 gradient with its fp32 reduce-scatter input and the previous
+    block's reduce-scatter in flight, beyond the `block_saved` activations that block's
+    backward has freed (the peak is then the next block's recompute; with more saved per block
+    than its gradients, the last block's recompute, before any block gradient exists).
+    The root's own fp32 reduce-scatter comes at the end, when activations are gone: not the peak.
     """
     model = shape(model) if isinstance(model, ModelSpec) else model
-    head = model.vocab_size * model.d_model
-    return float(head * 2 + model.params_per_layer * C.BLOCK_GRAD_BYTES)
+    block = model.params_per_layer * C.BLOCK_GRAD_BYTES
+    return head_grad_bytes(model) + max(0.0, block - block_saved)
 
 
 norm_saved_bytes_per_elem = arch.norm_saved_bytes_per_elem
@@ -166,14 +173,15 @@ def activation_bytes(
     """The `activations` term: saved activations at the peak plus backward's working set.
 
     Working set: the block being recomputed re-creates what mode "none" would have kept (only with
-    checkpointing), and the gradients of its largest intermediates (two of width f, two of h).
+    checkpointing), and the gradients at backward's peak inside it: one of width f and one of h
+    (traced: train/trace.py; the gradient flowing in and the MLP's widest one).
     """
     model = shape(model) if isinstance(model, ModelSpec) else model
     saved = saved_activation_bytes(
         model, micro_batch, seq_len, mode, dtype_bytes, fused_norm=fused_norm
     )
     tokens = micro_batch * seq_len
-    work = tokens * dtype_bytes * (2 * model.ffn_dim + 2 * model.d_model)
+    work = tokens * dtype_bytes * (model.ffn_dim + model.d_model)
     if mode != "none":
         none = activation_bytes_per_block(
             model, micro_batch, seq_len, "none", dtype_bytes, fused_norm=fused_norm
@@ -283,7 +291,8 @@ def overhead_bytes(
 
 
 class MemoryTerms(NamedTuple):
-    """Per-GPU bytes by term (names as in MemoryBreakdown), plus the allocator-visible part."""
+    """Per-GPU bytes by term (names as in MemoryBreakdown), each as alive at the peak, plus the
+    allocator-visible part and which moment of the step the peak is (`PHASES`)."""
 
     params_fp32: float
     grads_fp32: float
@@ -295,6 +304,7 @@ class MemoryTerms(NamedTuple):
     fp8_extras: float
     overhead: float
     runtime: float  # the part of `overhead` outside torch's caching allocator
+    phase: str = "backward"
 
     @property
     def total(self) -> float:
@@ -310,7 +320,23 @@ class MemoryTerms(NamedTuple):
         return self.total - self.runtime
 
 
-def memory_terms(
+#: The moments of a step one of which is the peak (docs/planner.md "Tracing the real loop"):
+#: the loss's backward (every block's saved activations, the loss's working set, the root and
+#: the block FSDP prefetches for backward gathered), the last block's backward (the same saved
+#: activations less the loss, plus the recomputed block's working set, two blocks gathered and
+#: the unsharded gradients), and the optimizer step (the sharded gradients, nothing else).
+PHASES = ("loss", "backward", "optimizer")
+
+
+class _Phase(NamedTuple):
+    gathered: float
+    grad_t: float
+    activations: float
+    logits: float
+
+
+# long function: the three moments of the step, each term by term
+def phase_terms(
     model: ModelSpec | Shape,
     *,
     shard_degree: int,
@@ -327,30 +353,73 @@ def memory_terms(
     fragmentation: float = C.FRAGMENTATION,
     cp_degree: int = 1,
     loss_impl: str = "full-logits",
-) -> MemoryTerms:
-    """All terms for one configuration on one GPU (`packed`: fine-tuning rows of packed samples,
-    whose block-diagonal attention mask adds `attention_mask_bytes` to the activations;
-    `fragmentation`: the allocator's, from a calibration profile when one applies; `cp_degree`:
-    each GPU holds seq_len / cp_degree tokens of every sequence, plus `context_parallel_bytes`;
-    `loss_impl`: the loss's term, `logits_and_loss_bytes`)."""
+    grad_accum: int = 1,
+) -> dict[str, MemoryTerms]:
+    """The terms at each of `PHASES` for one configuration on one GPU (`packed`: fine-tuning rows of
+    packed samples, whose block-diagonal attention mask adds `attention_mask_bytes` to the
+    activations; `fragmentation`: the allocator's, from a calibration profile when one applies;
+    `cp_degree`: each GPU holds seq_len / cp_degree tokens of every sequence, plus
+    `context_parallel_bytes`; `loss_impl`: the loss's term, `logits_and_loss_bytes`;
+    `grad_accum`: micro-batches per step: with more than one, the sharded gradients of the
+    earlier ones are alive through the later ones' forward and backward).
+
+    A traced step holds no sharded gradient before its last reduce-scatter unless micro-batches
+    accumulate, and never the loss's working set and a recomputed block's at once
+    (train/trace.py): each phase counts what is alive at it."""
     model = shape(model) if isinstance(model, ModelSpec) else model
     params, grads, optim = state_bytes(model, shard_degree)
     single = shard_degree * replicate_degree == 1
     # FSDP2 casts to bf16 per unit even on one rank (a no-op all-gather): same live copies.
-    gathered = gathered_param_bytes(model, precision, reshard_after_forward)
-    grad_t = grad_transient_bytes(model)
+    root = root_params(model) * 2
+    block = gathered_param_bytes(model, precision, False) - root
+    block /= model.n_layers
     fused = kind != "cpu"
     local = seq_len // cp_degree  # this GPU's tokens of each sequence
     acts = activation_bytes(model, micro_batch, local, mode, compile=compile, fused_norm=fused)
-    acts += context_parallel_bytes(model, micro_batch, seq_len, cp_degree, mode)
-    acts += attention_mask_bytes(model, micro_batch, seq_len, mode, packed=packed,
-                                 cp_degree=cp_degree, kind=kind)  # fmt: skip
+    saved = saved_activation_bytes(model, micro_batch, local, mode, fused_norm=fused)
+    saved *= C.COMPILE_ACTIVATION_FACTOR if compile else 1.0
+    work = acts - saved  # the recomputed block's working set and backward's gradients
+    cp = context_parallel_bytes(model, micro_batch, seq_len, cp_degree, mode)
+    if mode == "none":  # every block keeps its gathered K/V
+        saved += cp
+    else:  # only the recomputed block holds them (with their gradients)
+        work += cp
+    saved += attention_mask_bytes(model, micro_batch, seq_len, mode, packed=packed,
+                                  cp_degree=cp_degree, kind=kind)  # fmt: skip
     logits = logits_and_loss_bytes(model, micro_batch, local, compiled_loss=compiled_loss,
                                    loss_impl=loss_impl, kind=kind)  # fmt: skip
     lowp = fp8_extra_bytes(model, precision)
+    L = model.n_layers
+    live = (lambda n: L) if not reshard_after_forward else (lambda n: min(n, L))
+    per_block = activation_bytes_per_block(model, micro_batch, local, mode, fused_norm=fused)
+    phases = {
+        "loss": _Phase(root + live(1) * block, head_grad_bytes(model), saved, logits),
+        "backward": _Phase(
+            root + live(C.LIVE_GATHERED_BLOCKS) * block,
+            grad_transient_bytes(model, per_block),
+            saved + work,
+            0.0,
+        ),
+    }
+    acc = grads if grad_accum > 1 else 0.0  # earlier micro-batches' sharded gradients
     n_groups = 0 if single else (1 if replicate_degree == 1 or shard_degree == 1 else 2)
     n_groups += 1 if cp_degree > 1 else 0
-    runtime, frag = overhead_bytes(kind, acts + logits + grad_t, n_groups, fragmentation)
-    return MemoryTerms(
-        params, grads, optim, gathered, grad_t, acts, logits, lowp, runtime + frag, runtime
-    )
+    out = {}
+    for name, ph in phases.items():
+        runtime, frag = overhead_bytes(kind, ph.activations + ph.logits + ph.grad_t, n_groups,
+                                       fragmentation)  # fmt: skip
+        out[name] = MemoryTerms(
+            params, acc, optim, ph.gathered, ph.grad_t, ph.activations, ph.logits, lowp,
+            runtime + frag, runtime, name,
+        )  # fmt: skip
+    runtime, _ = overhead_bytes(kind, 0.0, n_groups, fragmentation)
+    # The optimizer step: every sharded gradient, nothing gathered, no activations.
+    out["optimizer"] = MemoryTerms(params, grads, optim, 0.0, 0.0, 0.0, 0.0, 0.0, runtime,
+                                   runtime, "optimizer")  # fmt: skip
+    return out
+
+
+def memory_terms(model: ModelSpec | Shape, **knobs) -> MemoryTerms:
+    """All terms for one configuration on one GPU at its peak: the largest of `phase_terms`
+    (whose keyword arguments it takes); terms not alive at the peak are 0."""
+    return max(phase_terms(model, **knobs).values(), key=lambda t: t.total)

@@ -116,6 +116,7 @@ def memory_of(ctx: Context, c: Candidate) -> MemoryTerms:
     return memory_terms(
         ctx.model,
         **knobs(ctx, c),
+        grad_accum=c.grad_accum_steps,
         kind=ctx.instance.gpu.kind,
         compiled_loss=ctx.compiled_loss,
         packed=ctx.packed,

@@ -62,11 +62,12 @@ class Table:
         self._frontier: dict[tuple, int] = {}
 
     def memory(self, c: Candidate) -> MemoryTerms:
-        """`c`'s memory terms. The key leaves out what `memory_terms` does not read (the count,
-        the accumulation) and counts replicas only as one or more than one, the only way the
-        memory model sees them (`tests/test_planner_pipeline.py` holds it to that), so an HSDP
-        layout is computed once for every count it appears on."""
+        """`c`'s memory terms. The key leaves out what `memory_terms` does not read (the count)
+        and counts replicas and micro-batches accumulated only as one or more than one, the
+        only way the memory model sees them (`tests/test_planner_pipeline.py` holds it to
+        that), so an HSDP layout is computed once for every count it appears on."""
         key = (
+            min(c.grad_accum_steps, 2),
             c.shard_degree,
             min(c.replicate_degree, 2),
             c.micro_batch_size,
@@ -296,10 +297,15 @@ class Table:
         least = exposed(self.comm(group), tokens_mb * per_token, constants(ctx).comm_overlap, cp_s)
         if (per_gpu * per_token + per_gpu / tokens_mb * least) / 3600.0 > hours:
             return False
-        for m, ga in splits:  # ascending: memory grows with the micro-batch
+        missed = False
+        for m, ga in splits:  # ascending: memory grows with the micro-batch, but accumulating
+            if missed and ga > 1:  # keeps the sharded gradients: a split with ga 1 may fit
+                continue
             c = group._replace(micro_batch_size=m, grad_accum_steps=ga)
             if self.hours(c) <= hours:
-                return fits(ctx.instance, self.memory(c))
+                if fits(ctx.instance, self.memory(c)):
+                    return True
+                missed = True
         return False
 
     def _splits(self, dp: int) -> list[tuple[int, int]]:

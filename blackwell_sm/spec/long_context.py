@@ -69,6 +69,18 @@ def chunked_loss_bytes(
     return float(c * v * 6 + c * h * 6 + n * h * dtype_bytes + n * 16)
 
 
+def loss_kernel_temp_bytes(
+    vocab_size: int, d_model: int, *, kind: str = "cuda", dtype_bytes: int = 2
+) -> float:
+    """The part of `chunked_loss_bytes` that lives inside one operator: on CPU in bf16, the two
+    fp32 temporaries of the head weight's gradient update (8 B per weight element). The CPU
+    allocator sees them; PyTorch's memory tracker, which watches operators from outside, cannot
+    (measured: docs/planner.md "Tracing the real loop")."""
+    if kind != "cpu" or dtype_bytes == 4:
+        return 0.0
+    return float(vocab_size * d_model * 8)
+
+
 def loss_bytes(
     impl: str, vocab_size: int, d_model: int, n_rows: int, *, kind: str = "cuda"
 ) -> float:
