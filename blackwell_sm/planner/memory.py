@@ -87,8 +87,8 @@ def gathered_param_bytes(
 
 
 def head_grad_bytes(model: ModelSpec | Shape) -> float:
-    """The output head's bf16 gradient (the embedding's, when tied): made in the loss's backward,
-    alive through the whole backward (the root unit reduce-scatters it last)."""
+    """The head's bf16 gradient (the embedding's, when tied): made in the loss's backward, alive
+    through the whole backward (the root unit reduce-scatters it last)."""
     model = shape(model) if isinstance(model, ModelSpec) else model
     return float(model.vocab_size * model.d_model * 2)
 
@@ -98,9 +98,7 @@ def grad_transient_bytes(model: ModelSpec | Shape, block_saved: float = 0.0) -> 
     gradient, and a block's bf16 gradient with its fp32 reduce-scatter input and the previous
     block's reduce-scatter in flight, beyond the `block_saved` activations that block's
     backward has freed (the peak is then the next block's recompute; with more saved per block
-    than its gradients, the last block's recompute, before any block gradient exists).
-    The root's own fp32 reduce-scatter comes at the end, when activations are gone: not the peak.
-    """
+    than its gradients, the last block's recompute, before any block gradient exists)."""
     model = shape(model) if isinstance(model, ModelSpec) else model
     block = model.params_per_layer * C.BLOCK_GRAD_BYTES
     return head_grad_bytes(model) + max(0.0, block - block_saved)
@@ -321,18 +319,8 @@ class MemoryTerms(NamedTuple):
 
 
 #: The moments of a step one of which is the peak (docs/planner.md "Tracing the real loop"):
-#: the loss's backward (every block's saved activations, the loss's working set, the root and
-#: the block FSDP prefetches for backward gathered), the last block's backward (the same saved
-#: activations less the loss, plus the recomputed block's working set, two blocks gathered and
-#: the unsharded gradients), and the optimizer step (the sharded gradients, nothing else).
+#: the loss's backward, a block's backward (its recompute), the optimizer step.
 PHASES = ("loss", "backward", "optimizer")
-
-
-class _Phase(NamedTuple):
-    gathered: float
-    grad_t: float
-    activations: float
-    logits: float
 
 
 # long function: the three moments of the step, each term by term
@@ -360,19 +348,14 @@ def phase_terms(
     activations; `fragmentation`: the allocator's, from a calibration profile when one applies;
     `cp_degree`: each GPU holds seq_len / cp_degree tokens of every sequence, plus
     `context_parallel_bytes`; `loss_impl`: the loss's term, `logits_and_loss_bytes`;
-    `grad_accum`: micro-batches per step: with more than one, the sharded gradients of the
-    earlier ones are alive through the later ones' forward and backward).
-
-    A traced step holds no sharded gradient before its last reduce-scatter unless micro-batches
-    accumulate, and never the loss's working set and a recomputed block's at once
-    (train/trace.py): each phase counts what is alive at it."""
+    `grad_accum`: with more than one, the earlier micro-batches' sharded gradients are alive).
+    Each phase counts what is alive at it (traced: train/trace.py)."""
     model = shape(model) if isinstance(model, ModelSpec) else model
     params, grads, optim = state_bytes(model, shard_degree)
     single = shard_degree * replicate_degree == 1
     # FSDP2 casts to bf16 per unit even on one rank (a no-op all-gather): same live copies.
-    root = root_params(model) * 2
-    block = gathered_param_bytes(model, precision, False) - root
-    block /= model.n_layers
+    root, L = root_params(model) * 2, model.n_layers
+    block = (gathered_param_bytes(model, precision, False) - root) / L
     fused = kind != "cpu"
     local = seq_len // cp_degree  # this GPU's tokens of each sequence
     acts = activation_bytes(model, micro_batch, local, mode, compile=compile, fused_norm=fused)
@@ -389,29 +372,22 @@ def phase_terms(
     logits = logits_and_loss_bytes(model, micro_batch, local, compiled_loss=compiled_loss,
                                    loss_impl=loss_impl, kind=kind)  # fmt: skip
     lowp = fp8_extra_bytes(model, precision)
-    L = model.n_layers
-    live = (lambda n: L) if not reshard_after_forward else (lambda n: min(n, L))
+    # Gathered blocks: the one FSDP prefetches for backward (loss), or it and the running one.
+    n1, n2 = (1, C.LIVE_GATHERED_BLOCKS) if reshard_after_forward else (L, L)
     per_block = activation_bytes_per_block(model, micro_batch, local, mode, fused_norm=fused)
-    phases = {
-        "loss": _Phase(root + live(1) * block, head_grad_bytes(model), saved, logits),
-        "backward": _Phase(
-            root + live(C.LIVE_GATHERED_BLOCKS) * block,
-            grad_transient_bytes(model, per_block),
-            saved + work,
-            0.0,
-        ),
-    }
+    phases = {  # (gathered, unsharded grads, activations, loss)
+        "loss": (root + min(n1, L) * block, head_grad_bytes(model), saved, logits),
+        "backward": (root + min(n2, L) * block, grad_transient_bytes(model, per_block),
+                     saved + work, 0.0),
+    }  # fmt: skip
     acc = grads if grad_accum > 1 else 0.0  # earlier micro-batches' sharded gradients
     n_groups = 0 if single else (1 if replicate_degree == 1 or shard_degree == 1 else 2)
     n_groups += 1 if cp_degree > 1 else 0
     out = {}
-    for name, ph in phases.items():
-        runtime, frag = overhead_bytes(kind, ph.activations + ph.logits + ph.grad_t, n_groups,
-                                       fragmentation)  # fmt: skip
-        out[name] = MemoryTerms(
-            params, acc, optim, ph.gathered, ph.grad_t, ph.activations, ph.logits, lowp,
-            runtime + frag, runtime, name,
-        )  # fmt: skip
+    for name, (gathered, grad_t, act, loss) in phases.items():
+        runtime, frag = overhead_bytes(kind, act + loss + grad_t, n_groups, fragmentation)
+        out[name] = MemoryTerms(params, acc, optim, gathered, grad_t, act, loss, lowp,
+                                runtime + frag, runtime, name)  # fmt: skip
     runtime, _ = overhead_bytes(kind, 0.0, n_groups, fragmentation)
     # The optimizer step: every sharded gradient, nothing gathered, no activations.
     out["optimizer"] = MemoryTerms(params, grads, optim, 0.0, 0.0, 0.0, 0.0, 0.0, runtime,
@@ -420,6 +396,5 @@ def phase_terms(
 
 
 def memory_terms(model: ModelSpec | Shape, **knobs) -> MemoryTerms:
-    """All terms for one configuration on one GPU at its peak: the largest of `phase_terms`
-    (whose keyword arguments it takes); terms not alive at the peak are 0."""
+    """The terms at the peak: the largest of `phase_terms` (same arguments); others are 0."""
     return max(phase_terms(model, **knobs).values(), key=lambda t: t.total)

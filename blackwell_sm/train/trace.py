@@ -155,10 +155,12 @@ def _state_bytes(optimizer) -> int:
     )
 
 
-def trace_plan(plan: Plan, *, fake: bool = True) -> TraceResult:
+def trace_plan(plan: Plan, *, fake: bool = True, warmup: bool = True) -> TraceResult:
     """Trace the plan's step on fake tensors (see the module docstring); bytes per rank.
     `fake=False`: real (uninitialised) tensors, with the CPU allocator's own rise over the
-    measured forward-backward beside the tracker's: the instrument's check, at small sizes."""
+    measured forward-backward beside the tracker's: the instrument's check, at small sizes.
+    `warmup=False`: no warm-up step (half the time; tests/test_trace.py shows it changes no
+    figure)."""
     from blackwell_sm.train.context_parallel import CpGroup
     from blackwell_sm.train.distributed import build_cp_mesh, build_mesh
 
@@ -174,7 +176,7 @@ def trace_plan(plan: Plan, *, fake: bool = True) -> TraceResult:
         mesh = build_mesh(cfg, env)
         cp_mesh = build_cp_mesh(cfg, env)
         cp = None if cp_mesh is None else CpGroup.from_mesh(cp_mesh)
-        return _trace(plan, mesh, cp, device, t0, fake)
+        return _trace(plan, mesh, cp, device, t0, fake, warmup)
 
 
 def _tracker_class():
@@ -253,7 +255,9 @@ def _allocator_rise(fn) -> int:
 
 
 # long function: one step of the loop, as train/loop.py runs it, phase by phase
-def _trace(plan: Plan, mesh, cp, device: torch.device, t0: float, fake: bool) -> TraceResult:
+def _trace(
+    plan: Plan, mesh, cp, device: torch.device, t0: float, fake: bool, warmup: bool
+) -> TraceResult:
     from torch._subclasses.fake_tensor import FakeTensorMode
 
     from blackwell_sm.train.loss import loss_sum
@@ -283,12 +287,16 @@ def _trace(plan: Plan, mesh, cp, device: torch.device, t0: float, fake: bool) ->
 
         # Warm-up (FSDP's lazy init, the optimizer's state) on short rows: nothing it leaves
         # depends on the sequence length.
-        _phase(tracker, device, lambda: fwd_bwd([_batch(plan, device, _warmup_len(cfg))]))
-        step()
-        opt_bytes = _state_bytes(optimizer)
-        fwd = _phase(tracker, device, lambda: fwd_bwd(batches), allocator=not fake)
+        if warmup:
+            _phase(tracker, device, lambda: fwd_bwd([_batch(plan, device, _warmup_len(cfg))]))
+            step()
+        # Accumulating: the last micro-batch, with the earlier ones' sharded gradients alive (the
+        # tracker follows one forward-backward at a time).
+        fwd_bwd(batches[:-1])
+        fwd = _phase(tracker, device, lambda: fwd_bwd(batches[-1:]), allocator=not fake)
         clip = _phase(tracker, device, lambda: clip_grad_norm(model, tr.optimizer.grad_clip))
         step()  # outside the tracker: on fake tensors it books the step's temporaries as state
+        opt_bytes = _state_bytes(optimizer)  # alive from the first step on
         sharded = sum(_local(p).numel() for p in model.parameters())
         total = sum(p.numel() for p in model.parameters())
         units = sum(1 for m in model.modules() if type(m).__name__.startswith("FSDP"))
@@ -330,6 +338,6 @@ def _warmup_len(cfg) -> int:
     return min(cfg.seq_len, 2 * cfg.cp_degree * 64)
 
 
-def traced_peak_bytes(plan: Plan) -> int:
+def traced_peak_bytes(plan: Plan, *, warmup: bool = True) -> int:
     """Per-rank traced peak (bytes) of `plan`'s training step (`trace_plan`)."""
-    return trace_plan(plan).peak_bytes
+    return trace_plan(plan, warmup=warmup).peak_bytes
