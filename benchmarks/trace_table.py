@@ -89,7 +89,7 @@ def load_traced() -> dict[str, dict]:
     return out
 
 
-def trace_missing(rows: list[dict], retrace: bool) -> None:
+def trace_missing(rows: list[dict], retrace: bool, warmup: bool = True) -> None:
     from blackwell_sm.train.trace import trace_plan
 
     done = load_traced()
@@ -100,8 +100,9 @@ def trace_missing(rows: list[dict], retrace: bool) -> None:
             continue
         load = os.getloadavg()[0]
         note(f"tracing {k} (load {load:.1f})")
-        res = trace_plan(row_plan(r))
-        rec = {"row": k, **r, "trace": res.model_dump(), "load_before": round(load, 2),
+        res = trace_plan(row_plan(r), warmup=warmup)
+        rec = {"row": k, **r, "trace": res.model_dump(), "warmup": warmup,
+               "load_before": round(load, 2),
                "load_after": round(os.getloadavg()[0], 2),
                "date": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
                "machine": machine()}  # fmt: skip
@@ -178,10 +179,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--render", action="store_true", help="Do not trace; re-predict and render.")
     ap.add_argument("--only", help="Rows whose name contains this.")
     ap.add_argument("--retrace", action="store_true", help="Trace rows already traced again.")
+    ap.add_argument(
+        "--no-warmup", action="store_true", help="Skip the warm-up step (half the time)."
+    )
     args = ap.parse_args(argv)
     rows = [r for r in table_rows() if not args.only or args.only in key(r)]
     if not args.render:
-        trace_missing(rows, args.retrace)
+        trace_missing(rows, args.retrace, warmup=not args.no_warmup)
     out = render(table_rows())
     write(out)
     for r in out:

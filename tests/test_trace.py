@@ -148,3 +148,19 @@ def test_trace_without_torch_is_refused_with_install_advice(monkeypatch):
     assert "blackwell-sm[train]" in (e.value.hint or "")
     code, out, err = run("plan", "--model", "tiny", "--seq-len", "128", "--trace", "-o", "json")
     assert code == 2 and json.loads(out or err)["error"]["field"] == "--trace"
+
+
+def test_the_planner_agrees_with_every_committed_traced_row():
+    """benchmarks/results/trace_rows.jsonl (traced by hand with benchmarks/trace_table.py)
+    re-predicted by today's planner: within 5 % on every row (pure arithmetic, no trace)."""
+    import sys
+
+    from cli_support import REPO
+
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    import trace_table
+
+    rows = trace_table.render(trace_table.table_rows())
+    assert len(rows) >= 20
+    worst = max(rows, key=lambda r: abs(r["error_pct"]))
+    assert abs(worst["error_pct"]) <= 5.0, worst

@@ -75,8 +75,9 @@ class TracedPlan(BaseModel):
     trace: TraceCheck
 
 
-def predicted_terms(plan: Plan) -> dict[str, float]:
-    """The planner's terms in the traced form (bytes per rank), named as the trace's."""
+def predicted_terms(plan: Plan, precision: str = "bf16") -> dict[str, float]:
+    """The planner's terms in the traced form (bytes per rank), named as the trace's
+    (`precision`: the one the trace ran)."""
     c, spec = plan.config, plan.spec
     phases = memory.phase_terms(
         spec.model,
@@ -84,7 +85,7 @@ def predicted_terms(plan: Plan) -> dict[str, float]:
         replicate_degree=c.replicate_degree,
         micro_batch=c.micro_batch_size,
         seq_len=c.seq_len,
-        precision=c.precision,
+        precision=precision,
         mode=c.activation_checkpointing,
         compile=False,
         reshard_after_forward=c.reshard_after_forward,
@@ -124,7 +125,7 @@ def predicted_terms(plan: Plan) -> dict[str, float]:
 
 def compare(plan: Plan, trace: Mapping[str, Any]) -> TraceCheck:
     """`plan`'s prediction beside `trace` (a TraceResult as a mapping), term by term."""
-    pred = predicted_terms(plan)
+    pred = predicted_terms(plan, str(trace.get("precision", "bf16")))
     traced = trace["terms"]
     rows = [
         TraceRow(
@@ -145,7 +146,8 @@ def compare(plan: Plan, trace: Mapping[str, Any]) -> TraceCheck:
         notes.append("the plan compiles each block; the trace runs eager (inductor on fake CPU "
                      "tensors is not the GPU's compile)")  # fmt: skip
     if plan.config.precision != "bf16":
-        notes.append(f"{plan.config.precision}: torchao's linears are not traced on CPU")
+        notes.append(f"the plan runs {plan.config.precision}; traced (and predicted here) in "
+                     "bf16: torchao's low-precision linears need a GPU")  # fmt: skip
     return TraceCheck(
         predicted_gib=round(p / GIB, 3),
         traced_gib=round(t / GIB, 3),

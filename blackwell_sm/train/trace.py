@@ -1,18 +1,22 @@
 """The real loop at full size without a GPU: fake tensors, a fake process group, PyTorch's tracker.
 
 `trace_plan(plan)` builds the plan's model exactly as the trainer does (`train/parallelize.py`:
-loss, context parallelism, precision, activation checkpointing, compile, FSDP2) on fake tensors
-(`FakeTensorMode`: shapes, dtypes and devices, no storage) in a fake process group of the plan's
-world size (rank 0's view), and runs the loop's step on the CPU device: forward with the loss,
-backward, the gradient norm, the optimizer step, `zero_grad`. PyTorch's FSDP2 memory tracker
+loss, context parallelism, activation checkpointing, FSDP2; eager and bf16, see below) on fake
+tensors (`FakeTensorMode`: shapes, dtypes and devices, no storage) in a fake process group of the
+plan's world size (rank 0's view), and runs the loop's step on the CPU device: forward with the
+loss, backward, the gradient norm, the optimizer step, `zero_grad`. PyTorch's FSDP2 memory tracker
 (`FSDPMemTracker`) counts every live tensor by what it is (sharded / unsharded parameters and
-gradients, activations, temporaries, collective buffers) through a warm-up step and a measured one.
+gradients, activations, temporaries, collective buffers) through a warm-up step and the measured
+forward-backward.
 
-The optimizer step is accounted apart: on fake tensors the tracker books the step's temporaries as
-optimizer state (7-17x the shards at small size, docs/planner.md "Tracing the real loop"), so the
-step runs outside the tracked region and its state is the bytes of `optimizer.state` itself (two
-fp32 tensors and a step counter per parameter shard), added to every moment after the first step.
-Nothing here touches a GPU or the network.
+The gradient norm and the optimizer step run outside the tracked region: on fake tensors the
+tracker books DTensor temporaries there that real tensors never hold (the norm: every gradient
+at its unsharded size; the step: 7-17x the shards as "optimizer state"; docs/planner.md "Tracing
+the real loop"). The step's moment is what backward left plus the optimizer's state, read from
+`optimizer.state` itself (two fp32 tensors and a step per parameter shard), which is also alive
+at every moment after the first step. Not traced: compile (inductor on fake CPU tensors is not the
+GPU's compile) and fp8 / mxfp8 (torchao's linears need a GPU): the trace runs eager bf16 and says
+so. Nothing here touches a GPU or the network.
 """
 
 from __future__ import annotations
@@ -66,7 +70,7 @@ class TraceResult(BaseModel):
     peak_at: str = Field(description="Where the peak was: phase and innermost module.")
     terms: dict[str, int] = Field(description="Bytes by Plan term at the peak (sum = peak).")
     fwd_bwd_peak_bytes: int = Field(description="Peak of forward, loss and backward, with state.")
-    step_peak_bytes: int = Field(description="After backward: params, grads, state, clip.")
+    step_peak_bytes: int = Field(description="At the optimizer step: what backward left, state.")
     optimizer_state_bytes: int = Field(description="Bytes of optimizer.state after a step.")
     sharded_params: int = Field(description="Parameter elements this rank holds after FSDP2.")
     total_params: int = Field(description="Global parameter elements of the wrapped model.")
@@ -164,8 +168,9 @@ def trace_plan(plan: Plan, *, fake: bool = True, warmup: bool = True) -> TraceRe
     from blackwell_sm.train.context_parallel import CpGroup
     from blackwell_sm.train.distributed import build_cp_mesh, build_mesh
 
-    # Eager: inductor on fake CPU tensors is not the GPU's compile (docs/planner.md).
-    cfg = plan.config.model_copy(update={"compile": False})
+    # Eager and bf16: inductor on fake CPU tensors is not the GPU's compile, and torchao's fp8
+    # linears need a GPU (docs/planner.md "Tracing the real loop"); TraceResult says what ran.
+    cfg = plan.config.model_copy(update={"compile": False, "precision": "bf16"})
     plan = plan.model_copy(update={"config": cfg})
     device = torch.device("cpu")
     t0 = time.perf_counter()
@@ -202,6 +207,7 @@ class _Phase(NamedTuple):
     at: str  # where the peak was
     rise: int  # the tracker's peak minus what was live when the phase began
     allocator_rise: int | None  # the same from the CPU allocator (real tensors only)
+    after: dict[str, int]  # bytes by term still live when the phase ended
 
 
 def _phase(tracker, device: torch.device, fn, *, allocator: bool = False) -> _Phase:
@@ -220,7 +226,10 @@ def _phase(tracker, device: torch.device, fn, *, allocator: bool = False) -> _Ph
     snap = tracker.get_tracker_snapshot("peak").get(device, {})
     rise = int(snap.get("Total", 0)) - int(start.get("Total", 0))
     terms = _by_term({str(k): int(v) for k, v in snap.items()})
-    return _Phase(terms, _where(tracker.peak_at), rise, alloc)
+    gc.collect()
+    end = tracker.get_tracker_snapshot("current").get(device, {})
+    after = _by_term({str(k): int(v) for k, v in end.items()})
+    return _Phase(terms, _where(tracker.peak_at), rise, alloc, after)
 
 
 def _where(peak_at: str) -> str:
@@ -294,14 +303,17 @@ def _trace(
         # tracker follows one forward-backward at a time).
         fwd_bwd(batches[:-1])
         fwd = _phase(tracker, device, lambda: fwd_bwd(batches[-1:]), allocator=not fake)
-        clip = _phase(tracker, device, lambda: clip_grad_norm(model, tr.optimizer.grad_clip))
-        step()  # outside the tracker: on fake tensors it books the step's temporaries as state
+        # The gradient norm and the step outside the tracker: on fake tensors it books DTensor
+        # temporaries there (the norm: the unsharded size of every gradient; the step: 7-17x
+        # the shards) that real tensors never hold (docs/planner.md "Tracing the real loop").
+        clip_grad_norm(model, tr.optimizer.grad_clip)
+        step()
         opt_bytes = _state_bytes(optimizer)  # alive from the first step on
         sharded = sum(_local(p).numel() for p in model.parameters())
         total = sum(p.numel() for p in model.parameters())
         units = sum(1 for m in model.modules() if type(m).__name__.startswith("FSDP"))
         ckpt = sum(1 for b in model.layers if b.ac_mode != "none")
-    fwd_terms, step_terms = fwd.terms, clip.terms
+    fwd_terms, step_terms = fwd.terms, fwd.after  # the step: what backward left
     fwd_terms["optimizer_states"] = step_terms["optimizer_states"] = opt_bytes
     fwd_peak, step_peak = sum(fwd_terms.values()), sum(step_terms.values())
     at_fwd = fwd_peak >= step_peak
@@ -316,7 +328,7 @@ def _trace(
         loss_impl=tr.loss_impl,
         device=device.type,
         peak_bytes=max(fwd_peak, step_peak),
-        peak_at=fwd.at if at_fwd else "gradient norm before the optimizer step",
+        peak_at=fwd.at if at_fwd else "optimizer step (the gradients, the state)",
         terms=fwd_terms if at_fwd else step_terms,
         fwd_bwd_peak_bytes=fwd_peak,
         step_peak_bytes=step_peak,
