@@ -189,7 +189,13 @@ def main(argv: list[str] | None = None) -> int:
     out = render(table_rows())
     write(out)
     for r in out:
-        emit(f"trace.{r['row']}.error", r["error_pct"], "%", target="<= 5")
+        emit(
+            f"trace.{r['row']}.error",
+            r["error_pct"],
+            "%",
+            target="|error| <= 5",
+            ok=abs(r["error_pct"]) <= 5,
+        )
     return 0 if all(abs(r["error_pct"]) <= 5 for r in out) else 1
 
 

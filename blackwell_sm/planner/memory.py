@@ -70,19 +70,15 @@ def state_bytes(model: ModelSpec | Shape, shard_degree: int) -> tuple[float, flo
 def gathered_param_bytes(
     model: ModelSpec | Shape, precision: str, reshard_after_forward: bool
 ) -> float:
-    """bf16 (or fp8) unsharded parameters live at the peak (start of backward).
-
-    The root unit (embedding, norm, head) stays gathered for the whole step (train/parallelize.py
-    uses reshard_after_forward=False on the root); it is never low precision. Blocks: the running
-    one plus FSDP2's one-block prefetch, or every block when parameters are kept gathered between
-    forward and backward (reshard_after_forward=False).
-    """
+    """bf16 (or fp8) unsharded parameters live in a block's backward. The root unit (embedding,
+    norm, head) stays gathered for the whole step (train/parallelize.py: reshard_after_forward=False
+    on the root); it is never low precision. Blocks: the running one plus FSDP2's one-block
+    prefetch, or every block when kept gathered between forward and backward."""
     model = shape(model) if isinstance(model, ModelSpec) else model
     lin = block_linear_params(model)
     block = lin * C.GATHER_BYTES[precision] + (model.params_per_layer - lin) * 2
-    n_blocks = (
-        model.n_layers if not reshard_after_forward else min(C.LIVE_GATHERED_BLOCKS, model.n_layers)
-    )
+    n_blocks = min(C.LIVE_GATHERED_BLOCKS if reshard_after_forward else model.n_layers,
+                   model.n_layers)  # fmt: skip
     return n_blocks * block + root_params(model) * 2
 
 
@@ -318,9 +314,8 @@ class MemoryTerms(NamedTuple):
         return self.total - self.runtime
 
 
-#: The moments of a step one of which is the peak (docs/planner.md "Tracing the real loop"):
-#: the loss's backward, a block's backward (its recompute), the optimizer step.
-PHASES = ("loss", "backward", "optimizer")
+#: The moments of a step one of which is the peak (docs/planner.md "Tracing the real loop").
+PHASES = ("loss", "backward", "backward end", "optimizer")
 
 
 # long function: the three moments of the step, each term by term
@@ -367,26 +362,31 @@ def phase_terms(
         saved += cp
     else:  # only the recomputed block holds them (with their gradients)
         work += cp
-    saved += attention_mask_bytes(model, micro_batch, seq_len, mode, packed=packed,
-                                  cp_degree=cp_degree, kind=kind)  # fmt: skip
+    mask = attention_mask_bytes(model, micro_batch, seq_len, mode, packed=packed,
+                                cp_degree=cp_degree, kind=kind)  # fmt: skip
     logits = logits_and_loss_bytes(model, micro_batch, local, compiled_loss=compiled_loss,
                                    loss_impl=loss_impl, kind=kind)  # fmt: skip
     lowp = fp8_extra_bytes(model, precision)
-    # Gathered blocks: the one FSDP prefetches for backward (loss), or it and the running one.
+    # Gathered: the block FSDP prefetches for backward (loss), or it and the running one.
     n1, n2 = (1, C.LIVE_GATHERED_BLOCKS) if reshard_after_forward else (L, L)
     per_block = activation_bytes_per_block(model, micro_batch, local, mode, fused_norm=fused)
-    phases = {  # (gathered, unsharded grads, activations, loss)
-        "loss": (root + min(n1, L) * block, head_grad_bytes(model), saved, logits),
-        "backward": (root + min(n2, L) * block, grad_transient_bytes(model, per_block),
-                     saved + work, 0.0),
-    }  # fmt: skip
+    out_b = outside_block_activation_bytes(model, micro_batch, local, fused_norm=fused)
+    saved, first = saved + mask, out_b + per_block + mask  # the mask: one storage, to the end
+    gt = grad_transient_bytes(model, per_block)
     acc = grads if grad_accum > 1 else 0.0  # earlier micro-batches' sharded gradients
+    # Backward's end (the first block's recompute): every block's sharded gradient but the root's.
+    late = grads if grad_accum > 1 else grads - root_params(model) * C.GRAD_BYTES / shard_degree
+    phases = {  # (sharded grads, gathered, unsharded grads, activations, loss)
+        "loss": (acc, root + min(n1, L) * block, head_grad_bytes(model), saved, logits),
+        "backward": (acc, root + min(n2, L) * block, gt, saved + work, 0.0),
+        "backward end": (late, root + min(n2, L) * block, gt, first + work, 0.0),
+    }  # fmt: skip
     n_groups = 0 if single else (1 if replicate_degree == 1 or shard_degree == 1 else 2)
     n_groups += 1 if cp_degree > 1 else 0
     out = {}
-    for name, (gathered, grad_t, act, loss) in phases.items():
+    for name, (sharded, gathered, grad_t, act, loss) in phases.items():
         runtime, frag = overhead_bytes(kind, act + loss + grad_t, n_groups, fragmentation)
-        out[name] = MemoryTerms(params, acc, optim, gathered, grad_t, act, loss, lowp,
+        out[name] = MemoryTerms(params, sharded, optim, gathered, grad_t, act, loss, lowp,
                                 runtime + frag, runtime, name)  # fmt: skip
     runtime, _ = overhead_bytes(kind, 0.0, n_groups, fragmentation)
     # The optimizer step: every sharded gradient, nothing gathered, no activations.
