@@ -81,7 +81,8 @@ def running(jr, **over) -> dict:
 
 
 def test_progress_reads_the_latest_step_the_check_and_the_eta(aws):
-    _rs, plan, jr = prepare(make_spec())
+    _rs, plans, jr = prepare(make_spec())
+    plan = plans.primary
     runtime = jr.request["StoppingCondition"]["MaxRuntimeInSeconds"]
     write_run(aws, jr.job_name, last_step=40, eta=600.0)
     with Stubber(aws.sagemaker) as sm:

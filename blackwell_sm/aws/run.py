@@ -215,8 +215,8 @@ def submit_run(
     from blackwell_sm.aws.submit import prepare, submit
 
     say = notify or (lambda _m: None)
-    rs, plan, jr = prepare(spec, training_plan=training_plan)
-    total = (plan.primary if hasattr(plan, "primary") else plan).run.steps
+    rs, plans, jr = prepare(spec, training_plan=training_plan)
+    total = plans.primary.run.steps
 
     def submit_job(index: int, done_steps: int) -> TrainingJob:
         job = submit(rs, training_plan=training_plan, yes=yes, allow_partial=allow_partial,

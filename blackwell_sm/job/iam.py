@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from blackwell_sm.job.capacity import spec_instance_types
 from blackwell_sm.job.iam_calls import BUY_ACTIONS, CALLER_RESOURCES, COMMAND_CALLS, Call
 from blackwell_sm.job.iam_trackers import tracker_statements
 from blackwell_sm.job.images import default_image_uri
@@ -172,11 +173,7 @@ def caller_policy(spec: RunSpec | None = None) -> dict[str, Any]:
             "Condition": {
                 "ForAllValues:StringEquals": {
                     # every type the job may start on (each instance preference's)
-                    "sagemaker:InstanceTypes": [
-                        p.instance_type for p in spec.compute.instance_preferences
-                    ]
-                    if spec.compute.instance_preferences
-                    else [spec.compute.instance_type]
+                    "sagemaker:InstanceTypes": spec_instance_types(spec)
                 }
             }
         }
