@@ -1,7 +1,9 @@
-"""The training plans a job runs on (the AWS half of the capacity, beside job/capacity.py): `compute.training_plan` (an ARN, a name, or 'auto', which
-reserves the spec's own plan at most once: `aws/reserve.py`) or each instance preference's plan,
-resolved and checked against the run (status, type, count, window); a plan too short names the
-`bsm plans extend` command that would make it fit.
+"""The training plans a job runs on (the AWS half of the capacity, beside job/capacity.py):
+`compute.training_plan` (an ARN, a name, or 'auto', which reserves the spec's own plan at most
+once: `aws/reserve.py`) or each instance preference's plan, resolved and checked against the run
+(status, type, count, window); a plan too short names the `bsm plans extend` command that would
+make it fit. `resolve_plan_names` and `take_capacity` are submit's two capacity steps, for
+either plan shape.
 """
 
 from __future__ import annotations

@@ -2,16 +2,19 @@
 CreateTrainingJob (`pip install 'blackwell-sm[sdk-v2]'`; v2 and v3 cannot share a virtualenv).
 
 `to_estimator(spec, plan)` builds the request with `build_job_request` and configures an SDK 2.x
-`Estimator` from it, member by member as the v2 column of job/sdk_table.py says: the SIGTERM-safe command through `container_entry_point`
-(no `container_arguments`: the launcher takes its own), the plan ARN through `training_plan`,
-the channels and the job's own name as `fit()`'s defaults (so `estimator.fit()` sends the
-builder's TrainingJobName and a rerun reattaches by name, which the v3 view cannot). The
-profiler and the debugger hook, which v2 switches on by default, are off. Members v2 has no
-argument for (`MlflowConfig`, `ModelPackageConfig`, and `TrainingPlanArn` on SDKs before
-`training_plan`) are set by a `before-parameter-build` hook on the session, for this job only,
-and named in a `SdkViewWarning`; the same hook sends the two false flags v2 leaves out and drops
-the `ProfilerConfig {DisableProfiler: true}` v2 adds, so the request is the builder's exactly. tests/sdk_v2/ compares the request on the wire with the
-builder's (`make test-sdk-v2`, its own virtualenv).
+`Estimator` from it, member by member as the v2 column of job/sdk_table.py says: the
+SIGTERM-safe command through `container_entry_point` (no `container_arguments`: the launcher
+takes its own), the plan ARN through `training_plan`, the channels and the job's own name as
+`fit()`'s defaults (so `estimator.fit()` sends the builder's TrainingJobName and a rerun
+reattaches by name, which the v3 view cannot). The profiler and the debugger hook, which v2
+switches on by default, are off. Members v2 has no argument for (`MlflowConfig`,
+`ModelPackageConfig`, `TrainingPlanArn` and `InfraCheckConfig` on SDKs before `training_plan` /
+`enable_infra_check`, and any member the table has no row for) are set by a
+`before-parameter-build` hook on the session, for this job only, and named in a
+`SdkViewWarning`; the same hook sends the two false flags v2 leaves out and drops the
+`ProfilerConfig {DisableProfiler: true}` v2 adds, so the request is the builder's exactly.
+tests/sdk_v2/ compares the request on the wire with the builder's (`make test-sdk-v2`, its own
+virtualenv).
 """
 
 from __future__ import annotations
