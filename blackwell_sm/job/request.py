@@ -151,6 +151,19 @@ def _job_and_region(spec: RunSpec, region: str | None) -> tuple[JobSpec, str]:
     return job, region
 
 
+def _wheelhouse(
+    spec: RunSpec, plans: PlanSet, wheelhouse: Wheelhouse | None, warnings: list[str]
+) -> Wheelhouse:
+    """The caller's wheelhouse, checked to be for this spec's requirements, or an empty one."""
+    target, requirements, target_warnings = requirements_for(spec, plans.primary, plans.others)
+    warnings += target_warnings
+    if wheelhouse is None:
+        return Wheelhouse(target=target, requirements=requirements, wheels=[])
+    if wheelhouse.requirements != requirements or wheelhouse.target != target:
+        raise ValueError("the wheelhouse was fetched for other requirements than this spec's")
+    return wheelhouse
+
+
 def build_job_request(
     spec: RunSpec,
     plan: Plan | PreferencePlans | PlanSet,
@@ -187,12 +200,7 @@ def build_job_request(
     for path in placeholders:
         warnings.append(f"{path} is a REPLACE-ME placeholder: set it before submitting")
 
-    target, requirements, target_warnings = requirements_for(spec, primary, others)
-    warnings += target_warnings
-    if wheelhouse is None:
-        wheelhouse = Wheelhouse(target=target, requirements=requirements, wheels=[])
-    elif wheelhouse.requirements != requirements or wheelhouse.target != target:
-        raise ValueError("the wheelhouse was fetched for other requirements than this spec's")
+    wheelhouse = _wheelhouse(spec, plans, wheelhouse, warnings)
     plan_json = primary.to_json()
     plan_sha = sha256_hex(plan_json.encode())
     bundle = build_bundle(plan_json, wheelhouse, plan_files(plans))
@@ -236,7 +244,7 @@ def build_job_request(
         warnings.append(
             "the code bundle carries no wheels (none were fetched): the container stops at its "
             "first second unless the image has "
-            + ", ".join(r.pip_spec for r in requirements if r.carried)
+            + ", ".join(r.pip_spec for r in wheelhouse.requirements if r.carried)
         )
     validate_request(request, nvme_only=local_nvme, origins=request_origins(request, job))
     return JobRequest(
