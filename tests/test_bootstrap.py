@@ -26,13 +26,8 @@ from blackwell_sm.entrypoints import bootstrap
 from blackwell_sm.job.bundle import build_bundle
 from blackwell_sm.job.images import MANYLINUX_X86_64, PINNED_TARGET, TARGETS, ImageTarget
 from blackwell_sm.job.request import CONTAINER_COMMAND, build_job_request
-from blackwell_sm.job.wheels import (
-    PYDANTIC,
-    container_requirements,
-    fetch_for,
-    fetch_wheels,
-    write_folder,
-)
+from blackwell_sm.job.requirements import PYDANTIC, container_requirements
+from blackwell_sm.job.wheels import fetch_for, fetch_wheels, write_folder
 
 ROOT = Path(__file__).resolve().parents[1]
 LINUX_X86 = sys.platform == "linux" and platform.machine() == "x86_64"
@@ -345,7 +340,7 @@ def test_dry_run_lists_what_the_bundle_carries_why_and_its_size():
 
 def test_spec_container_requirements_are_checked_and_carried():
     from blackwell_sm.errors import SpecError
-    from blackwell_sm.job.wheels import requirements_for
+    from blackwell_sm.job.requirements import requirements_for
 
     spec = run_spec(container_requirements=["sentencepiece>=0.2, <1", "einops"])
     _, reqs, warnings = requirements_for(spec, plan_for(spec))

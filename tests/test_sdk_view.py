@@ -21,9 +21,11 @@ def sent():
     moto = pytest.importorskip("moto")
     mp = pytest.MonkeyPatch()
     for k, v in {
-        "AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
-        "AWS_DEFAULT_REGION": "us-east-1", "AWS_REGION": "us-east-1",
-    }.items():  # fmt: skip
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+        "AWS_DEFAULT_REGION": "us-east-1",
+        "AWS_REGION": "us-east-1",
+    }.items():
         mp.setenv(k, v)
     for k in ("AWS_PROFILE", "AWS_ENDPOINT_URL", "SAGEMAKER_VALIDATE_ROLE", "AWS_MAX_ATTEMPTS"):
         mp.delenv(k, raising=False)
@@ -121,9 +123,10 @@ def _role_checked_session(spec):
         ok = evaluator.is_action_permitted(action, "*") == PermissionResult.PERMITTED
         # the simulator has no context keys: a statement with a condition would not apply
         granting = [
-            st for st in policies["job_role"]["Statement"]
+            st
+            for st in policies["job_role"]["Statement"]
             if action in st["Action"] and st["Resource"] == "*"
-        ]  # fmt: skip
+        ]
         ok = ok and all("Condition" not in st for st in granting)
         results.append(
             {

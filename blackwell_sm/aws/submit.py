@@ -222,10 +222,15 @@ def _submit_locked(
                     + "; submit with --new to run the spec again (it resumes from its checkpoints)"
                 )
             return TrainingJob(
-                jr.job_name, aws=aws, plan=plan, job_request=jr, reattached=True,
-                warnings=jr.warnings, preference_plans=plans.preferences,
+                jr.job_name,
+                aws=aws,
+                plan=plan,
+                job_request=jr,
+                reattached=True,
+                warnings=jr.warnings,
+                preference_plans=plans.preferences,
                 region_source=aws.region_source_for(rs.job.region if rs.job else None),
-            )  # fmt: skip
+            )
 
     confirm_cost(rs, plan, consent=True if yes else confirm)
     jr, plan_info, fit, warnings = take_capacity(

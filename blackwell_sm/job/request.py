@@ -41,8 +41,8 @@ from blackwell_sm.job.request_members import (
     resource_config,
     tags,
 )
+from blackwell_sm.job.requirements import Wheelhouse, requirements_for
 from blackwell_sm.job.validate import request_origins, validate_request
-from blackwell_sm.job.wheels import Wheelhouse, requirements_for
 from blackwell_sm.opt_ml import COMPLETE_MARKER
 from blackwell_sm.planner.plan import Plan
 from blackwell_sm.planner.preferences import PlanSet, PreferencePlans, as_plan_set
@@ -237,8 +237,9 @@ def build_job_request(
         "Tags": tags(job, spec.model.name, digest, plan_sha, capacity.plan_tag),
         **optional_members(job),
     }
-    request.update(native_members(spec, job, job_name=name, job_base=base, region=region,
-                                  instance_types=types))  # fmt: skip
+    request.update(
+        native_members(spec, job, job_name=name, job_base=base, region=region, instance_types=types)
+    )
 
     if not wheelhouse.wheels:
         warnings.append(

@@ -236,9 +236,12 @@ def model_trainer_and_request(
     from blackwell_sm.job.wheels import fetch_for
 
     req = build_job_request(
-        run, plan, training_plan_arn=training_plan_arn, region=boto_session.region_name,
+        run,
+        plan,
+        training_plan_arn=training_plan_arn,
+        region=boto_session.region_name,
         wheelhouse=fetch_for(run, plan),
-    )  # fmt: skip
+    )
     refuse_placeholders(req)
     c = _sdk_classes()
     args = trainer_args(req.request, c)

@@ -133,8 +133,13 @@ def estimator_and_request(
             hint="pass sagemaker_session=sagemaker.Session(boto3.Session(region_name="
             f"{run.job.region!r}))",
         )
-    req = build_job_request(run, plan, training_plan_arn=training_plan_arn, region=region,
-                            wheelhouse=fetch_for(run, plan))  # fmt: skip
+    req = build_job_request(
+        run,
+        plan,
+        training_plan_arn=training_plan_arn,
+        region=region,
+        wheelhouse=fetch_for(run, plan),
+    )
     refuse_placeholders(req)
     accepted = set(inspect.signature(Estimator.__init__).parameters)
     kw, hooked = _kwargs(req, accepted)
@@ -172,11 +177,21 @@ def estimator_and_request(
     class BsmEstimator(Estimator):
         """An Estimator whose `fit()` defaults to the builder's channels and job name."""
 
-        def fit(self, inputs: Any = None, wait: bool = True, logs: Any = "All",
-                job_name: str | None = None, experiment_config: Any = None) -> Any:  # fmt: skip
-            return super().fit(inputs if inputs is not None else channels, wait=wait, logs=logs,
-                               job_name=job_name or req.job_name,
-                               experiment_config=experiment_config)  # fmt: skip
+        def fit(
+            self,
+            inputs: Any = None,
+            wait: bool = True,
+            logs: Any = "All",
+            job_name: str | None = None,
+            experiment_config: Any = None,
+        ) -> Any:
+            return super().fit(
+                inputs if inputs is not None else channels,
+                wait=wait,
+                logs=logs,
+                job_name=job_name or req.job_name,
+                experiment_config=experiment_config,
+            )
 
     for w in req.warnings:
         warnings.warn(SdkViewWarning(w), stacklevel=3)
@@ -194,6 +209,11 @@ def to_estimator(
     """A SageMaker SDK 2.x `Estimator` whose `fit()` sends the builder's CreateTrainingJob,
     field by field (module docstring). `blackwell_sm.to_estimator` (blackwell_sm.aws.sdk) also
     uploads the code bundle."""
-    est, _ = estimator_and_request(spec, plan, training_plan_arn=training_plan_arn,
-                                   sagemaker_session=sagemaker_session, upload=upload)  # fmt: skip
+    est, _ = estimator_and_request(
+        spec,
+        plan,
+        training_plan_arn=training_plan_arn,
+        sagemaker_session=sagemaker_session,
+        upload=upload,
+    )
     return est
