@@ -10,6 +10,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 from aws_support import (
+    CHECK_FIELDS,
     PLAN_ARN,
     PLAN_NAME,
     describe_response,
@@ -55,33 +56,7 @@ def put(aws, stream: str, messages: list[str], at: datetime = NOW) -> None:
 
 def check_line(step: int, **over: float) -> str:
     """A whole `[bsm-check]` line, as the loop prints it from its check record."""
-    values = (
-        dict(
-            tok_s_gpu=9100.0,
-            pred_tok_s_gpu=10000.0,
-            pred_tok_s_gpu_low=7000.0,
-            pred_tok_s_gpu_high=11000.0,
-            speed_ratio=0.91,
-            speed="in_range",
-            step_time_s=1.45,
-            pred_step_time_s=1.3,
-            compute_s=1.2,
-            pred_compute_s=1.1,
-            exposed_comm_s=0.15,
-            pred_exposed_comm_s=0.1,
-            other_s=0.1,
-            mfu=0.4,
-            pred_mfu=0.45,
-            mem_reserved_gib=63.0,
-            pred_mem_gib=64.0,
-            pred_mem_high_gib=70.0,
-            memory="in_range",
-            eta_s=9000.0,
-            total_steps=1000,
-            timing="cuda_profiler",
-        )
-        | over
-    )
+    values = CHECK_FIELDS | {"total_steps": 1000} | over
     return record_line(CheckRecord(step=step, **values))
 
 

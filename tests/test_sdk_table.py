@@ -11,7 +11,7 @@ from types import SimpleNamespace
 import pytest
 from request_golden import GOLDEN
 
-from blackwell_sm.job.sdk import SdkViewWarning, _hook, _warn, trainer_args
+from blackwell_sm.job.sdk import SDK_CLASSES, SdkViewWarning, _hook, _warn, trainer_args
 from blackwell_sm.job.sdk_table import HOOK, ROWS, TABLE, leaves, unmapped
 
 CASES = {c["name"]: c for c in json.loads(GOLDEN.read_text())}
@@ -27,22 +27,7 @@ def stand_ins() -> dict:
     def cls(name):
         return lambda **kw: {"class": name, **kw}
 
-    return {
-        name: cls(name)
-        for name in (
-            "Channel",
-            "CheckpointConfig",
-            "Compute",
-            "DataSource",
-            "MetricDefinition",
-            "Networking",
-            "OutputDataConfig",
-            "RetryStrategy",
-            "S3DataSource",
-            "StoppingCondition",
-            "Tag",
-        )
-    }
+    return {name: cls(name) for name in SDK_CLASSES}
 
 
 @pytest.mark.parametrize("name", ["full", "preferences-resolved", "named-plan-resolved"])

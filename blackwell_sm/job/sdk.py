@@ -45,6 +45,22 @@ class SdkViewWarning(UserWarning):
     """What the SageMaker SDK view cannot send exactly as the builder would."""
 
 
+#: The SDK v3 classes the table builds its arguments with (sagemaker.core.shapes).
+SDK_CLASSES = (
+    "Channel",
+    "CheckpointConfig",
+    "Compute",
+    "DataSource",
+    "MetricDefinition",
+    "Networking",
+    "OutputDataConfig",
+    "RetryStrategy",
+    "S3DataSource",
+    "StoppingCondition",
+    "Tag",
+)
+
+
 def _load(spec: RunSpec | str | Path | dict[str, Any]) -> RunSpec:
     from blackwell_sm.spec import load_spec, parse_spec
 
@@ -120,23 +136,10 @@ def _sdk_classes() -> dict[str, Any]:
             f"the SageMaker SDK is not installed ({e.name})",
             hint="pip install 'blackwell-sm[sdk]' (sagemaker>=3)",
         ) from None
-    names = (
-        "Channel",
-        "CheckpointConfig",
-        "Compute",
-        "DataSource",
-        "MetricDefinition",
-        "Networking",
-        "OutputDataConfig",
-        "RetryStrategy",
-        "S3DataSource",
-        "StoppingCondition",
-        "Tag",
-    )
     return {
         "Session": Session,
         "ModelTrainer": ModelTrainer,
-        **{n: getattr(configs, n) for n in names},
+        **{n: getattr(configs, n) for n in SDK_CLASSES},
     }
 
 
