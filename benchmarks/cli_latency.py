@@ -169,40 +169,71 @@ def main(argv: list[str] | None = None) -> int:
                 cpu[key].append(dcpu)
     med = {k: statistics.median(v) for k, v in times.items() if v and k not in failed}
     sdk = med.get("sdk_import")
-    cmd_str = {k: " ".join(Path(c).name if i < 2 else c for i, c in enumerate(v))
-               for k, v in cmds.items()}  # fmt: skip
+    cmd_str = {
+        k: " ".join(Path(c).name if i < 2 else c for i, c in enumerate(v)) for k, v in cmds.items()
+    }
 
     def figure(key: str, **kw) -> None:
         if key in failed:
-            emit(f"cli.{key}_s", None, "s", ok=False, status="missing or failing",
-                 error=failed[key], command=cmd_str[key], **kw)  # fmt: skip
+            emit(
+                f"cli.{key}_s",
+                None,
+                "s",
+                ok=False,
+                status="missing or failing",
+                error=failed[key],
+                command=cmd_str[key],
+                **kw,
+            )
             return
         if key not in med:
             emit(f"cli.{key}_s", None, "s", status="skipped (--sdk-repeats 0)", **kw)
             return
         # CPU seconds (user + system of the child) barely move with other tenants' load.
-        extra = {"cpu_s": round(statistics.median(cpu[key]), 4),
-                 "runs_s": [round(t, 4) for t in times[key]], "command": cmd_str[key]}  # fmt: skip
+        extra = {
+            "cpu_s": round(statistics.median(cpu[key]), 4),
+            "runs_s": [round(t, 4) for t in times[key]],
+            "command": cmd_str[key],
+        }
         if key.startswith("bsm"):
             extra["heaviest_imports"] = heaviest_imports(cmds[key])
         emit(f"cli.{key}_s", round(med[key], 4), "s", **kw, **extra)
 
     figure("python_startup", reference="interpreter start-up alone")
-    emit("cli.bsm_plan_phases", phases(env, args.repeats), "ms", bytecode=not args.no_bytecode,
-         reference="medians of one bsm plan's phases, in process")  # fmt: skip
+    emit(
+        "cli.bsm_plan_phases",
+        phases(env, args.repeats),
+        "ms",
+        bytecode=not args.no_bytecode,
+        reference="medians of one bsm plan's phases, in process",
+    )
     figure("bsm_help", reference={"sdk_import_s": sdk and round(sdk, 4)})
     figure("bsm_plan", target=f"< {PLAN_TARGET_S}", bytecode=not args.no_bytecode)
     figure("bsm_submit_dry_run", reference={"sdk_import_s": sdk and round(sdk, 4)})
     figure("sdk_import", reference="from sagemaker.train import ModelTrainer")
     if "bsm_plan" in med and sdk:
-        emit("cli.bsm_plan_over_sdk_import", round(med["bsm_plan"] / sdk, 4), "ratio",
-             target=f"< {SDK_FRACTION}")  # fmt: skip
-        emit("cli.bsm_plan_over_sdk_import_cpu",
-             round(statistics.median(cpu["bsm_plan"]) / statistics.median(cpu["sdk_import"]), 4),
-             "ratio", target=f"< {SDK_FRACTION}", clock="child CPU seconds")  # fmt: skip
+        emit(
+            "cli.bsm_plan_over_sdk_import",
+            round(med["bsm_plan"] / sdk, 4),
+            "ratio",
+            target=f"< {SDK_FRACTION}",
+        )
+        emit(
+            "cli.bsm_plan_over_sdk_import_cpu",
+            round(statistics.median(cpu["bsm_plan"]) / statistics.median(cpu["sdk_import"]), 4),
+            "ratio",
+            target=f"< {SDK_FRACTION}",
+            clock="child CPU seconds",
+        )
     else:
-        emit("cli.bsm_plan_over_sdk_import", None, "ratio", target=f"< {SDK_FRACTION}", ok=False,
-             status="not measured: " + (", ".join(sorted(failed)) or "SDK import skipped"))  # fmt: skip
+        emit(
+            "cli.bsm_plan_over_sdk_import",
+            None,
+            "ratio",
+            target=f"< {SDK_FRACTION}",
+            ok=False,
+            status="not measured: " + (", ".join(sorted(failed)) or "SDK import skipped"),
+        )
     note(f"cli latency measured from {REPO} with {args.repeats} runs per command")
     return 0
 

@@ -160,8 +160,13 @@ def offload_comparison(model: str, seq: int, instance: str) -> dict | None:
     if not chosen.feasible:
         return None
     c = chosen.config
-    spec = parse_spec({"model": model, "training": {"seq_len": seq},
-                       "compute": {"instance_type": instance, "instance_count": 1}})  # fmt: skip
+    spec = parse_spec(
+        {
+            "model": model,
+            "training": {"seq_len": seq},
+            "compute": {"instance_type": instance, "instance_count": 1},
+        }
+    )
     ctx = context(spec, get_instance(instance))[0]
     world = ctx.instance.gpus_per_instance
     ga = max(1, ctx.global_batch_seqs // world)
@@ -177,11 +182,15 @@ def offload_comparison(model: str, seq: int, instance: str) -> dict | None:
     per_mb_compute = e.time.compute_s / ga
     step = e.time.step_s + ga * max(0.0, transfer - per_mb_compute)
     return {
-        "offload_gib": over / GIB, "possible": True, "transfer_s_per_mb": transfer,
-        "compute_s_per_mb": per_mb_compute, "offload_step_s": step,
-        "chosen_step_s": chosen.throughput.step_time_s, "chosen": c.model_dump(),
+        "offload_gib": over / GIB,
+        "possible": True,
+        "transfer_s_per_mb": transfer,
+        "compute_s_per_mb": per_mb_compute,
+        "offload_step_s": step,
+        "chosen_step_s": chosen.throughput.step_time_s,
+        "chosen": c.model_dump(),
         "offload_faster": step < chosen.throughput.step_time_s,
-    }  # fmt: skip
+    }
 
 
 if __name__ == "__main__":

@@ -49,8 +49,16 @@ class Rates:
 
 # A small llama (about 1.6M parameters) that does real matmul work per token on one CPU thread,
 # so the loop's fixed per-step costs are measured against compute rather than against nothing.
-SMALL = dict(name="bench-small", n_layers=4, d_model=128, n_heads=4, n_kv_heads=2, ffn_dim=384,
-             vocab_size=2048, max_seq_len=512)  # fmt: skip
+SMALL = dict(
+    name="bench-small",
+    n_layers=4,
+    d_model=128,
+    n_heads=4,
+    n_kv_heads=2,
+    ffn_dim=384,
+    vocab_size=2048,
+    max_seq_len=512,
+)
 
 
 def bench_plan(model: str, *, steps: int, seq_len: int, micro_batch: int, accum: int):
@@ -60,22 +68,38 @@ def bench_plan(model: str, *, steps: int, seq_len: int, micro_batch: int, accum:
     from blackwell_sm.planner.api import pinned_plan
     from blackwell_sm.spec import parse_spec
 
-    spec = parse_spec({
-        "model": dict(SMALL) if model == "small" else model,
-        "training": {
-            "seq_len": seq_len, "total_steps": steps, "precision": "bf16",
-            "global_batch_seqs": micro_batch * accum, "activation_checkpointing": "none",
-            "export_model": False,
-            "optimizer": {"lr": 1e-3, "weight_decay": 0.1, "grad_clip": 1.0},
-            "schedule": {"warmup_steps": 2, "decay": "cosine"},
-            "checkpoint": {"interval_steps": None, "interval_minutes": None, "keep_last": 1,
-                           "async_save": False},
-            "data": {"source": "synthetic"},
-        },
-    })  # fmt: skip
-    cfg = dict(shard_degree=1, replicate_degree=1, micro_batch_size=micro_batch,
-               grad_accum_steps=accum, precision="bf16", activation_checkpointing="none",
-               compile=False, reshard_after_forward=True)  # fmt: skip
+    spec = parse_spec(
+        {
+            "model": dict(SMALL) if model == "small" else model,
+            "training": {
+                "seq_len": seq_len,
+                "total_steps": steps,
+                "precision": "bf16",
+                "global_batch_seqs": micro_batch * accum,
+                "activation_checkpointing": "none",
+                "export_model": False,
+                "optimizer": {"lr": 1e-3, "weight_decay": 0.1, "grad_clip": 1.0},
+                "schedule": {"warmup_steps": 2, "decay": "cosine"},
+                "checkpoint": {
+                    "interval_steps": None,
+                    "interval_minutes": None,
+                    "keep_last": 1,
+                    "async_save": False,
+                },
+                "data": {"source": "synthetic"},
+            },
+        }
+    )
+    cfg = dict(
+        shard_degree=1,
+        replicate_degree=1,
+        micro_batch_size=micro_batch,
+        grad_accum_steps=accum,
+        precision="bf16",
+        activation_checkpointing="none",
+        compile=False,
+        reshard_after_forward=True,
+    )
     return pinned_plan(spec, cfg, instance=local_instance(nproc=1))
 
 
@@ -83,9 +107,15 @@ def _join_group() -> None:
     """A one-process gloo group, as torchrun would set it up for one CPU worker."""
     from blackwell_sm.local import free_port
 
-    os.environ.update(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0", LOCAL_WORLD_SIZE="1",
-                      MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()),
-                      BSM_DEVICE="cpu")  # fmt: skip
+    os.environ.update(
+        RANK="0",
+        WORLD_SIZE="1",
+        LOCAL_RANK="0",
+        LOCAL_WORLD_SIZE="1",
+        MASTER_ADDR="127.0.0.1",
+        MASTER_PORT=str(free_port()),
+        BSM_DEVICE="cpu",
+    )
 
 
 def _clock() -> tuple[float, float]:
@@ -146,10 +176,12 @@ def _batches(plan) -> list[list]:
     data = SyntheticDataset(cfg.seq_len, plan.spec.model.vocab_size, seed)
     layout = BatchLayout(cfg.micro_batch_size, cfg.grad_accum_steps, 1, cfg.seq_len)
     return [
-        [torch.from_numpy(data.batch(layout.positions(s, m, 0), seed))
-         for m in range(cfg.grad_accum_steps)]
+        [
+            torch.from_numpy(data.batch(layout.positions(s, m, 0), seed))
+            for m in range(cfg.grad_accum_steps)
+        ]
         for s in range(plan.run.steps)
-    ]  # fmt: skip
+    ]
 
 
 def run_plain(plan, batches, warmup: int, *, fsdp: bool) -> Rates:
@@ -174,8 +206,9 @@ def run_plain(plan, batches, warmup: int, *, fsdp: bool) -> Rates:
     else:
         model = Transformer(spec, max_seq_len=cfg.seq_len)
     model.init_weights(tr.seed)
-    opt = torch.optim.AdamW(model.parameters(), lr=o.lr, betas=o.betas, eps=o.eps,
-                            weight_decay=o.weight_decay)  # fmt: skip
+    opt = torch.optim.AdamW(
+        model.parameters(), lr=o.lr, betas=o.betas, eps=o.eps, weight_decay=o.weight_decay
+    )
     # FSDP2 computes in bf16 through its mixed-precision policy; plain PyTorch does it by autocast.
     amp = contextlib.nullcontext if fsdp else lambda: torch.autocast("cpu", dtype=torch.bfloat16)
     stamps = []
@@ -220,8 +253,14 @@ def checkpoint_roundtrip(trainer, workdir: Path) -> dict:
         torch.equal(a.to_local(), b.to_local())
         for a, b in zip(trainer.model.parameters(), fresh.model.parameters(), strict=True)
     )
-    return {"save_s": save_s, "load_s": load_s, "bytes": n_bytes, "step": restored_step,
-            "restored_equal": same, "path": path}  # fmt: skip
+    return {
+        "save_s": save_s,
+        "load_s": load_s,
+        "bytes": n_bytes,
+        "step": restored_step,
+        "restored_equal": same,
+        "path": path,
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -242,8 +281,13 @@ def main(argv: list[str] | None = None) -> int:
     import torch.distributed as dist
 
     torch.set_num_threads(args.threads)
-    plan = bench_plan(args.model, steps=args.steps, seq_len=args.seq_len,
-                      micro_batch=args.micro_batch, accum=args.accum)  # fmt: skip
+    plan = bench_plan(
+        args.model,
+        steps=args.steps,
+        seq_len=args.seq_len,
+        micro_batch=args.micro_batch,
+        accum=args.accum,
+    )
     batches = _batches(plan)
     saved_env = dict(os.environ)
     _join_group()
@@ -256,9 +300,13 @@ def main(argv: list[str] | None = None) -> int:
             real, trainer = run_real(plan, tmp / "run", args.warmup)
             runs["real"].append(real)
             runs["plain_fsdp2"].append(run_plain(plan, batches, args.warmup, fsdp=True))
-            note(f"repeat {r + 1}/{args.repeats}: " + ", ".join(
-                f"{k} {v[-1].wall:,.0f} tok/s ({v[-1].cpu:,.0f} per CPU-s)"
-                for k, v in runs.items()))  # fmt: skip
+            note(
+                f"repeat {r + 1}/{args.repeats}: "
+                + ", ".join(
+                    f"{k} {v[-1].wall:,.0f} tok/s ({v[-1].cpu:,.0f} per CPU-s)"
+                    for k, v in runs.items()
+                )
+            )
         ck = checkpoint_roundtrip(trainer, tmp / "run")
         data_s = data_time_per_step(plan)
     finally:
@@ -271,33 +319,75 @@ def main(argv: list[str] | None = None) -> int:
     def med(key: str, clock: str) -> float:
         return statistics.median(getattr(x, clock) for x in runs[key])
 
-    setting = {"model": plan.model.name, "n_params": plan.model.n_params, "seq_len": args.seq_len,
-               "micro_batch": args.micro_batch, "grad_accum": args.accum, "steps": args.steps,
-               "warmup": args.warmup, "repeats": args.repeats, "threads": args.threads}  # fmt: skip
+    setting = {
+        "model": plan.model.name,
+        "n_params": plan.model.n_params,
+        "seq_len": args.seq_len,
+        "micro_batch": args.micro_batch,
+        "grad_accum": args.accum,
+        "steps": args.steps,
+        "warmup": args.warmup,
+        "repeats": args.repeats,
+        "threads": args.threads,
+    }
     for key in runs:
-        emit(f"loop.{key}_tokens_per_s", round(med(key, "wall"), 1), "tokens/s",
-             per_cpu_second=round(med(key, "cpu"), 1),
-             runs=[round(x.wall, 1) for x in runs[key]],
-             **({"setting": setting} if key == "plain" else {}))  # fmt: skip
+        emit(
+            f"loop.{key}_tokens_per_s",
+            round(med(key, "wall"), 1),
+            "tokens/s",
+            per_cpu_second=round(med(key, "cpu"), 1),
+            runs=[round(x.wall, 1) for x in runs[key]],
+            **({"setting": setting} if key == "plain" else {}),
+        )
     # CPU seconds are the fair clock on a shared machine: they count only this process's work.
-    emit("loop.real_over_plain_cpu", round(med("real", "cpu") / med("plain", "cpu"), 4), "ratio",
-         target=f">= {TARGET_RATIO}", clock="process CPU time")  # fmt: skip
-    emit("loop.real_over_plain_wall", round(med("real", "wall") / med("plain", "wall"), 4),
-         "ratio", target=f">= {TARGET_RATIO}", clock="wall")  # fmt: skip
-    emit("loop.real_over_plain_fsdp2_cpu",
-         round(med("real", "cpu") / med("plain_fsdp2", "cpu"), 4), "ratio",
-         reference="plain loop on the same FSDP2-wrapped model: what the loop itself adds")  # fmt: skip
+    emit(
+        "loop.real_over_plain_cpu",
+        round(med("real", "cpu") / med("plain", "cpu"), 4),
+        "ratio",
+        target=f">= {TARGET_RATIO}",
+        clock="process CPU time",
+    )
+    emit(
+        "loop.real_over_plain_wall",
+        round(med("real", "wall") / med("plain", "wall"), 4),
+        "ratio",
+        target=f">= {TARGET_RATIO}",
+        clock="wall",
+    )
+    emit(
+        "loop.real_over_plain_fsdp2_cpu",
+        round(med("real", "cpu") / med("plain_fsdp2", "cpu"), 4),
+        "ratio",
+        reference="plain loop on the same FSDP2-wrapped model: what the loop itself adds",
+    )
     step_s = plan.config.global_batch_sequences * args.seq_len / med("real", "wall")
-    emit("loop.synthetic_data_share", round(data_s / step_s, 4), "fraction of a real step",
-         reference="SyntheticDataset makes each step's sequences inside the real step",
-         data_s_per_step=round(data_s, 5))  # fmt: skip
-    emit("checkpoint.save_s", round(ck["save_s"], 4), "s", bytes=ck["bytes"],
-         reference="Checkpointer.save (DCP, synchronous): model + AdamW state + RNG")  # fmt: skip
-    emit("checkpoint.bytes", ck["bytes"], "bytes",
-         reference={"fp32_params_plus_adamw_bytes": plan.model.n_params * 12})  # fmt: skip
-    emit("checkpoint.restore_s", round(ck["load_s"], 4), "s",
-         ok=ck["restored_equal"] and ck["step"] == args.steps + 1,
-         reference="Checkpointer.load into a freshly built model; ok = weights equal")  # fmt: skip
+    emit(
+        "loop.synthetic_data_share",
+        round(data_s / step_s, 4),
+        "fraction of a real step",
+        reference="SyntheticDataset makes each step's sequences inside the real step",
+        data_s_per_step=round(data_s, 5),
+    )
+    emit(
+        "checkpoint.save_s",
+        round(ck["save_s"], 4),
+        "s",
+        bytes=ck["bytes"],
+        reference="Checkpointer.save (DCP, synchronous): model + AdamW state + RNG",
+    )
+    emit(
+        "checkpoint.bytes",
+        ck["bytes"],
+        "bytes",
+        reference={"fp32_params_plus_adamw_bytes": plan.model.n_params * 12},
+    )
+    emit(
+        "checkpoint.restore_s",
+        round(ck["load_s"], 4),
+        "s",
+        ok=ck["restored_equal"] and ck["step"] == args.steps + 1,
+        reference="Checkpointer.load into a freshly built model; ok = weights equal",
+    )
     return 0
 
 

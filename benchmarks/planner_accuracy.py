@@ -83,23 +83,30 @@ def leave_one_out(rows: list[Row], label: str) -> list[dict]:
         before = predict_with(None, row) / row.tokens_per_s_per_gpu - 1
         after = predict_with(profile, row) / row.tokens_per_s_per_gpu - 1
         entry = profile.gpus.get(row.gpu) if profile else None
-        out.append({
-            "name": f"planner_accuracy.loo.{label}.{row.id}", "unit": "fraction",
-            "value": round(after, 4), "reference": round(before, 4),
-            "error_before": round(before, 4), "error_after": round(after, 4),
-            "fitted_on": len(rest), "constants": entry.fitted if entry else [],
-        })  # fmt: skip
+        out.append(
+            {
+                "name": f"planner_accuracy.loo.{label}.{row.id}",
+                "unit": "fraction",
+                "value": round(after, 4),
+                "reference": round(before, 4),
+                "error_before": round(before, 4),
+                "error_after": round(after, 4),
+                "fitted_on": len(rest),
+                "constants": entry.fitted if entry else [],
+            }
+        )
     return out
 
 
 def _loo_summary(label: str, lines: list[dict]) -> dict:
     return {
-        "name": f"planner_accuracy.loo.{label}.median_abs_error_after", "unit": "fraction",
+        "name": f"planner_accuracy.loo.{label}.median_abs_error_after",
+        "unit": "fraction",
         "value": round(statistics.median(abs(x["error_after"]) for x in lines), 4),
         "reference": round(statistics.median(abs(x["error_before"]) for x in lines), 4),
         "rows": len(lines),
         "note": "reference: the same rows with calibration.py's constants (before)",
-    }  # fmt: skip
+    }
 
 
 def main() -> None:
@@ -122,38 +129,67 @@ def main() -> None:
         elif fitted_for:
             own_fit.setdefault(fitted_for, []).append(err)
         kind = "upper bound" if upper else ("fitted" if fsdp else "held out")
-        print(json.dumps({
-            "name": f"planner_accuracy.{row['id']}.tokens_per_s_per_gpu",
-            "value": round(e.tokens_per_s_per_gpu, 1), "unit": "tokens/s/GPU",
-            "reference": tps_ref, "error": round(err, 4), "fitted": fsdp,
-            "kind": f"fitted: {fitted_for}" if fitted_for else kind,
-            "mfu_predicted": round(e.mfu, 4), "source": row.get("url") or row.get("source"),
-        }))  # fmt: skip
+        print(
+            json.dumps(
+                {
+                    "name": f"planner_accuracy.{row['id']}.tokens_per_s_per_gpu",
+                    "value": round(e.tokens_per_s_per_gpu, 1),
+                    "unit": "tokens/s/GPU",
+                    "reference": tps_ref,
+                    "error": round(err, 4),
+                    "fitted": fsdp,
+                    "kind": f"fitted: {fitted_for}" if fitted_for else kind,
+                    "mfu_predicted": round(e.mfu, 4),
+                    "source": row.get("url") or row.get("source"),
+                }
+            )
+        )
         if row["peak_memory_gib"]:
             ref = float(row["peak_memory_gib"])
             pred = predict(csv_row(row)).memory_gib
             err = pred / ref - 1
             if fsdp:
                 mem_err.append(err)
-            print(json.dumps({
-                "name": f"planner_accuracy.{row['id']}.peak_memory_gib", "value": round(pred, 2),
-                "unit": "GiB", "reference": ref, "error": round(err, 4), "fitted": fsdp,
-                "memory_kind": row["memory_kind"],
-            }))  # fmt: skip
+            print(
+                json.dumps(
+                    {
+                        "name": f"planner_accuracy.{row['id']}.peak_memory_gib",
+                        "value": round(pred, 2),
+                        "unit": "GiB",
+                        "reference": ref,
+                        "error": round(err, 4),
+                        "fitted": fsdp,
+                        "memory_kind": row["memory_kind"],
+                    }
+                )
+            )
     for name, errs, target in (("peak_memory", mem_err, 0.10), ("tokens_per_s", tps_err, 0.15)):
         med = statistics.median(abs(x) for x in errs)
-        print(json.dumps({
-            "name": f"planner_accuracy.{name}.median_abs_error", "value": round(med, 4),
-            "unit": "fraction", "reference": target, "rows": len(errs),
-            "csv": [str(p) for p in paths],
-        }))  # fmt: skip
+        print(
+            json.dumps(
+                {
+                    "name": f"planner_accuracy.{name}.median_abs_error",
+                    "value": round(med, 4),
+                    "unit": "fraction",
+                    "reference": target,
+                    "rows": len(errs),
+                    "csv": [str(p) for p in paths],
+                }
+            )
+        )
     for constant, errs in own_fit.items():
-        print(json.dumps({
-            "name": f"planner_accuracy.tokens_per_s.{constant}.median_abs_error",
-            "value": round(statistics.median(abs(x) for x in errs), 4), "unit": "fraction",
-            "reference": 0.15, "rows": len(errs),
-            "note": "the rows of benchmarks/data this constant was fitted on",
-        }))  # fmt: skip
+        print(
+            json.dumps(
+                {
+                    "name": f"planner_accuracy.tokens_per_s.{constant}.median_abs_error",
+                    "value": round(statistics.median(abs(x) for x in errs), 4),
+                    "unit": "fraction",
+                    "reference": 0.15,
+                    "rows": len(errs),
+                    "note": "the rows of benchmarks/data this constant was fitted on",
+                }
+            )
+        )
     groups = [("reference", fsdp_rows)]
     local = [d for d in os.environ.get("BSM_LOCAL_RUNS", "").split(":") if d]
     if local:

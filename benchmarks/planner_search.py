@@ -28,20 +28,36 @@ def main() -> None:
                 p = make_plan(spec)
                 times.append(time.perf_counter() - t0)
             target = 100.0 if (name, itype) == ("llama-64b", "ml.p6-b200.48xlarge") else None
-            print(json.dumps({
-                "name": f"planner_search.{name}.{itype}.ms", "value": round(statistics.median(times) * 1e3, 1),
-                "unit": "ms", "reference": target, "instance_count": p.instance.count,
-                "feasible": p.feasible, "config": p.config.model_dump(),
-            }))  # fmt: skip
+            print(
+                json.dumps(
+                    {
+                        "name": f"planner_search.{name}.{itype}.ms",
+                        "value": round(statistics.median(times) * 1e3, 1),
+                        "unit": "ms",
+                        "reference": target,
+                        "instance_count": p.instance.count,
+                        "feasible": p.feasible,
+                        "config": p.config.model_dump(),
+                    }
+                )
+            )
     spec = parse_spec(
         {"model": "llama-64b", "compute": {"instance_count": "auto", "deadline_hours": 24}}
     )
     t0 = time.perf_counter()
     p = make_plan(spec)
-    print(json.dumps({
-        "name": "planner_search.llama-64b.deadline-24h.ms", "value": round((time.perf_counter() - t0) * 1e3, 1),
-        "unit": "ms", "reference": None, "instance_count": p.instance.count, "hours": p.run.hours,
-    }))  # fmt: skip
+    print(
+        json.dumps(
+            {
+                "name": "planner_search.llama-64b.deadline-24h.ms",
+                "value": round((time.perf_counter() - t0) * 1e3, 1),
+                "unit": "ms",
+                "reference": None,
+                "instance_count": p.instance.count,
+                "hours": p.run.hours,
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

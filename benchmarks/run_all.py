@@ -49,8 +49,9 @@ def main(argv: list[str] | None = None) -> int:
             continue
         note(f"running {name}")
         t0 = time.perf_counter()
-        proc = subprocess.run([sys.executable, str(script)], cwd=REPO, stdout=subprocess.PIPE,
-                              text=True)  # fmt: skip
+        proc = subprocess.run(
+            [sys.executable, str(script)], cwd=REPO, stdout=subprocess.PIPE, text=True
+        )
         for line in proc.stdout.splitlines():
             try:
                 lines.append(json.loads(line))
@@ -60,8 +61,9 @@ def main(argv: list[str] | None = None) -> int:
             print(line, flush=True)
         wall = time.perf_counter() - t0
         ok = proc.returncode == 0
-        lines.append(emit(f"bench.{name}.wall_s", round(wall, 1), "s", ok=ok,
-                          exit_code=proc.returncode))  # fmt: skip
+        lines.append(
+            emit(f"bench.{name}.wall_s", round(wall, 1), "s", ok=ok, exit_code=proc.returncode)
+        )
         if not ok:
             failed.append(name)
     if args.out:

@@ -38,10 +38,18 @@ WHEELS = {"bsm": 0, "tensorboardx": 87_510, "torch": 5_516_204}
 
 def record(step: int) -> TrainRecord:
     return TrainRecord(
-        step=step, loss=3.0 - step * 1e-4, lr=3e-4, grad_norm=1.0, tok_s_gpu=9000.0, mfu=0.4,
-        step_time_s=1.0, mem_alloc_gib=60.0, mem_reserved_gib=70.0,
-        memory_kind="cuda_max_allocated_reserved", time=time.time(),
-    )  # fmt: skip
+        step=step,
+        loss=3.0 - step * 1e-4,
+        lr=3e-4,
+        grad_norm=1.0,
+        tok_s_gpu=9000.0,
+        mfu=0.4,
+        step_time_s=1.0,
+        mem_alloc_gib=60.0,
+        mem_reserved_gib=70.0,
+        memory_kind="cuda_max_allocated_reserved",
+        time=time.time(),
+    )
 
 
 def per_step_us(write, steps: int) -> float:
@@ -67,8 +75,13 @@ def main(argv: list[str] | None = None) -> int:
             w.scalars(s, scalars(recs[s - 1]))
             w.flush()
 
-        emit("tracker.tensorboard.bsm_us", round(per_step_us(bsm, n), 1), "us/step",
-             target="< 1000", detail="train/tb_events.py, 8 scalars + flush")  # fmt: skip
+        emit(
+            "tracker.tensorboard.bsm_us",
+            round(per_step_us(bsm, n), 1),
+            "us/step",
+            target="< 1000",
+            detail="train/tb_events.py, 8 scalars + flush",
+        )
         if importlib.util.find_spec("tensorboardX"):
             from tensorboardX import SummaryWriter as XWriter
 
@@ -105,11 +118,16 @@ def main(argv: list[str] | None = None) -> int:
 
             def ml(s: int) -> None:
                 ms = int(time.time() * 1000)
-                client.log_batch(run_id, metrics=[Metric(k, v, ms, s) for k, v in
-                                                  scalars(recs[s - 1]).items()])  # fmt: skip
+                client.log_batch(
+                    run_id, metrics=[Metric(k, v, ms, s) for k, v in scalars(recs[s - 1]).items()]
+                )
 
-            emit("tracker.mlflow_sqlite_us", round(per_step_us(ml, min(n, 300)), 1), "us/step",
-                 detail="log_batch of 8 metrics into a SQLite store")  # fmt: skip
+            emit(
+                "tracker.mlflow_sqlite_us",
+                round(per_step_us(ml, min(n, 300)), 1),
+                "us/step",
+                detail="log_batch of 8 metrics into a SQLite store",
+            )
 
         from blackwell_sm.train import trackers as tr
 
@@ -117,9 +135,12 @@ def main(argv: list[str] | None = None) -> int:
         import queue
 
         q.queue, q.dropped = queue.Queue(maxsize=tr.QUEUE_MAX), 0
-        emit("tracker.enqueue_us", round(per_step_us(lambda s: q.write(recs[s - 1]),
-                                                     min(n, tr.QUEUE_MAX)), 2), "us/record",
-             target="< 50")  # fmt: skip
+        emit(
+            "tracker.enqueue_us",
+            round(per_step_us(lambda s: q.write(recs[s - 1]), min(n, tr.QUEUE_MAX)), 2),
+            "us/record",
+            target="< 50",
+        )
     return 0
 
 

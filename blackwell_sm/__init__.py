@@ -23,7 +23,9 @@ if TYPE_CHECKING:  # what a type checker sees; at run time each name loads on fi
     from blackwell_sm.errors import PlanWarning as PlanWarning
     from blackwell_sm.planner.api import plan as plan
     from blackwell_sm.planner.plan import Plan as Plan
+    from blackwell_sm.planner.preferences import PlanSet as PlanSet
     from blackwell_sm.planner.preferences import PreferencePlans as PreferencePlans
+    from blackwell_sm.planner.preferences import as_plan_set as as_plan_set
     from blackwell_sm.spec import ModelSpec as ModelSpec
     from blackwell_sm.spec import RunSpec as RunSpec
     from blackwell_sm.spec import TrainingSpec as TrainingSpec
@@ -47,6 +49,8 @@ _LAZY: dict[str, str] = {
     "InfeasiblePlanError": "blackwell_sm.errors:InfeasiblePlanError",
     "PlanWarning": "blackwell_sm.errors:PlanWarning",
     "PreferencePlans": "blackwell_sm.planner.preferences:PreferencePlans",
+    "PlanSet": "blackwell_sm.planner.preferences:PlanSet",
+    "as_plan_set": "blackwell_sm.planner.preferences:as_plan_set",
     "TrainingJob": "blackwell_sm.aws.handle:TrainingJob",
 }
 

@@ -47,15 +47,18 @@ class SafeYamlLoader(yaml.SafeLoader):
                     hash(key)
                 except TypeError:
                     raise yaml.constructor.ConstructorError(
-                        "while constructing a mapping", node.start_mark,
-                        "found an unhashable key", key_node.start_mark,
-                    ) from None  # fmt: skip
+                        "while constructing a mapping",
+                        node.start_mark,
+                        "found an unhashable key",
+                        key_node.start_mark,
+                    ) from None
                 if key in seen:
                     raise yaml.constructor.ConstructorError(
-                        "while constructing a mapping", node.start_mark,
+                        "while constructing a mapping",
+                        node.start_mark,
                         f"duplicate key {key!r} (first at line {seen[key].line + 1})",
                         key_node.start_mark,
-                    )  # fmt: skip
+                    )
                 seen[key] = key_node.start_mark
         return super().construct_mapping(node, deep=deep)
 
@@ -87,9 +90,11 @@ def _construct_int(loader: SafeYamlLoader, node: Any) -> int:
     digits = text.lstrip("+-")
     if len(digits) > MAX_INT_DIGITS:
         raise yaml.constructor.ConstructorError(
-            None, None, f"integer with {len(digits)} digits (at most {MAX_INT_DIGITS})",
+            None,
+            None,
+            f"integer with {len(digits)} digits (at most {MAX_INT_DIGITS})",
             node.start_mark,
-        )  # fmt: skip
+        )
     sign = -1 if text.startswith("-") else 1
     if digits.startswith("0o"):
         return sign * int(digits[2:], 8)

@@ -88,8 +88,13 @@ B200 = GpuSpec(
     compute_capability=(10, 0),
     peak_tflops={"bf16": 2250.0, "fp8": 4500.0, "mxfp8": 4500.0},
 )
-B300 = GpuSpec(name="B300 288GB", memory_gib=267.0, hbm_tb_s=8.0, compute_capability=(10, 3),
-               peak_tflops={"bf16": 2250.0, "fp8": 4500.0, "mxfp8": 4500.0})  # fmt: skip
+B300 = GpuSpec(
+    name="B300 288GB",
+    memory_gib=267.0,
+    hbm_tb_s=8.0,
+    compute_capability=(10, 3),
+    peak_tflops={"bf16": 2250.0, "fp8": 4500.0, "mxfp8": 4500.0},
+)
 
 # Price table: USD per instance-hour. SageMaker `ml.` prices for these types were not published
 # where we looked; these are EC2 on-demand list prices (us-east-1) as a lower-bound proxy.
@@ -98,24 +103,62 @@ B300 = GpuSpec(name="B300 288GB", memory_gib=267.0, hbm_tb_s=8.0, compute_capabi
 PRICES_AS_OF = "2026-11"
 PRICES: dict[str, tuple[float, str]] = {
     "ml.p6-b200.48xlarge": (113.93, "EC2 p6-b200.48xlarge on-demand list price, us-east-1"),
-    "ml.p6-b300.48xlarge": (142.42, "EC2 p6-b300.48xlarge on-demand list price, us-east-1 (unverified)"),
-    "ml.p5.48xlarge": (55.04, "EC2 p5.48xlarge on-demand list price after the 2025-06 cut, us-east-1"),
+    "ml.p6-b300.48xlarge": (
+        142.42,
+        "EC2 p6-b300.48xlarge on-demand list price, us-east-1 (unverified)",
+    ),
+    "ml.p5.48xlarge": (
+        55.04,
+        "EC2 p5.48xlarge on-demand list price after the 2025-06 cut, us-east-1",
+    ),
     "ml.p5en.48xlarge": (63.30, "EC2 p5en.48xlarge on-demand list price, us-east-1 (unverified)"),
-}  # fmt: skip
+}
 
 CATALOG: dict[str, InstanceType] = {
     t.name: t
     for t in [
-        InstanceType(name="ml.p6-b200.48xlarge", gpu=B200, gpus_per_instance=8, intra_node_gb_s=900.0,
-                     inter_node_gbps=3200.0, vcpus=192, host_memory_gib=2048.0, local_nvme_tb=30.72),
-        InstanceType(name="ml.p6-b300.48xlarge", gpu=B300, gpus_per_instance=8, intra_node_gb_s=900.0,
-                     inter_node_gbps=6400.0, vcpus=192, host_memory_gib=4096.0, local_nvme_tb=30.72),
-        InstanceType(name="ml.p5.48xlarge", gpu=H100, gpus_per_instance=8, intra_node_gb_s=450.0,
-                     inter_node_gbps=3200.0, vcpus=192, host_memory_gib=2048.0, local_nvme_tb=30.72),
-        InstanceType(name="ml.p5en.48xlarge", gpu=H200, gpus_per_instance=8, intra_node_gb_s=450.0,
-                     inter_node_gbps=3200.0, vcpus=192, host_memory_gib=2048.0, local_nvme_tb=30.72),
+        InstanceType(
+            name="ml.p6-b200.48xlarge",
+            gpu=B200,
+            gpus_per_instance=8,
+            intra_node_gb_s=900.0,
+            inter_node_gbps=3200.0,
+            vcpus=192,
+            host_memory_gib=2048.0,
+            local_nvme_tb=30.72,
+        ),
+        InstanceType(
+            name="ml.p6-b300.48xlarge",
+            gpu=B300,
+            gpus_per_instance=8,
+            intra_node_gb_s=900.0,
+            inter_node_gbps=6400.0,
+            vcpus=192,
+            host_memory_gib=4096.0,
+            local_nvme_tb=30.72,
+        ),
+        InstanceType(
+            name="ml.p5.48xlarge",
+            gpu=H100,
+            gpus_per_instance=8,
+            intra_node_gb_s=450.0,
+            inter_node_gbps=3200.0,
+            vcpus=192,
+            host_memory_gib=2048.0,
+            local_nvme_tb=30.72,
+        ),
+        InstanceType(
+            name="ml.p5en.48xlarge",
+            gpu=H200,
+            gpus_per_instance=8,
+            intra_node_gb_s=450.0,
+            inter_node_gbps=3200.0,
+            vcpus=192,
+            host_memory_gib=2048.0,
+            local_nvme_tb=30.72,
+        ),
     ]
-}  # fmt: skip
+}
 
 
 def _price(name: str) -> tuple[float | None, str | None]:
@@ -165,10 +208,21 @@ def local_instance(
         g = gpu
     else:
         mem = memory_gib if memory_gib is not None else 8.0 * nproc
-        g = GpuSpec(name="cpu", kind="cpu", memory_gib=mem / nproc, hbm_tb_s=0.02,
-                    peak_tflops={"bf16": peak_tflops or 0.1})  # fmt: skip
+        g = GpuSpec(
+            name="cpu",
+            kind="cpu",
+            memory_gib=mem / nproc,
+            hbm_tb_s=0.02,
+            peak_tflops={"bf16": peak_tflops or 0.1},
+        )
     return InstanceType(
-        name=f"{LOCAL_INSTANCE_PREFIX}{device}", gpu=g, gpus_per_instance=nproc, intra_node_gb_s=5.0,
-        inter_node_gbps=10.0, vcpus=os.cpu_count() or 1, host_memory_gib=memory_gib or 0.0,
-        supports_training_plans=False, efa_provider_env=False,
-    )  # fmt: skip
+        name=f"{LOCAL_INSTANCE_PREFIX}{device}",
+        gpu=g,
+        gpus_per_instance=nproc,
+        intra_node_gb_s=5.0,
+        inter_node_gbps=10.0,
+        vcpus=os.cpu_count() or 1,
+        host_memory_gib=memory_gib or 0.0,
+        supports_training_plans=False,
+        efa_provider_env=False,
+    )

@@ -80,10 +80,19 @@ def plan_for(spec: Any, *, hours: float | None = None, **config: Any) -> Any:
 
     n = spec.compute.instance_count if isinstance(spec.compute.instance_count, int) else 1
     gpus = 8 * n
-    cfg = dict(shard_degree=gpus, replicate_degree=1, micro_batch_size=1,
-               grad_accum_steps=max(1, spec.training.global_batch_sequences // gpus),
-               precision="bf16", activation_checkpointing="selective", compile=True,
-               reshard_after_forward=True) | config  # fmt: skip
+    cfg = (
+        dict(
+            shard_degree=gpus,
+            replicate_degree=1,
+            micro_batch_size=1,
+            grad_accum_steps=max(1, spec.training.global_batch_sequences // gpus),
+            precision="bf16",
+            activation_checkpointing="selective",
+            compile=True,
+            reshard_after_forward=True,
+        )
+        | config
+    )
     plan = pinned_plan(spec, cfg)
     if hours is not None:
         # A point estimate with no range: the builder's pessimistic hours are these hours.
@@ -301,28 +310,55 @@ def put_log_lines(aws: Any, stream: str, messages: list[str], at: datetime | Non
 def train_records(steps: range) -> list[dict[str, Any]]:
     """metrics.jsonl `train` records of a CUDA run, one per step."""
     return [
-        {"kind": "train", "step": s, "loss": 3.0 - 0.1 * s, "lr": 1e-4, "grad_norm": 1.0,
-         "tok_s_gpu": 1000.0 + s, "mfu": 0.4, "step_time_s": 1.0, "mem_alloc_gib": 10.0,
-         "mem_reserved_gib": 12.0, "memory_kind": "cuda_max_allocated_reserved",
-         "time": 1_700_000_000.0 + s}
+        {
+            "kind": "train",
+            "step": s,
+            "loss": 3.0 - 0.1 * s,
+            "lr": 1e-4,
+            "grad_norm": 1.0,
+            "tok_s_gpu": 1000.0 + s,
+            "mfu": 0.4,
+            "step_time_s": 1.0,
+            "mem_alloc_gib": 10.0,
+            "mem_reserved_gib": 12.0,
+            "memory_kind": "cuda_max_allocated_reserved",
+            "time": 1_700_000_000.0 + s,
+        }
         for s in steps
-    ]  # fmt: skip
+    ]
 
 
 def summary_json(tok_s: float, mem_gib: float) -> str:
     """A version 1 summary.json (no schema_version) of a CUDA run, as the loop wrote it."""
-    return json.dumps({
-        "status": "completed", "final_step": 5, "planned_steps": 5, "resumed_from_step": None,
-        "final_loss": 2.5, "final_val_loss": 2.9,
-        "measured": {"steps_timed": 3, "step_time_s": 1.0, "tokens_per_s_per_gpu": tok_s,
-                     "mfu": 0.4, "peak_memory_allocated_gib": 3.0,
-                     "peak_memory_reserved_gib": mem_gib,
-                     "memory_kind": "cuda_max_allocated_reserved"},
-        "predicted": {"step_time_s": 1.0, "tokens_per_s_per_gpu": 1000.0, "mfu": 0.4,
-                      "memory_gib": 3.0},
-        "ratio_measured_over_predicted": {"tokens_per_s_per_gpu": 1.2, "peak_memory": 1.1},
-        "check": None, "eta": None, "alerts": [],
-    })  # fmt: skip
+    return json.dumps(
+        {
+            "status": "completed",
+            "final_step": 5,
+            "planned_steps": 5,
+            "resumed_from_step": None,
+            "final_loss": 2.5,
+            "final_val_loss": 2.9,
+            "measured": {
+                "steps_timed": 3,
+                "step_time_s": 1.0,
+                "tokens_per_s_per_gpu": tok_s,
+                "mfu": 0.4,
+                "peak_memory_allocated_gib": 3.0,
+                "peak_memory_reserved_gib": mem_gib,
+                "memory_kind": "cuda_max_allocated_reserved",
+            },
+            "predicted": {
+                "step_time_s": 1.0,
+                "tokens_per_s_per_gpu": 1000.0,
+                "mfu": 0.4,
+                "memory_gib": 3.0,
+            },
+            "ratio_measured_over_predicted": {"tokens_per_s_per_gpu": 1.2, "peak_memory": 1.1},
+            "check": None,
+            "eta": None,
+            "alerts": [],
+        }
+    )
 
 
 def tar_gz(files: dict[str, bytes]) -> bytes:
@@ -337,3 +373,30 @@ def tar_gz(files: dict[str, bytes]) -> bytes:
             info.size = len(data)
             tar.addfile(info, io.BytesIO(data))
     return buf.getvalue()
+
+
+#: A check record's fields as the loop fills them (tests build check lines and records from it).
+CHECK_FIELDS = dict(
+    tok_s_gpu=9100.0,
+    pred_tok_s_gpu=10000.0,
+    pred_tok_s_gpu_low=7000.0,
+    pred_tok_s_gpu_high=11000.0,
+    speed_ratio=0.91,
+    speed="in_range",
+    step_time_s=1.45,
+    pred_step_time_s=1.3,
+    compute_s=1.2,
+    pred_compute_s=1.1,
+    exposed_comm_s=0.15,
+    pred_exposed_comm_s=0.1,
+    other_s=0.1,
+    mfu=0.4,
+    pred_mfu=0.45,
+    mem_reserved_gib=63.0,
+    pred_mem_gib=64.0,
+    pred_mem_high_gib=70.0,
+    memory="in_range",
+    eta_s=9000.0,
+    total_steps=2_000_000,
+    timing="cuda_profiler",
+)

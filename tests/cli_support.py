@@ -36,8 +36,20 @@ def run_local_process(
 ) -> subprocess.CompletedProcess[str]:
     """`python -m blackwell_sm run-local SPEC --out OUT --nproc N --output json ARGS...` as its
     own process (this checkout first on PYTHONPATH), with its output captured."""
-    cmd = [sys.executable, "-m", "blackwell_sm", "run-local", str(spec), "--out", str(out),
-           "--nproc", str(nproc), "--output", "json", *args]  # fmt: skip
+    cmd = [
+        sys.executable,
+        "-m",
+        "blackwell_sm",
+        "run-local",
+        str(spec),
+        "--out",
+        str(out),
+        "--nproc",
+        str(nproc),
+        "--output",
+        "json",
+        *args,
+    ]
     env = dict(env if env is not None else os.environ)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH")) if p)
     return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout, cwd=REPO)

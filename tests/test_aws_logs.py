@@ -50,10 +50,16 @@ def test_follow_with_no_events_stops_at_the_deadline_with_backoff(aws):
             sm.add_response("describe_training_job", running)
         events = list(
             iter_logs(
-                aws.sagemaker, aws.logs, jr.job_name, follow=True, timeout_s=300,
-                notify=notes.append, sleep=clock.sleep, clock=clock,
+                aws.sagemaker,
+                aws.logs,
+                jr.job_name,
+                follow=True,
+                timeout_s=300,
+                notify=notes.append,
+                sleep=clock.sleep,
+                clock=clock,
             )
-        )  # fmt: skip
+        )
     assert events == []
     assert clock.now <= 300 and max(clock.sleeps) == POLL_MAX_S
     assert clock.sleeps[:4] == [4.0, 8.0, 16.0, 30.0]
@@ -110,9 +116,15 @@ def test_metrics_fall_back_to_the_step_lines_in_the_logs(aws):
     _rs, _plan, jr = prepare(spec_dict())
     running = describe_response(jr.request, TrainingJobStatus="InProgress")
     values = dict(
-        loss=2.0, lr=1e-4, grad_norm=1.5, tok_s_gpu=1000.0, mfu=0.4, step_time_s=1.2,
-        mem_alloc_gib=10.0, mem_reserved_gib=12.0,
-    )  # fmt: skip
+        loss=2.0,
+        lr=1e-4,
+        grad_norm=1.5,
+        tok_s_gpu=1000.0,
+        mfu=0.4,
+        step_time_s=1.2,
+        mem_alloc_gib=10.0,
+        mem_reserved_gib=12.0,
+    )
     put_log_lines(
         aws,
         f"{jr.job_name}/algo-1-1",

@@ -10,6 +10,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 from aws_support import (
+    CHECK_FIELDS,
     PLAN_ARN,
     PLAN_NAME,
     describe_response,
@@ -30,8 +31,16 @@ from blackwell_sm.metrics import format_alert_line, format_step_line
 from blackwell_sm.records import CheckRecord, record_line
 
 NOW = datetime.now(UTC).replace(microsecond=0)
-STEP = dict(loss=2.0, lr=1e-4, grad_norm=1.0, tok_s_gpu=9000.0, mfu=0.41, step_time_s=1.5,
-            mem_alloc_gib=60.0, mem_reserved_gib=64.0)  # fmt: skip
+STEP = dict(
+    loss=2.0,
+    lr=1e-4,
+    grad_norm=1.0,
+    tok_s_gpu=9000.0,
+    mfu=0.41,
+    step_time_s=1.5,
+    mem_alloc_gib=60.0,
+    mem_reserved_gib=64.0,
+)
 
 
 @pytest.fixture
@@ -47,14 +56,7 @@ def put(aws, stream: str, messages: list[str], at: datetime = NOW) -> None:
 
 def check_line(step: int, **over: float) -> str:
     """A whole `[bsm-check]` line, as the loop prints it from its check record."""
-    values = dict(
-        tok_s_gpu=9100.0, pred_tok_s_gpu=10000.0, pred_tok_s_gpu_low=7000.0,
-        pred_tok_s_gpu_high=11000.0, speed_ratio=0.91, speed="in_range", step_time_s=1.45,
-        pred_step_time_s=1.3, compute_s=1.2, pred_compute_s=1.1, exposed_comm_s=0.15,
-        pred_exposed_comm_s=0.1, other_s=0.1, mfu=0.4, pred_mfu=0.45, mem_reserved_gib=63.0,
-        pred_mem_gib=64.0, pred_mem_high_gib=70.0, memory="in_range", eta_s=9000.0,
-        total_steps=1000, timing="cuda_profiler",
-    ) | over  # fmt: skip
+    values = CHECK_FIELDS | {"total_steps": 1000} | over
     return record_line(CheckRecord(step=step, **values))
 
 
@@ -62,8 +64,10 @@ def write_run(aws, name: str, *, last_step: int, eta: float) -> None:
     """What rank 0 on algo-1 prints: noise, step lines, the check line; algo-2 prints little."""
     lines = ["[bsm] model tiny ...", "[default0]:" + format_step_line(1, **STEP)]
     lines += [check_line(5)]
-    lines += [format_step_line(s, eta_s=eta + 10 * (last_step - s), **STEP)
-              for s in range(6, last_step + 1)]  # fmt: skip
+    lines += [
+        format_step_line(s, eta_s=eta + 10 * (last_step - s), **STEP)
+        for s in range(6, last_step + 1)
+    ]
     put(aws, f"{name}/algo-1-1700000000", lines, at=NOW - timedelta(seconds=5))
     put(
         aws, f"{name}/algo-2-1700000000", ["[bsm-launch] host 2 up"], at=NOW - timedelta(seconds=60)
@@ -75,13 +79,18 @@ def stub_job(sm: Stubber, request: dict, **over) -> None:
 
 
 def running(jr, **over) -> dict:
-    return dict(TrainingJobStatus="InProgress", SecondaryStatus="Training",
-                TrainingStartTime=NOW - timedelta(minutes=1),
-                HyperParameters=jr.request["HyperParameters"], **over)  # fmt: skip
+    return dict(
+        TrainingJobStatus="InProgress",
+        SecondaryStatus="Training",
+        TrainingStartTime=NOW - timedelta(minutes=1),
+        HyperParameters=jr.request["HyperParameters"],
+        **over,
+    )
 
 
 def test_progress_reads_the_latest_step_the_check_and_the_eta(aws):
-    _rs, plan, jr = prepare(make_spec())
+    _rs, plans, jr = prepare(make_spec())
+    plan = plans.primary
     runtime = jr.request["StoppingCondition"]["MaxRuntimeInSeconds"]
     write_run(aws, jr.job_name, last_step=40, eta=600.0)
     with Stubber(aws.sagemaker) as sm:
@@ -104,14 +113,22 @@ def test_an_eta_past_max_runtime_and_the_plans_end_says_what_to_do(aws):
     _rs, _plan, jr = prepare(make_spec())
     runtime = jr.request["StoppingCondition"]["MaxRuntimeInSeconds"]
     write_run(aws, jr.job_name, last_step=12, eta=runtime + 3600.0)
-    alert = format_alert_line(12, "overrun", "overrun_s", 3600.0,
-                              "at the measured rate the run ends 1.00 h after the job max runtime")  # fmt: skip
+    alert = format_alert_line(
+        12,
+        "overrun",
+        "overrun_s",
+        3600.0,
+        "at the measured rate the run ends 1.00 h after the job max runtime",
+    )
     put(aws, f"{jr.job_name}/algo-1-1700000000", ["[default0]:" + alert])
     rc = {**jr.request["ResourceConfig"], "TrainingPlanArn": PLAN_ARN}
     with Stubber(aws.sagemaker) as sm:
         stub_job(sm, jr.request, ResourceConfig=rc, **running(jr))
-        sm.add_response("describe_training_plan", plan_response(start=NOW - timedelta(hours=2), hours=3),
-                        {"TrainingPlanName": PLAN_NAME})  # fmt: skip
+        sm.add_response(
+            "describe_training_plan",
+            plan_response(start=NOW - timedelta(hours=2), hours=3),
+            {"TrainingPlanName": PLAN_NAME},
+        )
         p = TrainingJob(jr.job_name, aws=aws).progress()
         sm.assert_no_pending_responses()
     assert p.step == 12 and p.ends_before_max_runtime is False
@@ -129,8 +146,9 @@ def test_only_recent_events_are_read_for_the_step_line(aws, monkeypatch):
     lines = [check_line(5)] + [format_step_line(s, eta_s=100.0, **STEP) for s in range(6, 30)]
     put(aws, f"{jr.job_name}/algo-1-1", lines + [f"[bsm] noise {i}" for i in range(4)])
     calls: list[dict] = []
-    aws.logs.meta.events.register("provide-client-params.logs.GetLogEvents",
-                                  lambda params, **_: calls.append(params))  # fmt: skip
+    aws.logs.meta.events.register(
+        "provide-client-params.logs.GetLogEvents", lambda params, **_: calls.append(params)
+    )
     with Stubber(aws.sagemaker) as sm:
         stub_job(sm, jr.request, **running(jr))
         p = TrainingJob(jr.job_name, aws=aws).progress()
@@ -205,8 +223,11 @@ def test_bsm_status_stands_when_the_logs_cannot_be_read(aws):
         stub_job(sm, jr.request, **running(jr))
         stub_job(sm, jr.request, **running(jr))
         sm.add_client_error("describe_training_job", **not_found_error(f"{name}-r2"))
-        logs.add_client_error("describe_log_streams", service_error_code="AccessDeniedException",
-                              service_message="not authorized to perform logs:DescribeLogStreams")  # fmt: skip
+        logs.add_client_error(
+            "describe_log_streams",
+            service_error_code="AccessDeniedException",
+            service_message="not authorized to perform logs:DescribeLogStreams",
+        )
         code, out, err = run("status", name)
     assert code == 0, err
     assert "InProgress" in out and "progress unavailable" in out

@@ -49,8 +49,8 @@ def _rows(text: str) -> list[dict]:
 def local_wheels(tmp_path_factory):
     """A wheels folder for this interpreter, as `gpu_check.sh --prepare-wheels --target
     this-machine` makes it (downloaded once per machine, then read from the wheel cache)."""
+    from blackwell_sm.job.requirements import container_requirements
     from blackwell_sm.job.wheels import (
-        container_requirements,
         fetch_wheels,
         this_machine_target,
         write_folder,

@@ -26,13 +26,8 @@ from blackwell_sm.entrypoints import bootstrap
 from blackwell_sm.job.bundle import build_bundle
 from blackwell_sm.job.images import MANYLINUX_X86_64, PINNED_TARGET, TARGETS, ImageTarget
 from blackwell_sm.job.request import CONTAINER_COMMAND, build_job_request
-from blackwell_sm.job.wheels import (
-    PYDANTIC,
-    container_requirements,
-    fetch_for,
-    fetch_wheels,
-    write_folder,
-)
+from blackwell_sm.job.requirements import PYDANTIC, container_requirements
+from blackwell_sm.job.wheels import fetch_for, fetch_wheels, write_folder
 
 ROOT = Path(__file__).resolve().parents[1]
 LINUX_X86 = sys.platform == "linux" and platform.machine() == "x86_64"
@@ -86,19 +81,42 @@ def test_each_targets_wheels_pass_pips_offline_resolver(name, tmp_path):
     house = fetch_wheels(reqs, target)
     wheels = write_folder(house, tmp_path)
     assert house.size_bytes < 16 * 2**20
-    cmd = [sys.executable, "-m", "pip", "install", "--dry-run", "--no-index", "--find-links",
-           str(wheels), "--python-version", target.python, "--implementation", "cp",
-           *[a for p in MANYLINUX_X86_64 for a in ("--platform", p)], "--only-binary=:all:",
-           "--target", str(tmp_path / "t"), "--report", "-", "--quiet",
-           *[r.pip_spec for r in reqs if r.carried]]  # fmt: skip
+    cmd = [
+        sys.executable,
+        "-m",
+        "pip",
+        "install",
+        "--dry-run",
+        "--no-index",
+        "--find-links",
+        str(wheels),
+        "--python-version",
+        target.python,
+        "--implementation",
+        "cp",
+        *[a for p in MANYLINUX_X86_64 for a in ("--platform", p)],
+        "--only-binary=:all:",
+        "--target",
+        str(tmp_path / "t"),
+        "--report",
+        "-",
+        "--quiet",
+        *[r.pip_spec for r in reqs if r.carried],
+    ]
     out = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, **DEAD_NETWORK})
     assert out.returncode == 0, out.stderr
     got = {
         i["metadata"]["name"].lower().replace("_", "-") for i in json.loads(out.stdout)["install"]
     }
     assert got == {w.project for w in house.wheels}
-    assert {"pydantic", "pydantic-core", "annotated-types", "typing-inspection", "torchao",
-            "safetensors"} <= got and "torch" not in got  # fmt: skip
+    assert {
+        "pydantic",
+        "pydantic-core",
+        "annotated-types",
+        "typing-inspection",
+        "torchao",
+        "safetensors",
+    } <= got and "torch" not in got
     manifest = json.loads((wheels / "manifest.json").read_text())
     assert manifest["target"]["python"] == "3.12" == target.python
     assert next(w for w in house.wheels if w.project == "pydantic-core").needed_by == ["pydantic"]
@@ -154,9 +172,15 @@ def bare_image(tmp_path_factory):
 def local_house():
     """The wheels for this machine's Python (the bare image's)."""
     py = f"{sys.version_info.major}.{sys.version_info.minor}"
-    target = ImageTarget(name="this-machine", python=py, platforms=MANYLINUX_X86_64,
-                         torch=md.version("torch"), torchao="==" + md.version("torchao"),
-                         torchao_torch=">=2.0", source="tests")  # fmt: skip
+    target = ImageTarget(
+        name="this-machine",
+        python=py,
+        platforms=MANYLINUX_X86_64,
+        torch=md.version("torch"),
+        torchao="==" + md.version("torchao"),
+        torchao_torch=">=2.0",
+        source="tests",
+    )
     return fetch_wheels(container_requirements(target), target)
 
 
@@ -170,9 +194,15 @@ def _opt_ml(tmp_path: Path, bundle: bytes) -> Path:
     (opt_ml / "input" / "data" / "code").mkdir(parents=True)
     (opt_ml / "input" / "data" / "code" / "bundle.tar.gz").write_bytes(bundle)
     (opt_ml / "input" / "config").mkdir(parents=True)
-    (opt_ml / "input" / "config" / "resourceconfig.json").write_text(json.dumps(
-        {"current_host": "algo-1", "hosts": ["algo-1", "algo-2"], "network_interface_name": "eth0"}
-    ))  # fmt: skip
+    (opt_ml / "input" / "config" / "resourceconfig.json").write_text(
+        json.dumps(
+            {
+                "current_host": "algo-1",
+                "hosts": ["algo-1", "algo-2"],
+                "network_interface_name": "eth0",
+            }
+        )
+    )
     return opt_ml
 
 
@@ -208,8 +238,14 @@ def test_bootstrap_installs_what_a_bare_image_lacks_then_the_launcher_starts(
         "assert not bad, bad; print(sys.modules['pydantic'].__file__)"
     )
     env = _clean_env(PYTHONPATH=f"{code}{os.pathsep}{site}")
-    seen = subprocess.run([bare_image / "bin" / "python", "-c", probe], cwd=code, env=env,
-                          capture_output=True, text=True, timeout=120)  # fmt: skip
+    seen = subprocess.run(
+        [bare_image / "bin" / "python", "-c", probe],
+        cwd=code,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert seen.returncode == 0, seen.stderr[-2000:]
     assert seen.stdout.startswith(str(site))
 
@@ -226,8 +262,10 @@ def test_a_missing_wheel_fails_with_a_clear_failure_file(bare_image, local_house
     assert failure.startswith("bootstrap:") and "lacks the wheel pydantic_core" in failure
     assert "pydantic>=2.6,<3" in failure
     # A bundle built without wheels: the gap is named, not a traceback at the first import.
-    opt_ml = _opt_ml(tmp_path / "b", build_bundle(plan.to_json(), local_house.model_copy(
-        update={"wheels": []})).data)  # fmt: skip
+    opt_ml = _opt_ml(
+        tmp_path / "b",
+        build_bundle(plan.to_json(), local_house.model_copy(update={"wheels": []})).data,
+    )
     assert _container(bare_image, opt_ml, tmp_path / "b").returncode == 1
     reason = (opt_ml / "output" / "failure").read_text()
     assert "the image lacks pydantic>=2.6,<3 and the bundle carries no wheel" in reason
@@ -302,7 +340,7 @@ def test_dry_run_lists_what_the_bundle_carries_why_and_its_size():
 
 def test_spec_container_requirements_are_checked_and_carried():
     from blackwell_sm.errors import SpecError
-    from blackwell_sm.job.wheels import requirements_for
+    from blackwell_sm.job.requirements import requirements_for
 
     spec = run_spec(container_requirements=["sentencepiece>=0.2, <1", "einops"])
     _, reqs, warnings = requirements_for(spec, plan_for(spec))

@@ -56,10 +56,23 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 def test_a_profile_from_two_runs_predicts_a_third_better(runs, tmp_path):
     prof_path = tmp_path / "profile.yaml"
     proc = subprocess.run(
-        [sys.executable, "-m", "blackwell_sm", "calibrate", str(runs["fit-a"]),
-         str(runs["fit-b"]), "--out", str(prof_path), "--output", "json"],
-        capture_output=True, text=True, timeout=120, cwd=REPO,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "blackwell_sm",
+            "calibrate",
+            str(runs["fit-a"]),
+            str(runs["fit-b"]),
+            "--out",
+            str(prof_path),
+            "--output",
+            "json",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=REPO,
+    )
     assert proc.returncode == 0, proc.stderr[-4000:]
     res = json.loads(proc.stdout)
     assert {r["id"] for r in res["rows"]} == {str(runs["fit-a"]), str(runs["fit-b"])}

@@ -160,9 +160,18 @@ def test_exit_5_consent_required(aws_cli):
             {"TrainingPlanOfferings": [offering(offer_id, start=start, hours=24, fee="9.00")]},
         )
         code, out, err = run(
-            "plans", "reserve", offer_id, "--name", "p1", "--instance-type",
-            "ml.p6-b200.48xlarge", "--hours", "24", "--output", "json",
-        )  # fmt: skip
+            "plans",
+            "reserve",
+            offer_id,
+            "--name",
+            "p1",
+            "--instance-type",
+            "ml.p6-b200.48xlarge",
+            "--hours",
+            "24",
+            "--output",
+            "json",
+        )
         st.assert_no_pending_responses()  # no CreateTrainingPlan was sent
     obj = _error({"code": code, "out": out, "err": err}, 5)
     assert obj["code"] == "consent_required" and "--yes" in obj["hint"]

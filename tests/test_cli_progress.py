@@ -20,7 +20,8 @@ from cli_support import run
 
 from blackwell_sm.aws.s3 import upload_bundle
 from blackwell_sm.job.images import TARGETS
-from blackwell_sm.job.wheels import Requirement, fetch_wheels
+from blackwell_sm.job.requirements import Requirement
+from blackwell_sm.job.wheels import fetch_wheels
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -56,9 +56,20 @@ def test_bsm_data_prepare_text_and_jsonl(tmp_path):
     (tmp_path / "b.jsonl").write_text('{"text": "doc one"}\n\n{"text": "é"}\n')
     out = tmp_path / "shards"
     r = CliRunner().invoke(
-        cli, ["data", "prepare", str(tmp_path / "a.txt"), str(tmp_path / "b.jsonl"),
-              "--out", str(out), "--shard-tokens", "1024", "-o", "json"],
-    )  # fmt: skip
+        cli,
+        [
+            "data",
+            "prepare",
+            str(tmp_path / "a.txt"),
+            str(tmp_path / "b.jsonl"),
+            "--out",
+            str(out),
+            "--shard-tokens",
+            "1024",
+            "-o",
+            "json",
+        ],
+    )
     assert r.exit_code == 0, r.output
     manifest = json.loads(r.stdout)
     assert manifest["documents"] == 3 and manifest["vocab_size"] == 256
@@ -81,8 +92,12 @@ def test_prepare_splits_shards_and_uses_a_hf_tokenizer(tmp_path):
     tok.pre_tokenizer = pre_tokenizers.Whitespace()
     tok.train_from_iterator([text], trainers.WordLevelTrainer(special_tokens=["<unk>", "</s>"]))
     tok.save(str(tmp_path / "tokenizer.json"))
-    m = prepare([tmp_path / "t.txt"], tmp_path / "out", tokenizer=tmp_path / "tokenizer.json",
-                shard_tokens=100)  # fmt: skip
+    m = prepare(
+        [tmp_path / "t.txt"],
+        tmp_path / "out",
+        tokenizer=tmp_path / "tokenizer.json",
+        shard_tokens=100,
+    )
     assert m.eos_id == tok.token_to_id("</s>") and m.vocab_size == tok.get_vocab_size()
     ids = np.concatenate([read_shard(tmp_path / "out" / s.file) for s in m.shards]).tolist()
     assert ids == [*tok.encode(text, add_special_tokens=False).ids, m.eos_id]
@@ -112,8 +127,18 @@ def _bsm(*args) -> _Result:
 
 
 def _prepare(tmp_path, out, *extra) -> _Result:
-    return _bsm("data", "prepare", *sorted(tmp_path.glob("in-*")), "--out", out,
-                "--shard-tokens", "1024", "-o", "json", *extra)  # fmt: skip
+    return _bsm(
+        "data",
+        "prepare",
+        *sorted(tmp_path.glob("in-*")),
+        "--out",
+        out,
+        "--shard-tokens",
+        "1024",
+        "-o",
+        "json",
+        *extra,
+    )
 
 
 def test_prepare_refuses_a_non_empty_out_unless_overwrite(tmp_path):
@@ -181,8 +206,9 @@ def test_manifest_lists_sizes_hashes_and_the_tokenizer(tmp_path):
 
     text, _ = _word_tokenizer(tmp_path)
     (tmp_path / "t.txt").write_text(text)
-    m = prepare([tmp_path / "t.txt"], tmp_path / "out", tokenizer=tmp_path / "tok",
-                shard_tokens=100)  # fmt: skip
+    m = prepare(
+        [tmp_path / "t.txt"], tmp_path / "out", tokenizer=tmp_path / "tok", shard_tokens=100
+    )
     assert m == load_manifest(tmp_path / "out") and m.manifest_version == MANIFEST_VERSION == 2
     for s in m.shards:
         raw = (tmp_path / "out" / s.file).read_bytes()

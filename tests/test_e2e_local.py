@@ -155,8 +155,11 @@ def test_worker_exception_is_the_failure_reason(tmp_path: Path) -> None:
     assert launch.wait() != 0
     failure = host.failure()
     assert failure is not None
-    assert re.match(r"rank 0 \(host algo-1, local rank 0\): BsmError: the plan in .* is "
-                    r"not feasible", failure), failure  # fmt: skip
+    assert re.match(
+        r"rank 0 \(host algo-1, local rank 0\): BsmError: the plan in .* is "
+        r"not feasible",
+        failure,
+    ), failure
     assert "main.py" in failure  # where it was raised
 
 
@@ -170,8 +173,11 @@ def test_report_of_the_demo_run_plots_what_metrics_jsonl_holds(reference: dict) 
     root = reference["root"]
     proc = subprocess.run(
         [sys.executable, "-m", "blackwell_sm", "report", str(root), "--output", "json"],
-        capture_output=True, text=True, timeout=120, cwd=REPO,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=REPO,
+    )
     assert proc.returncode == 0, proc.stderr[-4000:]
     res = json.loads(proc.stdout)
     page = Path(res["report"]).read_text()

@@ -61,15 +61,24 @@ def test_a_template_that_rewrites_history_is_refused(tmp_path):
         "<|{{ m['role'] }}|> {{ m['content'] }} <|end|> {% endif %}{% endfor %}"
         "{% if add_generation_prompt %}<|assistant|> {% endif %}"
     )
-    msgs = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yes"},
-            {"role": "user", "content": "no"}, {"role": "assistant", "content": "yes"}]  # fmt: skip
+    msgs = [
+        {"role": "user", "content": "hi"},
+        {"role": "assistant", "content": "yes"},
+        {"role": "user", "content": "no"},
+        {"role": "assistant", "content": "yes"},
+    ]
     with pytest.raises(SpecError, match="x:3: the chat template does not render turn 1"):
         chat_sample(t, msgs, "x:3")
 
 
 def test_packing_keeps_samples_whole_and_flags_starts_and_losses():
-    samples = [Sample([1, 2, 3], [0, 1, 1]), Sample([4, 5], [0, 1]), Sample([6, 7, 8, 9], [0, 0, 1, 1]),
-               Sample([10] * 9, [0] + [1] * 8), Sample([11, 12], [0, 0])]  # fmt: skip
+    samples = [
+        Sample([1, 2, 3], [0, 1, 1]),
+        Sample([4, 5], [0, 1]),
+        Sample([6, 7, 8, 9], [0, 0, 1, 1]),
+        Sample([10] * 9, [0] + [1] * 8),
+        Sample([11, 12], [0, 0]),
+    ]
     tokens, flags, st = pack_rows(iter(samples), seq_len=6, pad_id=0)
     assert tokens.reshape(-1, 6).tolist() == [
         [1, 2, 3, 4, 5, 0],  # the third sample does not fit: padding
@@ -88,13 +97,28 @@ def test_packing_keeps_samples_whole_and_flags_starts_and_losses():
 
 
 CHAT = [
-    {"messages": [{"role": "user", "content": "hello cat"},
-                  {"role": "assistant", "content": "hi dog yes"}]},
-    {"messages": [{"role": "system", "content": "no"}, {"role": "user", "content": "what did"},
-                  {"role": "assistant", "content": "the cat sat on the mat"}]},
-    {"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yes"},
-                  {"role": "user", "content": "dog"}, {"role": "assistant", "content": "ran fast"}]},
-] * 4  # fmt: skip
+    {
+        "messages": [
+            {"role": "user", "content": "hello cat"},
+            {"role": "assistant", "content": "hi dog yes"},
+        ]
+    },
+    {
+        "messages": [
+            {"role": "system", "content": "no"},
+            {"role": "user", "content": "what did"},
+            {"role": "assistant", "content": "the cat sat on the mat"},
+        ]
+    },
+    {
+        "messages": [
+            {"role": "user", "content": "hi"},
+            {"role": "assistant", "content": "yes"},
+            {"role": "user", "content": "dog"},
+            {"role": "assistant", "content": "ran fast"},
+        ]
+    },
+] * 4
 
 
 def _prepare_cli(tmp_path, tok_dir, *extra):
@@ -219,17 +243,23 @@ def test_chat_finetune_of_an_imported_model_runs_in_run_local(tmp_path):
     spec = {
         "model": {"hf": str(src)},
         "training": {
-            "task": "finetune", "init_from": str(src), "seq_len": 24, "global_batch_seqs": 2,
-            "epochs": 2, "precision": "bf16", "activation_checkpointing": "selective-op",
+            "task": "finetune",
+            "init_from": str(src),
+            "seq_len": 24,
+            "global_batch_seqs": 2,
+            "epochs": 2,
+            "precision": "bf16",
+            "activation_checkpointing": "selective-op",
             "schedule": {"warmup_steps": 1},
             "data": {"source": "channel", "sequences": rows},
             "checkpoint": {"interval_steps": None, "interval_minutes": None, "async_save": False},
         },
-    }  # fmt: skip
+    }
     (tmp_path / "spec.yaml").write_text(json.dumps(spec))
     out = tmp_path / "run"
-    proc = run_local_process(tmp_path / "spec.yaml", out, "--channel", f"train={shards}",
-                             timeout=240)  # fmt: skip
+    proc = run_local_process(
+        tmp_path / "spec.yaml", out, "--channel", f"train={shards}", timeout=240
+    )
     assert proc.returncode == 0, proc.stderr[-4000:]
     summary = json.loads((out / "output/data/summary.json").read_text())
     assert summary["status"] == "completed" and summary["final_step"] == -(-2 * rows // 2)

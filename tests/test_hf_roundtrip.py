@@ -42,12 +42,18 @@ def _spec(name: str) -> ModelSpec:
 
 def _plan(spec: ModelSpec, folder: Path, *, steps: int, lr: float):
     return local_plan(
-        model=spec, steps=steps, seq_len=SEQ, micro_batch_size=1, grad_accum_steps=1,
-        training={"init_from": str(folder), "optimizer": {"lr": lr, "weight_decay": 0.1},
-                  "schedule": {"warmup_steps": 0, "decay": "constant"},
-                  "checkpoint": {"interval_steps": None, "interval_minutes": None,
-                                 "async_save": False}},
-    )  # fmt: skip
+        model=spec,
+        steps=steps,
+        seq_len=SEQ,
+        micro_batch_size=1,
+        grad_accum_steps=1,
+        training={
+            "init_from": str(folder),
+            "optimizer": {"lr": lr, "weight_decay": 0.1},
+            "schedule": {"warmup_steps": 0, "decay": "constant"},
+            "checkpoint": {"interval_steps": None, "interval_minutes": None, "async_save": False},
+        },
+    )
 
 
 def _hf_state(folder: Path) -> dict:

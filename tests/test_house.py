@@ -1,6 +1,8 @@
 """Rules that hold the house together (issue 25 item 8): no module-level import cycle between the
 package's modules, and no function over 120 lines unless a comment on the line above its `def`
-(or its first decorator) says why: `# long function: <reason>`."""
+(or its first decorator) says why: `# long function: <reason>`. And (item 3) one plan shape after
+the planner: only the planner and the capacity modules tell a spec with instance preferences from
+one without."""
 
 from __future__ import annotations
 
@@ -101,6 +103,88 @@ def long_functions(root: Path = PKG) -> list[str]:
             if length > MAX_FUNCTION_LINES and not above.startswith(REASON):
                 out.append(f"{path.relative_to(root.parent)}:{node.lineno} {node.name}: {length}")
     return out
+
+
+# Where code may branch on instance preferences: the planner makes a plan per preference; the
+# capacity modules turn a PlanSet into request members (job/) and AWS calls (aws/).
+PREFERENCE_HOMES = ("planner/", "job/capacity.py", "aws/job_plans.py")
+# Presentation only, each with its reason (what is printed, not what is built or sent).
+PREFERENCE_RENDERING = {
+    "cli/plan.py": "bsm plan prints a row per preference and plans each (cli/plan.py's own table)",
+    "cli/submit.py": "the dry run prints the preferences' table instead of the one plan's",
+}
+# Names that hold the plan shape: `if prefs`, `if x.preference_plans`, `if plans.preferences`,
+# `if spec.compute.instance_preferences` (not a described job's `info.instance_preferences`).
+PREFERENCE_NAMES = frozenset({"prefs", "preference_plans", "preferences"})
+
+
+def _names_the_shape(expr: ast.AST) -> bool:
+    for node in ast.walk(expr):
+        if isinstance(node, ast.Name) and node.id in PREFERENCE_NAMES:
+            return True
+        if isinstance(node, ast.Attribute):
+            if node.attr in PREFERENCE_NAMES:
+                return True
+            inner = node.value
+            if node.attr == "instance_preferences" and isinstance(inner, ast.Attribute):
+                return inner.attr == "compute"
+    return False
+
+
+def _isinstance_of_preference_plans(node: ast.AST) -> bool:
+    return (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Name)
+        and node.func.id == "isinstance"
+        and "PreferencePlans" in ast.unparse(node.args[1:])
+    )
+
+
+def preference_branches(root: Path = PKG, allowed: tuple[str, ...] = ()) -> list[str]:
+    """`path:line` of each branch on the plan shape outside `allowed` (paths under `root`):
+    an if/while/ternary/comprehension test naming it, or an isinstance(..., PreferencePlans)."""
+    out = []
+    for path in sorted(root.rglob("*.py")):
+        rel = path.relative_to(root).as_posix()
+        if any(rel == a or (a.endswith("/") and rel.startswith(a)) for a in allowed):
+            continue
+        hits: list[ast.AST] = []
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.If | ast.IfExp | ast.While):
+                found = [node.test] if _names_the_shape(node.test) else []
+            elif isinstance(node, ast.comprehension):
+                found = [t for t in node.ifs if _names_the_shape(t)]
+            else:
+                found = [node] if _isinstance_of_preference_plans(node) else []
+            hits += found
+        for t in sorted(hits, key=lambda n: (n.lineno, n.col_offset)):
+            out.append(f"{path.relative_to(root.parent)}:{t.lineno} {ast.unparse(t)}")
+    return out
+
+
+def test_no_instance_preference_branching_outside_the_planner_and_capacity():
+    found = preference_branches(allowed=(*PREFERENCE_HOMES, *PREFERENCE_RENDERING))
+    assert found == [], (
+        "branching on instance preferences outside the planner and the capacity modules "
+        f"({', '.join(PREFERENCE_HOMES)}): take a PlanSet (planner/preferences.py) and ask "
+        "job/capacity.py for what differs per preference:\n" + "\n".join(found)
+    )
+
+
+def test_the_preference_check_finds_if_prefs_and_isinstance(pkg: Path):
+    (pkg / "a.py").write_text(
+        "def f(plan, prefs, spec):\n"
+        "    if prefs:\n        pass\n"
+        "    x = 1 if isinstance(plan, PreferencePlans) else 2\n"
+        "    if spec.compute.instance_preferences:\n        pass\n"
+        "    if info.instance_preferences:\n        pass\n"  # a described job: not the shape
+    )
+    (pkg / "capacity.py").write_text("def g(prefs):\n    if prefs:\n        pass\n")
+    assert preference_branches(pkg, allowed=("capacity.py",)) == [
+        "demo/a.py:2 prefs",
+        "demo/a.py:4 isinstance(plan, PreferencePlans)",
+        "demo/a.py:5 spec.compute.instance_preferences",
+    ]
 
 
 def test_no_module_level_import_cycle():

@@ -18,8 +18,14 @@ pytest.importorskip("huggingface_hub")
 COMMIT = "0123456789abcdef0123456789abcdef01234567"
 
 
-def cached_repo(cache: Path, repo: str, files: dict[str, bytes], *, commit: str = COMMIT,
-                ref: str | None = "main") -> Path:  # fmt: skip
+def cached_repo(
+    cache: Path,
+    repo: str,
+    files: dict[str, bytes],
+    *,
+    commit: str = COMMIT,
+    ref: str | None = "main",
+) -> Path:
     """`repo` at `commit` in an HF cache: blobs/<sha256>, snapshots/<commit>/<file> linking to
     them, refs/<ref> holding the commit."""
     folder = cache / ("models--" + repo.replace("/", "--"))
@@ -41,8 +47,11 @@ def cache(tmp_path, monkeypatch) -> Path:
     c = tmp_path / "hf-cache"
     monkeypatch.setenv("HF_HUB_CACHE", str(c))
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    cached_repo(c, "acme/Tiny-Llama", {"config.json": json.dumps(TINY["llama-tied"]).encode(),
-                                       "tokenizer_config.json": b"{}"})  # fmt: skip
+    cached_repo(
+        c,
+        "acme/Tiny-Llama",
+        {"config.json": json.dumps(TINY["llama-tied"]).encode(), "tokenizer_config.json": b"{}"},
+    )
     moe = {**TINY["qwen3"], "model_type": "qwen3_moe", "num_experts": 8}
     cached_repo(c, "acme/tiny-moe", {"config.json": json.dumps(moe).encode()})
     cached_repo(c, "acme/no-config", {"README.md": b"hi"})
@@ -57,8 +66,9 @@ def plan(tmp_path: Path, hf: str) -> tuple[int, dict]:
     return code, json.loads(out)
 
 
-@pytest.mark.parametrize("hf", ["acme/Tiny-Llama", f"acme/Tiny-Llama@{COMMIT}",
-                                "acme/Tiny-Llama@main"])  # fmt: skip
+@pytest.mark.parametrize(
+    "hf", ["acme/Tiny-Llama", f"acme/Tiny-Llama@{COMMIT}", "acme/Tiny-Llama@main"]
+)
 def test_a_hub_id_plans_from_the_cache(cache, tmp_path, hf):
     code, out = plan(tmp_path, hf)
     assert code == 0, out
@@ -98,7 +108,9 @@ def test_what_is_not_a_hub_id():
     from blackwell_sm.spec.hub import parse_hub_id
 
     assert parse_hub_id("Qwen/Qwen3-14B") == ("Qwen/Qwen3-14B", None)
-    assert parse_hub_id("meta-llama/Llama-3.1-8B@refs/pr/3") == ("meta-llama/Llama-3.1-8B",
-                                                                "refs/pr/3")  # fmt: skip
+    assert parse_hub_id("meta-llama/Llama-3.1-8B@refs/pr/3") == (
+        "meta-llama/Llama-3.1-8B",
+        "refs/pr/3",
+    )
     for not_hub in ("./models/x", "/abs/x", "a/b/c", "x", "a/b@", "~/m"):
         assert parse_hub_id(not_hub) is None, not_hub

@@ -427,9 +427,20 @@ def _plans(aws, rec, checked, covered) -> None:
         st.add_response("describe_training_plan", plan_response())
         st.add_response("describe_training_plan", plan_response())
         st.add_response("describe_training_plan_extension_history", {"TrainingPlanExtensions": []})
-        st.add_response("search_training_plan_offerings", {"TrainingPlanOfferings": [], "TrainingPlanExtensionOfferings": [
-            {"TrainingPlanExtensionOfferingId": "ext-1", "DurationHours": 24,
-             "UpfrontFee": "10.00", "CurrencyCode": "USD"}]})  # fmt: skip
+        st.add_response(
+            "search_training_plan_offerings",
+            {
+                "TrainingPlanOfferings": [],
+                "TrainingPlanExtensionOfferings": [
+                    {
+                        "TrainingPlanExtensionOfferingId": "ext-1",
+                        "DurationHours": 24,
+                        "UpfrontFee": "10.00",
+                        "CurrencyCode": "USD",
+                    }
+                ],
+            },
+        )
         st.add_response("extend_training_plan", {"TrainingPlanExtensions": []})
         st.add_response("describe_training_plan_extension_history", {"TrainingPlanExtensions": []})
         for command, args in (

@@ -28,8 +28,11 @@ from blackwell_sm.spec import parse_spec
 
 REPO = Path(__file__).resolve().parents[1]
 B200, B300, P5EN, P5 = (
-    "ml.p6-b200.48xlarge", "ml.p6-b300.48xlarge", "ml.p5en.48xlarge", "ml.p5.48xlarge",
-)  # fmt: skip
+    "ml.p6-b200.48xlarge",
+    "ml.p6-b300.48xlarge",
+    "ml.p5en.48xlarge",
+    "ml.p5.48xlarge",
+)
 B200_PLAN = f"arn:aws:sagemaker:{REGION}:{ACCOUNT}:training-plan/b200-week"
 
 
@@ -181,8 +184,13 @@ def test_the_bundle_carries_a_plan_per_type_and_the_identity_the_list():
     other = parse_spec(swapped)
     other_plans = plan_preferences(other)
     assert spec_hash(other, other_plans.primary, other_plans.plans[1:]) != jr.spec_hash
-    single = parse_spec({**spec_dict("llama-3.1-8b"), "training": {"total_tokens": 2_000_000_000},
-                         "compute": {"instance_type": B200, "training_plan": B200_PLAN}})  # fmt: skip
+    single = parse_spec(
+        {
+            **spec_dict("llama-3.1-8b"),
+            "training": {"total_tokens": 2_000_000_000},
+            "compute": {"instance_type": B200, "training_plan": B200_PLAN},
+        }
+    )
     single_plans = plan_preferences(spec)
     assert spec_hash(single, single_plans.primary) != jr.spec_hash
     # a fallback's training plan is the identity too: on demand, one plan, another plan
@@ -231,11 +239,22 @@ def _opt_ml(tmp: Path, instance_type: str | None) -> Path:
 
 def _launch(bundle: Path, opt_ml: Path, *extra: str) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "blackwell_sm.launch", "--plan", str(bundle / "plan.json"),
-         "--opt-ml", str(opt_ml), *extra],
-        cwd=bundle, capture_output=True, text=True, timeout=120,
+        [
+            sys.executable,
+            "-m",
+            "blackwell_sm.launch",
+            "--plan",
+            str(bundle / "plan.json"),
+            "--opt-ml",
+            str(opt_ml),
+            *extra,
+        ],
+        cwd=bundle,
+        capture_output=True,
+        text=True,
+        timeout=120,
         env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(bundle)},
-    )  # fmt: skip
+    )
 
 
 @pytest.mark.parametrize("instance_type", [B200, B300, P5EN])
@@ -280,18 +299,30 @@ def test_submit_resolves_plan_names_and_status_shows_the_selected_type(aws, monk
     from blackwell_sm.aws.submit import submit
 
     with Stubber(aws.plans) as plans:
-        plans.add_response("describe_training_plan", plan_response(instance_type=B200),
-                           {"TrainingPlanName": PLAN_NAME})  # fmt: skip
-        plans.add_response("describe_training_plan", plan_response(instance_type=B200),
-                           {"TrainingPlanName": PLAN_NAME})  # fmt: skip
+        plans.add_response(
+            "describe_training_plan",
+            plan_response(instance_type=B200),
+            {"TrainingPlanName": PLAN_NAME},
+        )
+        plans.add_response(
+            "describe_training_plan",
+            plan_response(instance_type=B200),
+            {"TrainingPlanName": PLAN_NAME},
+        )
         job = submit(d, aws=aws)
     sent = job.request["ResourceConfig"]["InstancePreferences"]
     assert sent[0]["TrainingPlanArns"] == [plan_response()["TrainingPlanArn"]]
     live = aws.sagemaker.describe_training_job(TrainingJobName=job.name)
     assert live["ResourceConfig"]["InstancePreferences"] == sent  # moto kept what was sent
     # SageMaker picked the second preference: status says so and names the plan that runs
-    picked = {**live, "ResourceConfig": {**live["ResourceConfig"],
-              "SelectedInstanceType": B300, "SelectedInstanceCount": 1}}  # fmt: skip
+    picked = {
+        **live,
+        "ResourceConfig": {
+            **live["ResourceConfig"],
+            "SelectedInstanceType": B300,
+            "SelectedInstanceCount": 1,
+        },
+    }
     from blackwell_sm.cli import submit as submit_cli
 
     monkeypatch.setattr(submit_cli, "aws_context", lambda region: aws)
@@ -300,9 +331,12 @@ def test_submit_resolves_plan_names_and_status_shows_the_selected_type(aws, monk
         sm.add_response("describe_training_job", picked)
         # is it one job of a longer run? (`<name>-r2` would be the next)
         sm.add_response("describe_training_job", picked, {"TrainingJobName": job.name})
-        sm.add_client_error("describe_training_job", service_error_code="ValidationException",
-                            service_message="Requested resource not found.",
-                            expected_params={"TrainingJobName": f"{job.name}-r2"})  # fmt: skip
+        sm.add_client_error(
+            "describe_training_job",
+            service_error_code="ValidationException",
+            service_message="Requested resource not found.",
+            expected_params={"TrainingJobName": f"{job.name}-r2"},
+        )
 
     with Stubber(aws.sagemaker) as sm:
         status_stubs(sm)

@@ -74,8 +74,12 @@ def test_container_command_execs_the_launcher_so_it_receives_sigterm(tmp_path):
     env = {"PATH": f"{shim_dir}{os.pathsep}/usr/bin{os.pathsep}/bin", "BSM_OPT_ML": str(opt_ml)}
     proc = subprocess.Popen(
         req.request["AlgorithmSpecification"]["ContainerEntrypoint"],
-        cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     out, err = proc.communicate(timeout=60)
     assert proc.returncode == 0, err
     pid, args = out.strip().split(" ", 1)

@@ -119,8 +119,12 @@ def test_every_action_is_a_real_api_operation(spec):
                     # CreateReservedCapacity is an IAM-only action that CreateTrainingPlan needs
                     assert op in model.operation_names or action in BUY_ACTIONS, action
                 else:
-                    assert action in s3_actions | {"iam:PassRole", "kms:Decrypt",
-                        "kms:GenerateDataKey", "kms:CreateGrant"} or prefix == "ec2", action  # fmt: skip
+                    assert (
+                        action
+                        in s3_actions
+                        | {"iam:PassRole", "kms:Decrypt", "kms:GenerateDataKey", "kms:CreateGrant"}
+                        or prefix == "ec2"
+                    ), action
 
 
 def test_cli_json_is_only_json(capsys, tmp_path):

@@ -276,11 +276,16 @@ def test_max_runtime_default_explicit_and_cap():
 
 def test_all_optional_job_fields_reach_the_request():
     spec = run_spec(
-        max_retry_attempts=3, subnets=["subnet-0abc"], security_group_ids=["sg-0abc"],
-        enable_network_isolation=True, encrypt_inter_container_traffic=True,
-        keep_alive_minutes=30, environment={"NCCL_DEBUG": "WARN"}, tags={"team": "ml"},
+        max_retry_attempts=3,
+        subnets=["subnet-0abc"],
+        security_group_ids=["sg-0abc"],
+        enable_network_isolation=True,
+        encrypt_inter_container_traffic=True,
+        keep_alive_minutes=30,
+        environment={"NCCL_DEBUG": "WARN"},
+        tags={"team": "ml"},
         image_uri="123456789012.dkr.ecr.us-east-1.amazonaws.com/mine:1",
-    )  # fmt: skip
+    )
     q = build_job_request(spec, plan_for(spec)).request
     assert q["RetryStrategy"] == {"MaximumRetryAttempts": 3}
     assert q["VpcConfig"] == {"Subnets": ["subnet-0abc"], "SecurityGroupIds": ["sg-0abc"]}

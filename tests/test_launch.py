@@ -28,8 +28,15 @@ from blackwell_sm.planner.plan import Plan
 from blackwell_sm.spec import load_spec, with_overrides
 
 REPO = Path(__file__).resolve().parents[1]
-CONTRACT_KEYS = {"torchrun", "env", "nnodes", "node_rank", "master_addr", "master_port",
-                 "nproc_per_node"}  # fmt: skip
+CONTRACT_KEYS = {
+    "torchrun",
+    "env",
+    "nnodes",
+    "node_rank",
+    "master_addr",
+    "master_port",
+    "nproc_per_node",
+}
 
 
 @cache
@@ -68,9 +75,14 @@ def test_topology_for_1_2_4_hosts(tmp_path: Path, count: int) -> None:
         assert launch.master_port == 29500
         argv = launch.torchrun
         assert argv[1:3] == ["-m", "torch.distributed.run"]
-        for flag, value in [("--nnodes", count), ("--node-rank", rank), ("--nproc-per-node", 8),
-                            ("--master-addr", launch.master_addr), ("--master-port", 29500),
-                            ("--rdzv-backend", "static")]:  # fmt: skip
+        for flag, value in [
+            ("--nnodes", count),
+            ("--node-rank", rank),
+            ("--nproc-per-node", 8),
+            ("--master-addr", launch.master_addr),
+            ("--master-port", 29500),
+            ("--rdzv-backend", "static"),
+        ]:
             assert argv[argv.index(flag) + 1] == str(value)
         assert argv[argv.index("-m", 3) + 1] == "blackwell_sm.train.main"
         assert argv[-4:] == ["--plan", str((root / "plan.json").resolve()), "--opt-ml", str(root)]
@@ -149,10 +161,20 @@ def test_host_count_mismatch_refused(tmp_path: Path) -> None:
         build_launch(root / "plan.json", root, environ={})
     # Through the real command: a non-zero exit and the reason where SageMaker looks for it.
     out = subprocess.run(
-        [sys.executable, "-m", "blackwell_sm.launch", "--plan", str(root / "plan.json"),
-         "--opt-ml", str(root)],
-        env=launcher_env(master_port=29500), capture_output=True, text=True, timeout=60,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "blackwell_sm.launch",
+            "--plan",
+            str(root / "plan.json"),
+            "--opt-ml",
+            str(root),
+        ],
+        env=launcher_env(master_port=29500),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert out.returncode == 1, out.stderr
     failure = (root / "output" / "failure").read_text()
     assert "4 host(s)" in failure and "instance.count=2" in failure and len(failure) <= 1025
@@ -162,8 +184,11 @@ def test_bad_resourceconfig_and_overrides(tmp_path: Path) -> None:
     plan = cluster_plan("ml.p6-b200.48xlarge", 2)
     root = host_dir(tmp_path, plan, "algo-1", host_names(2))
     rc_path = root / "input/config/resourceconfig.json"
-    ok = build_launch(root / "plan.json", root,
-                      environ={"BSM_MASTER_ADDR": "127.0.0.1", "BSM_MASTER_PORT": "29611"})  # fmt: skip
+    ok = build_launch(
+        root / "plan.json",
+        root,
+        environ={"BSM_MASTER_ADDR": "127.0.0.1", "BSM_MASTER_PORT": "29611"},
+    )
     assert (ok.master_addr, ok.master_port) == ("127.0.0.1", 29611)
     with pytest.raises(SpecError, match="BSM_MASTER_PORT"):
         build_launch(root / "plan.json", root, environ={"BSM_MASTER_PORT": "http"})
@@ -202,11 +227,20 @@ def test_dry_run_via_the_bundle_entrypoint(tmp_path: Path) -> None:
     env = {k: v for k, v in launcher_env(master_port=29500).items() if k != "PYTHONPATH"}
     env["NCCL_PROTO"] = "simple"
     out = subprocess.run(
-        [sys.executable, str(REPO / "blackwell_sm" / "entrypoints" / "launch.py"), "--plan", "plan.json",
-         "--dry-run"],
-        cwd=root, env=env | {"BSM_OPT_ML": str(root)}, capture_output=True, text=True,
-        timeout=60, check=True,
-    )  # fmt: skip
+        [
+            sys.executable,
+            str(REPO / "blackwell_sm" / "entrypoints" / "launch.py"),
+            "--plan",
+            "plan.json",
+            "--dry-run",
+        ],
+        cwd=root,
+        env=env | {"BSM_OPT_ML": str(root)},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
     data = json.loads(out.stdout)
     assert set(data) >= CONTRACT_KEYS
     assert (data["nnodes"], data["node_rank"], data["master_addr"]) == (2, 1, "algo-1")
@@ -231,13 +265,22 @@ def test_nccl_network_choice_is_reported(capfd: pytest.CaptureFixture[str]) -> N
     from blackwell_sm.launch.topology import Topology
 
     def pump(lines: list[str], instance_type: str, nnodes: int) -> dict[str, str]:
-        topo = Topology(hosts=host_names(nnodes), current_host="algo-1", nnodes=nnodes,
-                        node_rank=0, master_addr="algo-1", master_port=29500, nproc_per_node=8,
-                        device="cuda", instance_type=instance_type,
-                        efa=get_instance(instance_type).efa_provider_env)  # fmt: skip
+        topo = Topology(
+            hosts=host_names(nnodes),
+            current_host="algo-1",
+            nnodes=nnodes,
+            node_rank=0,
+            master_addr="algo-1",
+            master_port=29500,
+            nproc_per_node=8,
+            device="cuda",
+            instance_type=instance_type,
+            efa=get_instance(instance_type).efa_provider_env,
+        )
         code = "import sys; sys.stdout.write(sys.stdin.read())"
-        child = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE,
-                                 stdout=subprocess.PIPE)  # fmt: skip
+        child = subprocess.Popen(
+            [sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE
+        )
         p = OutputPump(child.stdout, sys.stdout, tail_lines=10, topo=topo)
         # Only write: communicate() would also read stdout and race the pump for the lines.
         assert child.stdin is not None
@@ -257,8 +300,11 @@ def test_nccl_network_choice_is_reported(capfd: pytest.CaptureFixture[str]) -> N
         "ml.p6-b200.48xlarge",
         2,
     )
-    assert efa == {"plugin": "Loaded net plugin Libfabric (v9)", "ofi_provider": "efa",
-                   "network": "Libfabric"}  # fmt: skip
+    assert efa == {
+        "plugin": "Loaded net plugin Libfabric (v9)",
+        "ofi_provider": "efa",
+        "network": "Libfabric",
+    }
     err = capfd.readouterr().err
     assert "[bsm-launch] NCCL network: Libfabric" in err and "WARNING" not in err
 

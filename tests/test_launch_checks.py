@@ -19,16 +19,26 @@ from blackwell_sm.spec import parse_spec
 
 
 def _plan(count: int, **training):
-    spec = parse_spec({"model": "llama-3.2-1b", "training": training, "compute": {
-        "instance_type": "ml.p6-b200.48xlarge", "instance_count": count}})  # fmt: skip
+    spec = parse_spec(
+        {
+            "model": "llama-3.2-1b",
+            "training": training,
+            "compute": {"instance_type": "ml.p6-b200.48xlarge", "instance_count": count},
+        }
+    )
     return make_plan(spec)
 
 
 @pytest.mark.parametrize(
     ("count", "training"),
-    [(1, {}), (3, {}), (3, {"global_batch_seqs": 100}),
-     (1, {"global_batch_tokens": 1_000_000, "seq_len": 3000}), (3, {"total_tokens": 4_000_000_001})],
-)  # fmt: skip
+    [
+        (1, {}),
+        (3, {}),
+        (3, {"global_batch_seqs": 100}),
+        (1, {"global_batch_tokens": 1_000_000, "seq_len": 3000}),
+        (3, {"total_tokens": 4_000_000_001}),
+    ],
+)
 def test_the_planners_plans_pass(count: int, training: dict) -> None:
     plan = _plan(count, **training)
     check_plan(plan, Path("plan.json"))  # 3 x 8 GPUs round 1024 or 100 sequences up: allowed

@@ -51,9 +51,18 @@ Root Cause (first observed failure):
     ConnectionResetError: Connection reset by peer
 ============================================================"""
 
-TOPO = Topology(hosts=["algo-1"], current_host="algo-1", nnodes=1, node_rank=0,
-                master_addr="127.0.0.1", master_port=29500, nproc_per_node=2, device="cpu",
-                instance_type="local-cpu", efa=False)  # fmt: skip
+TOPO = Topology(
+    hosts=["algo-1"],
+    current_host="algo-1",
+    nnodes=1,
+    node_rank=0,
+    master_addr="127.0.0.1",
+    master_port=29500,
+    nproc_per_node=2,
+    device="cpu",
+    instance_type="local-cpu",
+    efa=False,
+)
 
 
 def _error_file(path: Path, message: str, mtime_s: float) -> str:
@@ -95,8 +104,9 @@ def test_first_failure_is_the_cause_not_the_first_report(tmp_path: Path) -> None
     assert first_failure([killed, RankFailure(1, 1, -15, 1002, bad)], {1001: 100.0}).rank == 1
     lost0 = RankFailure(0, 0, 1, 1001, _error_file(tmp_path / "r0.json", reset, 100.02))
     assert first_failure([lost0, RankFailure(1, 1, 1, 1002, bad)], {}).rank == 1
-    reason = failure_reason(1, topo=TOPO, log_dir=None, stderr_tail=tail,
-                            exit_times={1001: 100.0, 1002: 100.03})  # fmt: skip
+    reason = failure_reason(
+        1, topo=TOPO, log_dir=None, stderr_tail=tail, exit_times={1001: 100.0, 1002: 100.03}
+    )
     assert reason.startswith("rank 0 (host algo-1, local rank 0) was killed by signal SIGKILL")
     # Without exit times (no pidfds), torchrun's own root cause stands.
     assert failure_reason(1, topo=TOPO, log_dir=None, stderr_tail=tail).startswith("rank 1 ")

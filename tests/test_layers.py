@@ -41,26 +41,172 @@ def _l(*names: str) -> frozenset[str]:
 
 
 LAYERS: dict[str, Layer] = {
-    "errors": Layer(("errors",), "the error classes and their exit codes", _l(), TRAINING_STACK | AWS_STACK),
-    "opt_ml": Layer(("opt_ml",), "the container contract: /opt/ml paths, files, env variables", _l(), TRAINING_STACK | AWS_STACK),
-    "metrics": Layer(("metrics",), "the metric line format and SageMaker's regexes", _l(), TRAINING_STACK | AWS_STACK),
-    "safe_load": Layer(("safe_load", "_yaml12", "atomic_write"), "one guarded reader for every file: specs, plans, manifests, profiles (PyYAML only in _yaml12, loaded for YAML files); one atomic writer for every output", _l("errors"), TRAINING_STACK | AWS_STACK),
-    "spec": Layer(("spec",), "the user's words as validated data; presets", _l("errors", "safe_load"), TRAINING_STACK | AWS_STACK, _l("yaml")),
-    "hardware": Layer(("hardware",), "instance catalog: GPUs, memory, peak FLOP/s, links, prices", _l("errors", "opt_ml"), TRAINING_STACK | AWS_STACK),
-    "plan": Layer(("planner.plan", "planner.notes", "planner.plan_versions", "planner.summary", "planner.units"), "the Plan schema: the planner's output, the container's input; its summary for people (units, text, HTML)", _l("spec", "safe_load"), TRAINING_STACK | AWS_STACK),
-    "planner": Layer(("planner",), "memory model, step-time model, search, explanations (pure)", _l("spec", "hardware", "plan", "errors", "opt_ml", "safe_load"), TRAINING_STACK | AWS_STACK, _l("numpy", "scipy")),
-    "records": Layer(("records",), "run records: each metrics.jsonl kind, summary.json, the [bsm-*] lines; their one reader", _l("spec", "metrics", "errors", "safe_load"), TRAINING_STACK | AWS_STACK),
-    "job": Layer(("job",), "Plan + spec → CreateTrainingJob request, bundle (with the container's wheels), SDK view", _l("package", "spec", "hardware", "plan", "planner", "metrics", "errors", "opt_ml", "safe_load"), TRAINING_STACK | {"boto3"}, _l("botocore", "sagemaker")),
-    "aws": Layer(("aws",), "every network call (boto3): S3, jobs, logs, training plans; purchase locks and records", _l("package", "job", "spec", "plan", "planner", "metrics", "records", "errors", "safe_load"), TRAINING_STACK | {"click", "sagemaker"}, _l("boto3", "botocore")),
-    "data": Layer(("data",), "the token shard format and `bsm data prepare`", _l("errors", "safe_load"), TRAINING_STACK | AWS_STACK, _l("tokenizers", "transformers")),
-    "local": Layer(("local",), "`bsm run-local`: an /opt/ml tree here, the real launcher", _l("spec", "hardware", "plan", "planner", "records", "errors", "opt_ml", "safe_load"), TRAINING_STACK | AWS_STACK),
-    "runs": Layer(("runs",), "what reads finished runs: a run folder's or job's records, `bsm calibrate` (sources, profile), `bsm report` (matplotlib)", _l("spec", "hardware", "plan", "planner", "job", "aws", "records", "metrics", "errors", "opt_ml", "safe_load"), TRAINING_STACK, _l("boto3", "botocore", "matplotlib")),
-    "cli": Layer(("cli",), "thin click commands, loaded lazily", _l("package", "spec", "hardware", "plan", "planner", "job", "aws", "data", "local", "runs", "records", "metrics", "errors", "opt_ml", "safe_load"), TRAINING_STACK, HEAVY | {"rich", "yaml"}),
-    "package": Layer(("__init__", "__main__"), "the notebook API (lazy) and `python -m blackwell_sm`", _l("spec", "plan", "planner", "job", "aws", "cli", "errors"), TRAINING_STACK | AWS_STACK),
-    "launch": Layer(("launch",), "container: reads /opt/ml, sets NCCL/EFA, supervises torchrun", _l("plan", "records", "errors", "opt_ml", "safe_load"), AWS_STACK | {"click"}, _l("torch")),
-    "entrypoints": Layer(("entrypoints",), "container: the bundle's entry script and its stdlib-only bootstrap (run as scripts)", _l("launch"), AWS_STACK | TRAINING_STACK | {"click", "pydantic"}),
-    "train": Layer(("train",), "container: model, data order, FSDP2, checkpoints, metrics, loop", _l("spec", "plan", "data", "metrics", "records", "errors", "opt_ml", "safe_load"), AWS_STACK | {"click"}),
-}  # fmt: skip
+    "errors": Layer(
+        ("errors",), "the error classes and their exit codes", _l(), TRAINING_STACK | AWS_STACK
+    ),
+    "opt_ml": Layer(
+        ("opt_ml",),
+        "the container contract: /opt/ml paths, files, env variables",
+        _l(),
+        TRAINING_STACK | AWS_STACK,
+    ),
+    "metrics": Layer(
+        ("metrics",),
+        "the metric line format and SageMaker's regexes",
+        _l(),
+        TRAINING_STACK | AWS_STACK,
+    ),
+    "safe_load": Layer(
+        ("safe_load", "_yaml12", "atomic_write"),
+        "one guarded reader for every file: specs, plans, manifests, profiles (PyYAML only in _yaml12, loaded for YAML files); one atomic writer for every output",
+        _l("errors"),
+        TRAINING_STACK | AWS_STACK,
+    ),
+    "spec": Layer(
+        ("spec",),
+        "the user's words as validated data; presets",
+        _l("errors", "safe_load"),
+        TRAINING_STACK | AWS_STACK,
+        _l("yaml"),
+    ),
+    "hardware": Layer(
+        ("hardware",),
+        "instance catalog: GPUs, memory, peak FLOP/s, links, prices",
+        _l("errors", "opt_ml"),
+        TRAINING_STACK | AWS_STACK,
+    ),
+    "plan": Layer(
+        (
+            "planner.plan",
+            "planner.notes",
+            "planner.plan_versions",
+            "planner.summary",
+            "planner.units",
+        ),
+        "the Plan schema: the planner's output, the container's input; its summary for people (units, text, HTML)",
+        _l("spec", "safe_load"),
+        TRAINING_STACK | AWS_STACK,
+    ),
+    "planner": Layer(
+        ("planner",),
+        "memory model, step-time model, search, explanations (pure)",
+        _l("spec", "hardware", "plan", "errors", "opt_ml", "safe_load"),
+        TRAINING_STACK | AWS_STACK,
+        _l("numpy", "scipy"),
+    ),
+    "records": Layer(
+        ("records",),
+        "run records: each metrics.jsonl kind, summary.json, the [bsm-*] lines; their one reader",
+        _l("spec", "metrics", "errors", "safe_load"),
+        TRAINING_STACK | AWS_STACK,
+    ),
+    "job": Layer(
+        ("job",),
+        "Plan + spec → CreateTrainingJob request, bundle (with the container's wheels), SDK view",
+        _l(
+            "package",
+            "spec",
+            "hardware",
+            "plan",
+            "planner",
+            "metrics",
+            "errors",
+            "opt_ml",
+            "safe_load",
+        ),
+        TRAINING_STACK | {"boto3"},
+        _l("botocore", "sagemaker"),
+    ),
+    "aws": Layer(
+        ("aws",),
+        "every network call (boto3): S3, jobs, logs, training plans; purchase locks and records",
+        _l(
+            "package", "job", "spec", "plan", "planner", "metrics", "records", "errors", "safe_load"
+        ),
+        TRAINING_STACK | {"click", "sagemaker"},
+        _l("boto3", "botocore"),
+    ),
+    "data": Layer(
+        ("data",),
+        "the token shard format and `bsm data prepare`",
+        _l("errors", "safe_load"),
+        TRAINING_STACK | AWS_STACK,
+        _l("tokenizers", "transformers"),
+    ),
+    "local": Layer(
+        ("local",),
+        "`bsm run-local`: an /opt/ml tree here, the real launcher",
+        _l("spec", "hardware", "plan", "planner", "records", "errors", "opt_ml", "safe_load"),
+        TRAINING_STACK | AWS_STACK,
+    ),
+    "runs": Layer(
+        ("runs",),
+        "what reads finished runs: a run folder's or job's records, `bsm calibrate` (sources, profile), `bsm report` (matplotlib)",
+        _l(
+            "spec",
+            "hardware",
+            "plan",
+            "planner",
+            "job",
+            "aws",
+            "records",
+            "metrics",
+            "errors",
+            "opt_ml",
+            "safe_load",
+        ),
+        TRAINING_STACK,
+        _l("boto3", "botocore", "matplotlib"),
+    ),
+    "cli": Layer(
+        ("cli",),
+        "thin click commands, loaded lazily",
+        _l(
+            "package",
+            "spec",
+            "hardware",
+            "plan",
+            "planner",
+            "job",
+            "aws",
+            "data",
+            "local",
+            "runs",
+            "records",
+            "metrics",
+            "errors",
+            "opt_ml",
+            "safe_load",
+        ),
+        TRAINING_STACK,
+        HEAVY | {"rich", "yaml"},
+    ),
+    "package": Layer(
+        ("__init__", "__main__"),
+        "the notebook API (lazy) and `python -m blackwell_sm`",
+        _l("spec", "plan", "planner", "job", "aws", "cli", "errors"),
+        TRAINING_STACK | AWS_STACK,
+    ),
+    "launch": Layer(
+        ("launch",),
+        "container: reads /opt/ml, sets NCCL/EFA, supervises torchrun",
+        _l("plan", "records", "errors", "opt_ml", "safe_load"),
+        AWS_STACK | {"click"},
+        _l("torch"),
+    ),
+    "entrypoints": Layer(
+        ("entrypoints",),
+        "container: the bundle's entry script and its stdlib-only bootstrap (run as scripts)",
+        _l("launch"),
+        AWS_STACK | TRAINING_STACK | {"click", "pydantic"},
+    ),
+    "train": Layer(
+        ("train",),
+        "container: model, data order, FSDP2, checkpoints, metrics, loop",
+        _l("spec", "plan", "data", "metrics", "records", "errors", "opt_ml", "safe_load"),
+        AWS_STACK | {"click"},
+    ),
+}
 
 # Edges still to remove; delete each line when its change lands (the allow-list only shrinks:
 # test_pending_edges_still_exist fails on a line whose edge is gone). Issue 12 moved the SDK
@@ -253,9 +399,10 @@ def test_container_side_never_imports_aws_libraries() -> None:
         "            importlib.import_module(p.__name__ + '.' + m.name)\n"
         "bad = sorted(m for m in sys.modules if m.split('.')[0] in ('boto3', 'botocore', 'sagemaker'))\n"
         "print(bad)\n"
-    )  # fmt: skip
-    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO,
-                       timeout=120)  # fmt: skip
+    )
+    r = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, timeout=120
+    )
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip().splitlines()[-1] == "[]"
 

@@ -124,8 +124,9 @@ def test_run_local_owns_its_run(tmp_path: Path) -> None:
     )
     cmd = [sys.executable, "-m", "blackwell_sm", "run-local", str(spec), "--out", str(out)]
     env = dict(os.environ, PYTHONPATH=str(REPO))
-    cli = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                           start_new_session=True)  # fmt: skip
+    cli = subprocess.Popen(
+        cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True
+    )
     lines: list[str] = []
     stepped = threading.Event()
 
@@ -186,6 +187,10 @@ def test_the_channels_a_spec_reads_include_init_for_s3_weights():
     assert _channels_read(parse_spec(synthetic)) == set()
     synthetic["training"]["init_from"] = "s3://bucket/weights/"
     assert _channels_read(parse_spec(synthetic)) == {"init"}
-    shards = {"model": "tiny", "training": {"data": {"source": "channel", "train_channel": "train",
-                                                     "validation_channel": "val"}}}  # fmt: skip
+    shards = {
+        "model": "tiny",
+        "training": {
+            "data": {"source": "channel", "train_channel": "train", "validation_channel": "val"}
+        },
+    }
     assert _channels_read(parse_spec(shards)) == {"train", "val"}

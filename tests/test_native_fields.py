@@ -16,7 +16,7 @@ from cli_support import run
 
 from blackwell_sm.job.iam import job_role_policy
 from blackwell_sm.job.request import build_job_request
-from blackwell_sm.job.wheels import requirements_for
+from blackwell_sm.job.requirements import requirements_for
 from blackwell_sm.spec import parse_spec
 
 MLFLOW_ARN = f"arn:aws:sagemaker:{REGION}:{ACCOUNT}:mlflow-tracking-server/bsm-tracking"
@@ -41,34 +41,55 @@ def sent_through_botocore(request: dict) -> None:
     model, as the real call would."""
     import boto3
 
-    client = boto3.client("sagemaker", region_name=REGION, aws_access_key_id="testing",
-                          aws_secret_access_key="testing")  # fmt: skip
+    client = boto3.client(
+        "sagemaker",
+        region_name=REGION,
+        aws_access_key_id="testing",
+        aws_secret_access_key="testing",
+    )
     with Stubber(client) as stub:
-        stub.add_response("create_training_job", {"TrainingJobArn": "arn:aws:sagemaker:"
-                          f"{REGION}:{ACCOUNT}:training-job/{request['TrainingJobName']}"}, request)  # fmt: skip
+        stub.add_response(
+            "create_training_job",
+            {
+                "TrainingJobArn": "arn:aws:sagemaker:"
+                f"{REGION}:{ACCOUNT}:training-job/{request['TrainingJobName']}"
+            },
+            request,
+        )
         client.create_training_job(**request)
         stub.assert_no_pending_responses()
 
 
 def test_no_tracker_and_no_native_member_by_default():
     q = request_of(run_spec())
-    for member in ("TensorBoardOutputConfig", "MlflowConfig", "ModelPackageConfig",
-                   "InfraCheckConfig"):  # fmt: skip
+    for member in (
+        "TensorBoardOutputConfig",
+        "MlflowConfig",
+        "ModelPackageConfig",
+        "InfraCheckConfig",
+    ):
         assert member not in q
     assert "BSM_EXPORT_URI" not in q["Environment"]
 
 
 def test_tensorboard_and_managed_mlflow_are_in_the_request():
-    spec = spec_with({"report_to": ["tensorboard", "mlflow"],
-                      "mlflow": {"tracking_uri": MLFLOW_ARN, "experiment": "llama"}})  # fmt: skip
+    spec = spec_with(
+        {
+            "report_to": ["tensorboard", "mlflow"],
+            "mlflow": {"tracking_uri": MLFLOW_ARN, "experiment": "llama"},
+        }
+    )
     req = build_job_request(spec, plan_for(spec))
     q = req.request
     assert q["TensorBoardOutputConfig"] == {
         "S3OutputPath": f"s3://{BUCKET}/runs/tensorboard/{req.base_job_name}",
         "LocalPath": "/opt/ml/output/tensorboard",
     }
-    assert q["MlflowConfig"] == {"MlflowResourceArn": MLFLOW_ARN, "MlflowExperimentName": "llama",
-                                 "MlflowRunName": req.job_name}  # fmt: skip
+    assert q["MlflowConfig"] == {
+        "MlflowResourceArn": MLFLOW_ARN,
+        "MlflowExperimentName": "llama",
+        "MlflowRunName": req.job_name,
+    }
     assert q["Environment"]["BSM_EXPORT_URI"] == (
         f"s3://{BUCKET}/runs/output/{req.job_name}/output/model/"
     )
@@ -120,10 +141,15 @@ def test_the_job_role_gets_what_the_trackers_need_and_nothing_more():
     from policy_sentry.querying.actions import get_action_data
 
     plain = _statements(run_spec())
-    assert not {"WriteTensorBoardEventFiles", "ReportToManagedMlflow",
-                "RegisterTheExportedModel"} & set(plain)  # fmt: skip
-    spec = spec_with({"report_to": ["tensorboard", "mlflow"],
-                      "mlflow": {"tracking_uri": MLFLOW_ARN}}, model_package_group="bsm-models")  # fmt: skip
+    assert not {
+        "WriteTensorBoardEventFiles",
+        "ReportToManagedMlflow",
+        "RegisterTheExportedModel",
+    } & set(plain)
+    spec = spec_with(
+        {"report_to": ["tensorboard", "mlflow"], "mlflow": {"tracking_uri": MLFLOW_ARN}},
+        model_package_group="bsm-models",
+    )
     got = _statements(spec)
     assert got["WriteTensorBoardEventFiles"]["Resource"] == [
         f"arn:aws:s3:::{BUCKET}/runs/tensorboard/*"
@@ -153,17 +179,31 @@ def _submit_dry(tmp_path, job: dict | None = None, training: dict | None = None)
     ("job", "training", "field", "words"),
     [
         ({"model_package_group": "bad name!"}, None, "job.model_package_group", "package group"),
-        ({"model_package_group": "bsm-models"}, {"export_model": False},
-         "job.model_package_group", "nothing to register"),
+        (
+            {"model_package_group": "bsm-models"},
+            {"export_model": False},
+            "job.model_package_group",
+            "nothing to register",
+        ),
         ({"infra_check": "yes"}, None, "job.infra_check", "boolean"),
         ({"tensorboard_s3_prefix": "https://x/y"}, None, "job.tensorboard_s3_prefix", "S3 URI"),
-        (None, {"report_to": ["wandb"], "wandb": {"project": "p"}}, "training.wandb.mode",
-         "W&B online needs an API key"),
-        (None, {"report_to": ["mlflow"], "mlflow": {"tracking_uri": MLFLOW_ARN,
-                                                     "experiment": "x" * 300}},
-         "training.mlflow.experiment", "1-256"),
+        (
+            None,
+            {"report_to": ["wandb"], "wandb": {"project": "p"}},
+            "training.wandb.mode",
+            "W&B online needs an API key",
+        ),
+        (
+            None,
+            {
+                "report_to": ["mlflow"],
+                "mlflow": {"tracking_uri": MLFLOW_ARN, "experiment": "x" * 300},
+            },
+            "training.mlflow.experiment",
+            "1-256",
+        ),
     ],
-)  # fmt: skip
+)
 def test_bad_native_settings_are_refused_naming_the_field(tmp_path, job, training, field, words):
     code, out, err = _submit_dry(tmp_path, job, training)
     assert code == 2, out + err

@@ -8,6 +8,7 @@ import json
 import math
 
 import pytest
+from aws_support import CHECK_FIELDS
 
 from blackwell_sm.errors import SpecError
 from blackwell_sm.records import (
@@ -42,30 +43,7 @@ TRAIN = dict(
     mem_reserved_gib=12.0,
     memory_kind="cuda_max_allocated_reserved",
 )
-CHECK = dict(
-    tok_s_gpu=9100.0,
-    pred_tok_s_gpu=10000.0,
-    pred_tok_s_gpu_low=7000.0,
-    pred_tok_s_gpu_high=11000.0,
-    speed_ratio=0.91,
-    speed="in_range",
-    step_time_s=1.45,
-    pred_step_time_s=1.3,
-    compute_s=1.2,
-    pred_compute_s=1.1,
-    exposed_comm_s=0.15,
-    pred_exposed_comm_s=0.1,
-    other_s=0.1,
-    mfu=0.4,
-    pred_mfu=0.45,
-    mem_reserved_gib=63.0,
-    pred_mem_gib=64.0,
-    pred_mem_high_gib=70.0,
-    memory="in_range",
-    eta_s=9000.0,
-    total_steps=2_000_000,
-    timing="cuda_profiler",
-)
+CHECK = CHECK_FIELDS
 EVERY_KIND = [
     StartRecord(step=0, world_size=16, time=T0),
     TrainRecord(step=1, time=T0 + 1, **TRAIN),

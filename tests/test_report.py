@@ -48,10 +48,18 @@ def history(plan: Plan, *, tok_factor: float = 1.0, dt: float = 1.0) -> list:
 
     def train(step: int, t: float) -> TrainRecord:
         return TrainRecord(
-            step=step, loss=3.0 - step / 10, lr=1e-3 * min(1.0, step / 2), grad_norm=8.0 / step,
-            tok_s_gpu=tok * (1 + step / 1000), mfu=0.2, step_time_s=dt, mem_alloc_gib=0.3,
-            mem_reserved_gib=0.4, memory_kind="cpu_max_rss", time=t,
-        )  # fmt: skip
+            step=step,
+            loss=3.0 - step / 10,
+            lr=1e-3 * min(1.0, step / 2),
+            grad_norm=8.0 / step,
+            tok_s_gpu=tok * (1 + step / 1000),
+            mfu=0.2,
+            step_time_s=dt,
+            mem_alloc_gib=0.3,
+            mem_reserved_gib=0.4,
+            memory_kind="cpu_max_rss",
+            time=t,
+        )
 
     recs: list = [StartRecord(step=0, world_size=2, time=T0)]
     for s in range(1, 9):
@@ -61,8 +69,9 @@ def history(plan: Plan, *, tok_factor: float = 1.0, dt: float = 1.0) -> list:
     recs.append(ValRecord(step=8, loss=2.5, time=T0 + 8.2 * dt))
     recs.append(StopRecord(step=8, reason="SIGTERM", time=T0 + 8.5 * dt))
     t1 = T0 + 20 * dt
-    recs.append(StartRecord(step=6, resumed_from_step=6, checkpoint="step-00000006", world_size=2,
-                            time=t1))  # fmt: skip
+    recs.append(
+        StartRecord(step=6, resumed_from_step=6, checkpoint="step-00000006", world_size=2, time=t1)
+    )
     for s in range(7, 13):
         recs.append(train(s, t1 + (s - 6) * dt))
         if s % 2 == 0:
@@ -116,8 +125,14 @@ def test_lr_and_grad_norm_panels_plot_the_log(single):
     assert opt["gradient norm"]["y"] == [r.grad_norm for r in train]
     assert set(opt["clip threshold (optimizer.grad_clip)"]["y"]) == {1.0}
     assert page.count("<svg") == 5
-    for words in ("learning rate", "L2 norm (before clipping)", "tokens/s per GPU",
-                  "GiB per GPU", "MFU (fraction of dense BF16 peak)", "nats/token"):  # fmt: skip
+    for words in (
+        "learning rate",
+        "L2 norm (before clipping)",
+        "tokens/s per GPU",
+        "GiB per GPU",
+        "MFU (fraction of dense BF16 peak)",
+        "nats/token",
+    ):
         assert words in page, words
 
 
@@ -134,12 +149,17 @@ def test_saves_stops_and_resumes_come_from_the_log_not_the_disk(single):
 
 
 def test_seconds_for_a_short_run_minutes_for_a_longer_one(single, overlay):
-    from blackwell_sm.runs.report_figures import time_unit
+    from blackwell_sm.runs.report_timeline import time_unit
 
     assert "time since the run's first record (s)" in single[1]
     assert "time since the run's first record (min)" in overlay[2]
     assert [time_unit(s)[0] for s in (59, 179, 180, 3 * 3600 - 1, 3 * 3600)] == [
-        "s", "s", "min", "min", "h"]  # fmt: skip
+        "s",
+        "s",
+        "min",
+        "min",
+        "h",
+    ]
 
 
 def _speed_axes(plan: Plan, tmp_path: Path, **kw):
@@ -218,14 +238,23 @@ def test_every_table_column_has_a_header_and_a_unit(single):
 def test_several_runs_overlay_on_every_panel(overlay):
     """Before and after calibration: each run's lines carry its label; a table per run."""
     _, data, page = overlay
-    for fig, base in (("loss", "train loss"), ("speed", "measured tokens/s/GPU"),
-                      ("memory", "measured peak memory"), ("optimizer", "learning rate"),
-                      ("timeline", "checkpoint save")):  # fmt: skip
+    for fig, base in (
+        ("loss", "train loss"),
+        ("speed", "measured tokens/s/GPU"),
+        ("memory", "measured peak memory"),
+        ("optimizer", "learning rate"),
+        ("timeline", "checkpoint save"),
+    ):
         want = {f"{base}: before-calibration", f"{base}: after-calibration"}
         assert want <= set(data[fig]), (fig, list(data[fig]))
-    ratio = [x / y for x, y in zip(data["speed"]["measured tokens/s/GPU: after-calibration"]["y"],
-                                   data["speed"]["measured tokens/s/GPU: before-calibration"]["y"],
-                                   strict=True)]  # fmt: skip
+    ratio = [
+        x / y
+        for x, y in zip(
+            data["speed"]["measured tokens/s/GPU: after-calibration"]["y"],
+            data["speed"]["measured tokens/s/GPU: before-calibration"]["y"],
+            strict=True,
+        )
+    ]
     assert ratio == pytest.approx([14.0] * 14)
     assert "log axis: measured is 14" in page
     assert page.count("<table>") == 2 and "2 runs overlaid" in page
@@ -312,11 +341,22 @@ def browser() -> str:
 
 def headless(exe: str, *args: str, cwd: Path) -> str:
     proc = subprocess.run(
-        [exe, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
-         "--no-first-run", "--disable-dev-shm-usage", f"--user-data-dir={cwd / 'profile'}",
-         *args],
-        capture_output=True, text=True, timeout=120, cwd=cwd,
-    )  # fmt: skip
+        [
+            exe,
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--hide-scrollbars",
+            "--no-first-run",
+            "--disable-dev-shm-usage",
+            f"--user-data-dir={cwd / 'profile'}",
+            *args,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=cwd,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     return proc.stdout
 
@@ -324,8 +364,14 @@ def headless(exe: str, *args: str, cwd: Path) -> str:
 def layout(exe: str, tmp: Path, html: str, width: int) -> dict:
     probe = tmp / f"probe-{width}.html"
     probe.write_text(html.replace("</body>", MEASURE + "</body>"))
-    dom = headless(exe, f"--window-size={width},900", "--virtual-time-budget=5000",
-                   "--dump-dom", probe.as_uri(), cwd=tmp)  # fmt: skip
+    dom = headless(
+        exe,
+        f"--window-size={width},900",
+        "--virtual-time-budget=5000",
+        "--dump-dom",
+        probe.as_uri(),
+        cwd=tmp,
+    )
     m = re.search(r'<pre id="bsm-layout">(.*?)</pre>', dom, re.S)
     assert m, dom[-2000:]
     return json.loads(m.group(1).replace("&quot;", '"').replace("&amp;", "&"))
@@ -335,8 +381,13 @@ def test_the_report_in_a_headless_browser(overlay):
     tmp, _, html = overlay
     exe = browser()
     shot = tmp / "report.png"
-    headless(exe, "--window-size=1280,4000", f"--screenshot={shot}", (tmp / "both.html").as_uri(),
-             cwd=tmp)  # fmt: skip
+    headless(
+        exe,
+        "--window-size=1280,4000",
+        f"--screenshot={shot}",
+        (tmp / "both.html").as_uri(),
+        cwd=tmp,
+    )
     png = shot.read_bytes()
     assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 50_000, len(png)
     import matplotlib.image
@@ -348,8 +399,7 @@ def test_the_report_in_a_headless_browser(overlay):
         got = layout(exe, tmp, html, width)
         assert got["scrollWidth"] <= got["width"], got  # no horizontal scroll
         figs = {f["id"]: f for f in got["figures"]}
-        assert set(figs) == {"fig-loss", "fig-speed", "fig-memory", "fig-optimizer",
-                             "fig-timeline"}  # fmt: skip
+        assert set(figs) == {"fig-loss", "fig-speed", "fig-memory", "fig-optimizer", "fig-timeline"}
         for fid, f in figs.items():
             assert f["drawn"] > 20 and f["texts"] > 5, (fid, f)
             assert f["off"] == [], (width, fid, f["off"][:5])
@@ -381,8 +431,9 @@ def test_a_limit_far_above_the_run_is_named_in_the_title_not_the_legend(single):
     plot, said in the title, and its line stays in the plot data."""
     data, page = single
     memory = re.search(r'id="fig-memory">(.*?)</svg>', page, re.S).group(1)
-    words = " ".join("".join(t.itertext()) for t in ET.fromstring(memory + "</svg>").iter(
-        f"{SVG_NS}text"))  # fmt: skip
+    words = " ".join(
+        "".join(t.itertext()) for t in ET.fromstring(memory + "</svg>").iter(f"{SVG_NS}text")
+    )
     assert "usable limit 7.8 GiB, above the plot" in words
     assert words.count("usable limit") == 1  # the title only
     usable, measured = data["memory"]["usable limit"]["y"], data["memory"]["measured peak memory"]

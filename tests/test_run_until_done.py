@@ -45,8 +45,11 @@ class Script:
         if step is not None:  # the container's checkpoint, synced to the run's prefix
             bucket, prefix = split_s3_uri(params["CheckpointConfig"]["S3Uri"] + "/")
             marker = {"step": step, "world_size": 8, "time": time.time() + 1}
-            self.aws.s3.put_object(Bucket=bucket, Key=f"{prefix}step-{step:08d}/COMPLETE",
-                                   Body=json.dumps(marker).encode())  # fmt: skip
+            self.aws.s3.put_object(
+                Bucket=bucket,
+                Key=f"{prefix}step-{step:08d}/COMPLETE",
+                Body=json.dumps(marker).encode(),
+            )
 
 
 MAX_RUNTIME = ("Stopped", "MaxRuntimeExceeded", None)
@@ -135,8 +138,12 @@ def test_resume_makes_one_step_and_status_shows_the_whole_run(aws, monkeypatch, 
 def test_flags_that_conflict_with_a_run_are_exit_2(tmp_path):
     spec_file = tmp_path / "spec.yaml"
     spec_file.write_text(json.dumps(_spec()))
-    for extra in (["--until-done", "--resume"], ["--until-done", "--new"], ["--resume", "--wait"],
-                  ["--until-done", "--dry-run"]):  # fmt: skip
+    for extra in (
+        ["--until-done", "--resume"],
+        ["--until-done", "--new"],
+        ["--resume", "--wait"],
+        ["--until-done", "--dry-run"],
+    ):
         code, out, _ = run("submit", str(spec_file), *extra, "--output", "json")
         assert code == 2 and json.loads(out)["error"]["field"] == extra[1], extra
 
@@ -149,8 +156,9 @@ def test_never_a_next_job_on_capacity_nobody_agreed_to(aws):
     name = jr.base_job_name[:64].rstrip("-")
     Script(aws, [(*MAX_RUNTIME, 40)])
     with Stubber(aws.plans) as st:
-        st.add_client_error("describe_training_plan", service_error_code="ResourceNotFound",
-                            http_status_code=400)  # fmt: skip
+        st.add_client_error(
+            "describe_training_plan", service_error_code="ResourceNotFound", http_status_code=400
+        )
         st.add_response("search_training_plan_offerings", {"TrainingPlanOfferings": [_offer()]})
         st.add_response("create_training_plan", {"TrainingPlanArn": _arn(name)})
         st.add_response("describe_training_plan", plan_response(name=name, status="Scheduled"))
@@ -180,5 +188,6 @@ def _offer() -> dict:
 
     from aws_support import offering
 
-    return offering("tpo-" + "c" * 20, start=datetime.now(UTC) + timedelta(hours=1), hours=48,
-                    fee="100.00")  # fmt: skip
+    return offering(
+        "tpo-" + "c" * 20, start=datetime.now(UTC) + timedelta(hours=1), hours=48, fee="100.00"
+    )

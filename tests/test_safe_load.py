@@ -18,14 +18,33 @@ ROOT = Path(__file__).resolve().parents[1]
 @pytest.mark.parametrize(
     "text,expected",
     [
-        ("yes", "yes"), ("no", "no"), ("on", "on"), ("off", "off"), ("Yes", "Yes"), ("y", "y"),
-        ("true", True), ("False", False), ("TRUE", True),
-        ("null", None), ("~", None), ("", None),
-        ("42", 42), ("-7", -7), ("0o17", 15), ("0x1f", 31), ("1_000", "1_000"), ("010", 10),
-        ("3e-4", 3e-4), ("1.5", 1.5), ("-.5", -0.5), (".inf", float("inf")),
-        ("-.Inf", float("-inf")), ("2026-01-01", "2026-01-01"), ("1:30", "1:30"),
+        ("yes", "yes"),
+        ("no", "no"),
+        ("on", "on"),
+        ("off", "off"),
+        ("Yes", "Yes"),
+        ("y", "y"),
+        ("true", True),
+        ("False", False),
+        ("TRUE", True),
+        ("null", None),
+        ("~", None),
+        ("", None),
+        ("42", 42),
+        ("-7", -7),
+        ("0o17", 15),
+        ("0x1f", 31),
+        ("1_000", "1_000"),
+        ("010", 10),
+        ("3e-4", 3e-4),
+        ("1.5", 1.5),
+        ("-.5", -0.5),
+        (".inf", float("inf")),
+        ("-.Inf", float("-inf")),
+        ("2026-01-01", "2026-01-01"),
+        ("1:30", "1:30"),
     ],
-)  # fmt: skip
+)
 def test_yaml_1_2_core_scalars(text, expected):
     assert parse_yaml(f"v: {text}")["v"] == expected
     assert type(parse_yaml(f"v: {text}")["v"]) is type(expected)

@@ -21,17 +21,25 @@ def sent():
     moto = pytest.importorskip("moto")
     mp = pytest.MonkeyPatch()
     for k, v in {
-        "AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
-        "AWS_DEFAULT_REGION": "us-east-1", "AWS_REGION": "us-east-1",
-    }.items():  # fmt: skip
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+        "AWS_DEFAULT_REGION": "us-east-1",
+        "AWS_REGION": "us-east-1",
+    }.items():
         mp.setenv(k, v)
     for k in ("AWS_PROFILE", "AWS_ENDPOINT_URL", "SAGEMAKER_VALIDATE_ROLE", "AWS_MAX_ATTEMPTS"):
         mp.delenv(k, raising=False)
     from blackwell_sm.aws.sdk import model_trainer_and_request
     from blackwell_sm.job.sdk import SdkViewWarning
 
-    spec = run_spec(max_retry_attempts=2, environment={"NCCL_DEBUG": "WARN"}, tags={"team": "ml"})
+    spec = run_spec(
+        max_retry_attempts=2,
+        environment={"NCCL_DEBUG": "WARN"},
+        tags={"team": "ml"},
+        infra_check=True,
+    )
     spec.compute.training_plan = ARN
+    spec.training.report_to = ["tensorboard"]  # a native member ModelTrainer takes by the hook
     captured: list[dict] = []
     with moto.mock_aws():
         import boto3
@@ -86,6 +94,10 @@ def test_model_trainer_sends_the_builders_request(sent):
     assert wire["HyperParameters"] == q["HyperParameters"]
     assert wire["RetryStrategy"] == q["RetryStrategy"]
     assert wire["RoleArn"] == q["RoleArn"]
+    # what ModelTrainer has no argument for, sent by the hook as built (job/sdk_table.py)
+    assert wire["TensorBoardOutputConfig"] == q["TensorBoardOutputConfig"]
+    assert wire["InfraCheckConfig"] == q["InfraCheckConfig"] == {"EnableInfraCheck": True}
+    assert any("TensorBoardOutputConfig" in w and "hook" in w for w in sdk_warnings)
     # the one field it cannot match: its own timestamp suffix on our base name
     assert wire["TrainingJobName"].startswith(req.base_job_name + "-")
     assert any("ContainerEntrypoint" in w and "reattach" in w for w in sdk_warnings)
@@ -111,9 +123,10 @@ def _role_checked_session(spec):
         ok = evaluator.is_action_permitted(action, "*") == PermissionResult.PERMITTED
         # the simulator has no context keys: a statement with a condition would not apply
         granting = [
-            st for st in policies["job_role"]["Statement"]
+            st
+            for st in policies["job_role"]["Statement"]
             if action in st["Action"] and st["Resource"] == "*"
-        ]  # fmt: skip
+        ]
         ok = ok and all("Condition" not in st for st in granting)
         results.append(
             {

@@ -21,8 +21,13 @@ def test_finetune_lowers_the_default_lr_but_keeps_an_explicit_one():
 
 
 def test_epochs_set_total_steps_and_survive_a_round_trip():
-    tr = _t(task="finetune", epochs=2, data={"sequences": 100}, global_batch_seqs=8,
-            schedule={"warmup_steps": 5})  # fmt: skip
+    tr = _t(
+        task="finetune",
+        epochs=2,
+        data={"sequences": 100},
+        global_batch_seqs=8,
+        schedule={"warmup_steps": 5},
+    )
     assert tr.total_steps == 25  # ceil(2 x 100 / 8)
     again = parse_spec({"model": "tiny", "training": tr.model_dump()}).training
     assert again.total_steps == 25 and again.optimizer.lr == FINETUNE_LR
@@ -49,8 +54,9 @@ def test_norms_and_biases_never_decay():
     from blackwell_sm.train.model import Transformer
     from blackwell_sm.train.optim import build_optimizer
 
-    spec = ModelSpec(family="qwen2", n_layers=1, d_model=32, n_heads=2, n_kv_heads=1, ffn_dim=64,
-                     vocab_size=40)  # fmt: skip
+    spec = ModelSpec(
+        family="qwen2", n_layers=1, d_model=32, n_heads=2, n_kv_heads=1, ffn_dim=64, vocab_size=40
+    )
     model = Transformer(spec, max_seq_len=8)
     opt = build_optimizer(model, OptimizerSpec(weight_decay=0.1), torch.device("cpu"))
     names = {id(p): n for n, p in model.named_parameters()}
@@ -66,11 +72,20 @@ def test_the_planner_counts_the_mask_of_packed_fine_tuning_rows():
 
     def plan(task):
         return make_plan(
-            parse_spec({"model": "qwen3-8b", "training": {
-                "task": task, "seq_len": 4096, "total_steps": 100, "precision": "bf16",
-                "activation_checkpointing": "selective-op",
-                "pins": {"micro_batch_size": 1, "compile": True}}})
-        )  # fmt: skip
+            parse_spec(
+                {
+                    "model": "qwen3-8b",
+                    "training": {
+                        "task": task,
+                        "seq_len": 4096,
+                        "total_steps": 100,
+                        "precision": "bf16",
+                        "activation_checkpointing": "selective-op",
+                        "pins": {"micro_batch_size": 1, "compile": True},
+                    },
+                }
+            )
+        )
 
     pre, fine = plan("pretrain"), plan("finetune")
     extra = fine.memory_gib.activations - pre.memory_gib.activations

@@ -69,12 +69,27 @@ def mlflow_server(tmp_path_factory: pytest.TempPathFactory):
     tmp = tmp_path_factory.mktemp("mlflow")
     port = free_port()
     proc = subprocess.Popen(
-        [sys.executable, "-m", "mlflow", "server", "--host", "127.0.0.1", "--port", str(port),
-         "--backend-store-uri", f"sqlite:///{tmp}/mlflow.db", "--default-artifact-root",
-         str(tmp / "artifacts"), "--workers", "1"],
-        stdout=subprocess.DEVNULL, stderr=(tmp / "server.log").open("w"), cwd=tmp,
+        [
+            sys.executable,
+            "-m",
+            "mlflow",
+            "server",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--backend-store-uri",
+            f"sqlite:///{tmp}/mlflow.db",
+            "--default-artifact-root",
+            str(tmp / "artifacts"),
+            "--workers",
+            "1",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=(tmp / "server.log").open("w"),
+        cwd=tmp,
         start_new_session=True,  # its own process group: the server and its workers stop together
-    )  # fmt: skip
+    )
     yield f"http://127.0.0.1:{port}", proc, tmp / "server.log"
     os.killpg(proc.pid, signal.SIGKILL)  # a throwaway server: nothing to shut down gracefully
     proc.wait()
@@ -86,10 +101,16 @@ def tracked(tmp_path_factory: pytest.TempPathFactory, mlflow_server) -> dict:
     tracker's client retries until the server answers)."""
     uri, _, log = mlflow_server
     tmp = tmp_path_factory.mktemp("tracked")
-    spec = tracker_spec(tmp, report_to=["tensorboard", "mlflow"],
-                        mlflow={"tracking_uri": uri, "experiment": "bsm-test"})  # fmt: skip
-    env = {**os.environ, "MLFLOW_HTTP_REQUEST_MAX_RETRIES": "7",
-           "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "2"}  # fmt: skip
+    spec = tracker_spec(
+        tmp,
+        report_to=["tensorboard", "mlflow"],
+        mlflow={"tracking_uri": uri, "experiment": "bsm-test"},
+    )
+    env = {
+        **os.environ,
+        "MLFLOW_HTTP_REQUEST_MAX_RETRIES": "7",
+        "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "2",
+    }
     proc = run_local_process(spec, tmp / "run", nproc=1, env=env, timeout=300)
     assert proc.returncode == 0, proc.stderr[-4000:] + log.read_text()[-2000:]
     return {"root": tmp / "run", "uri": uri, "stdout": proc.stdout, "stderr": proc.stderr}
@@ -100,20 +121,29 @@ def test_tensorboard_reads_the_runs_event_files(tracked):
     logdir = root / "output" / "tensorboard"
     assert list(logdir.glob("events.out.tfevents.*")), list(root.rglob("*"))
     got = scalars_of(logdir)
-    train = [r for r in read_metrics(root / "output/data/metrics.jsonl")
-             if isinstance(r, TrainRecord)]  # fmt: skip
+    train = [
+        r for r in read_metrics(root / "output/data/metrics.jsonl") if isinstance(r, TrainRecord)
+    ]
     assert [r.step for r in train] == list(range(1, 9))
-    for tag, key in (("train/loss", "loss"), ("train/lr", "lr"), ("train/grad_norm", "grad_norm"),
-                     ("speed/tokens_per_s_per_gpu", "tok_s_gpu"), ("speed/mfu", "mfu"),
-                     ("memory/reserved_gib", "mem_reserved_gib")):  # fmt: skip
+    for tag, key in (
+        ("train/loss", "loss"),
+        ("train/lr", "lr"),
+        ("train/grad_norm", "grad_norm"),
+        ("speed/tokens_per_s_per_gpu", "tok_s_gpu"),
+        ("speed/mfu", "mfu"),
+        ("memory/reserved_gib", "mem_reserved_gib"),
+    ):
         want = {r.step: getattr(r, key) for r in train}
         assert got[tag] == pytest.approx(want, rel=1e-6), tag  # float32 in the event file
     plan = json.loads((root / "plan.json").read_text())
     assert got["plan/tokens_per_s_per_gpu"][1] == pytest.approx(
         plan["throughput"]["tokens_per_s_per_gpu"], rel=1e-6
     )
-    check = [json.loads(x) for x in (root / "output/data/metrics.jsonl").read_text().splitlines()
-             if '"kind": "check"' in x]  # fmt: skip
+    check = [
+        json.loads(x)
+        for x in (root / "output/data/metrics.jsonl").read_text().splitlines()
+        if '"kind": "check"' in x
+    ]
     assert len(check) == 1
     for fig in ("tok_s_gpu", "pred_tok_s_gpu", "speed_ratio", "compute_s", "pred_mfu"):
         assert got[f"check/{fig}"] == {check[0]["step"]: pytest.approx(check[0][fig], rel=1e-6)}
@@ -130,8 +160,11 @@ def test_the_mlflow_server_holds_the_same_metrics(tracked):
     exp = client.get_experiment_by_name("bsm-test")
     (run_,) = client.search_runs([exp.experiment_id])
     assert run_.info.status == "FINISHED"
-    train = [r for r in read_metrics(tracked["root"] / "output/data/metrics.jsonl")
-             if isinstance(r, TrainRecord)]  # fmt: skip
+    train = [
+        r
+        for r in read_metrics(tracked["root"] / "output/data/metrics.jsonl")
+        if isinstance(r, TrainRecord)
+    ]
     for key, field in (("train/loss", "loss"), ("train/lr", "lr"), ("speed/mfu", "mfu")):
         hist = {m.step: m.value for m in client.get_metric_history(run_.info.run_id, key)}
         assert hist == {r.step: getattr(r, field) for r in train}, key  # float64: exact
@@ -151,8 +184,9 @@ def test_a_resumed_launch_continues_its_mlflow_run(mlflow_server, monkeypatch):
     uri = mlflow_server[0]
     monkeypatch.setenv("TRAINING_JOB_NAME", "bsm-tiny-resumed")
     monkeypatch.delenv("MLFLOW_RUN_ID", raising=False)
-    plan = local_plan(training={"report_to": ["mlflow"],
-                                "mlflow": {"tracking_uri": uri, "experiment": "resumes"}})  # fmt: skip
+    plan = local_plan(
+        training={"report_to": ["mlflow"], "mlflow": {"tracking_uri": uri, "experiment": "resumes"}}
+    )
     first = MlflowTracker(plan)
     first.record(_train(1))
     first.close("stopped (SIGTERM)")
@@ -176,21 +210,33 @@ def test_a_resumed_launch_continues_its_mlflow_run(mlflow_server, monkeypatch):
 def _metrics_log(tmp: Path, uri: str):
     from blackwell_sm.train.metrics_log import MetricsLog
 
-    plan = local_plan(training={"report_to": ["mlflow", "tensorboard"],
-                                "mlflow": {"tracking_uri": uri}})  # fmt: skip
+    plan = local_plan(
+        training={"report_to": ["mlflow", "tensorboard"], "mlflow": {"tracking_uri": uri}}
+    )
     import torch
 
     return MetricsLog(tmp / "output" / "data", plan, torch.device("cpu"), is_main=True)
 
 
 def _train(step: int) -> TrainRecord:
-    return TrainRecord(step=step, loss=2.0, lr=1e-3, grad_norm=1.0, tok_s_gpu=10.0, mfu=0.1,
-                       step_time_s=0.1, mem_alloc_gib=0.1, mem_reserved_gib=0.1,
-                       memory_kind="cpu_max_rss", time=1.0e9 + step)  # fmt: skip
+    return TrainRecord(
+        step=step,
+        loss=2.0,
+        lr=1e-3,
+        grad_norm=1.0,
+        tok_s_gpu=10.0,
+        mfu=0.1,
+        step_time_s=0.1,
+        mem_alloc_gib=0.1,
+        mem_reserved_gib=0.1,
+        memory_kind="cpu_max_rss",
+        time=1.0e9 + step,
+    )
 
 
-def test_a_tracker_whose_server_is_down_warns_once_and_training_goes_on(tmp_path, capfd,
-                                                                        monkeypatch):  # fmt: skip
+def test_a_tracker_whose_server_is_down_warns_once_and_training_goes_on(
+    tmp_path, capfd, monkeypatch
+):
     pytest.importorskip("mlflow")
     monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
     # A port held bound and never listening refuses every connection, and no other process can
@@ -236,10 +282,15 @@ def test_a_server_that_never_answers_never_blocks_a_step(tmp_path, capfd, monkey
     threading.Thread(target=accept, daemon=True).start()
     try:
         t = trackers.Trackers(
-            local_plan(training={"report_to": ["mlflow"], "mlflow": {
-                "tracking_uri": f"http://127.0.0.1:{silent.getsockname()[1]}"}}),
-            tensorboard_dir=tmp_path / "tb", out_dir=tmp_path,
-        )  # fmt: skip
+            local_plan(
+                training={
+                    "report_to": ["mlflow"],
+                    "mlflow": {"tracking_uri": f"http://127.0.0.1:{silent.getsockname()[1]}"},
+                }
+            ),
+            tensorboard_dir=tmp_path / "tb",
+            out_dir=tmp_path,
+        )
         for s in range(1, 1001):
             t.write(_train(s))  # returns at once: the queue, never the server
         assert t.dropped >= 1000 - 100 - 1
@@ -264,8 +315,9 @@ def test_wandb_offline_logs_the_runs_metrics(tmp_path, monkeypatch):
 
     monkeypatch.setenv("WANDB_SILENT", "true")
     monkeypatch.delenv("WANDB_API_KEY", raising=False)
-    plan = local_plan(training={"report_to": ["wandb"],
-                                "wandb": {"project": "bsm-test", "mode": "offline"}})  # fmt: skip
+    plan = local_plan(
+        training={"report_to": ["wandb"], "wandb": {"project": "bsm-test", "mode": "offline"}}
+    )
     w = WandbTracker(plan, tmp_path)
     for s in (1, 2, 3):
         w.record(_train(s))
@@ -280,14 +332,26 @@ def test_wandb_offline_logs_the_runs_metrics(tmp_path, monkeypatch):
         ({"report_to": ["mlflow"]}, "training", "training.mlflow is unset"),
         ({"report_to": ["tensorboard", "tensorboard"]}, "training", "more than once"),
         ({"report_to": ["comet"]}, "training.report_to.0", "tensorboard"),
-        ({"report_to": ["mlflow"], "mlflow": {"tracking_uri": "ftp://x"}},
-         "training.mlflow.tracking_uri", "http(s)://"),
-        ({"report_to": ["mlflow"], "mlflow": {"tracking_uri": "arn:aws:sagemaker:us-east-1:1:x"}},
-         "training.mlflow.tracking_uri", "SageMaker MLflow ARN"),
-        ({"report_to": ["wandb"], "wandb": {"project": "p", "api_key": "k"}},
-         "training.wandb.api_key", "unknown key"),
+        (
+            {"report_to": ["mlflow"], "mlflow": {"tracking_uri": "ftp://x"}},
+            "training.mlflow.tracking_uri",
+            "http(s)://",
+        ),
+        (
+            {
+                "report_to": ["mlflow"],
+                "mlflow": {"tracking_uri": "arn:aws:sagemaker:us-east-1:1:x"},
+            },
+            "training.mlflow.tracking_uri",
+            "SageMaker MLflow ARN",
+        ),
+        (
+            {"report_to": ["wandb"], "wandb": {"project": "p", "api_key": "k"}},
+            "training.wandb.api_key",
+            "unknown key",
+        ),
     ],
-)  # fmt: skip
+)
 def test_bad_tracker_settings_are_refused_naming_the_field(tmp_path, training, field, words):
     spec = tracker_spec(tmp_path, **training)
     code, out, err = run("plan", str(spec), "-o", "json")

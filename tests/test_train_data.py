@@ -44,9 +44,11 @@ def test_order_is_a_pure_function_of_seed_and_step(tmp_path):
     lay = BatchLayout(micro_batch_size=2, grad_accum_steps=1, dp_size=2, seq_len=4)
     # one epoch = 8 sequences = 2 steps: every sequence exactly once, in a seeded order
     firsts = [
-        int(ds.batch(lay.positions(s, 0, r), seed=3)[i, 0]) for s in (0, 1) for r in (0, 1)
+        int(ds.batch(lay.positions(s, 0, r), seed=3)[i, 0])
+        for s in (0, 1)
+        for r in (0, 1)
         for i in (0, 1)
-    ]  # fmt: skip
+    ]
     assert sorted(firsts) == sorted(int(ds.sequence(i)[0]) for i in range(8))
     again = ShardDataset(tmp_path, seq_len=4)  # a "resumed" process: only step and seed known
     np.testing.assert_array_equal(
@@ -88,7 +90,7 @@ def test_reader_reads_the_manifest_list_and_refuses_stale_shards(tmp_path):
         match=r"2 shard file\(s\) not listed in manifest.json: "
         r"old.bin, shard-00007.bin \(stale shard from an earlier prepare\?\)",
     ):
-        ShardDataset(ch, seq_len=4)  # fmt: skip
+        ShardDataset(ch, seq_len=4)
     (ch / "old.bin").unlink()
     (ch / "shard-00007.bin").unlink()
     # the manifest's order, not the names': listed order wins
@@ -109,14 +111,14 @@ def test_reader_refuses_a_missing_or_resized_listed_shard(tmp_path):
         match=r"1 shard file\(s\) listed in manifest.json are missing: "
         "shard-00001.bin",
     ):
-        ShardDataset(ch, seq_len=4)  # fmt: skip
+        ShardDataset(ch, seq_len=4)
     (ch / "shard-00001.bin").write_bytes(raw[:-10])
     with pytest.raises(
         BsmError,
         match=rf"shard-00001.bin: {len(raw) - 10} bytes, manifest.json "
         rf"lists {len(raw)} \(truncated",
     ):
-        ShardDataset(ch, seq_len=4)  # fmt: skip
+        ShardDataset(ch, seq_len=4)
     # a whole shard of another size, consistent in itself: the manifest still tells
     write_shard(ch / "shard-00001.bin", np.arange(10), dtype=np.dtype(np.uint16))
     with pytest.raises(BsmError, match=r"longer than prepared|truncated"):
@@ -128,8 +130,11 @@ def test_old_manifests_read_newer_and_foreign_ones_are_refused(tmp_path):
     ch = tmp_path / "ch"
     data = json.loads((ch / "manifest.json").read_text())
     # a version 1 manifest: no version, no sizes, no tokenizer identity
-    v1 = {k: v for k, v in data.items() if k not in ("manifest_version", "tokenizer_sha256",
-                                                       "tokenizer_dir")}  # fmt: skip
+    v1 = {
+        k: v
+        for k, v in data.items()
+        if k not in ("manifest_version", "tokenizer_sha256", "tokenizer_dir")
+    }
     v1["shards"] = [{k: v for k, v in s.items() if k != "bytes"} for s in v1["shards"]]
     (ch / "manifest.json").write_text(json.dumps(v1))
     assert len(ShardDataset(ch, seq_len=4)) > 0
@@ -173,7 +178,7 @@ def test_token_ids_are_checked_against_vocab_size_when_opened(tmp_path, monkeypa
         match=r"b\.bin: token id 300 \(token 700\) is not below the "
         "model's vocab_size 256",
     ):
-        ShardDataset(tmp_path, seq_len=4, vocab_size=256)  # fmt: skip
+        ShardDataset(tmp_path, seq_len=4, vocab_size=256)
     assert channel.first_out_of_range(np.array([5, 1, 9], dtype=np.uint32), 10) is None
     assert channel.first_out_of_range(np.array([], dtype=np.uint16), 10) is None
 
@@ -222,8 +227,16 @@ def test_open_time_check_cost(tmp_path, capsys):
         path = tmp_path / f"shard-{k:05d}.bin"
         write_shard(path, rng.integers(0, 50000, 128 << 20), dtype=np.dtype(np.uint16))
         infos.append(shard_info(path, 128 << 20).model_dump())
-    manifest = {"manifest_version": 2, "tokenizer": "t", "vocab_size": 50000, "eos_id": None,
-                "dtype": "uint16", "documents": 1, "tokens": 4 * (128 << 20), "shards": infos}  # fmt: skip
+    manifest = {
+        "manifest_version": 2,
+        "tokenizer": "t",
+        "vocab_size": 50000,
+        "eos_id": None,
+        "dtype": "uint16",
+        "documents": 1,
+        "tokens": 4 * (128 << 20),
+        "shards": infos,
+    }
     (tmp_path / "manifest.json").write_text(json.dumps(manifest))
     size = sum(i["bytes"] for i in infos)
     open_channel(tmp_path, vocab_size=50000)  # warm the page cache: the figures are CPU cost

@@ -27,8 +27,10 @@ def _refuse(word: str) -> None:
 
 def test_one_nan_step_is_skipped_and_training_goes_on(tmp_path, monkeypatch):
     monkeypatch.setenv(ENV_TEST_NAN_STEPS, "3")
-    plan = local_plan(steps=6, training={"checkpoint": {"interval_steps": 3, "keep_last": 2,
-                                                        "interval_minutes": None}})  # fmt: skip
+    plan = local_plan(
+        steps=6,
+        training={"checkpoint": {"interval_steps": 3, "keep_last": 2, "interval_minutes": None}},
+    )
     root = tmp_path / "run"
     spawn(train_worker, plan.to_json(), str(root), tmp=tmp_path / "err")
     recs = _records(root)
@@ -53,8 +55,13 @@ def test_one_nan_step_is_skipped_and_training_goes_on(tmp_path, monkeypatch):
 
 def test_max_bad_steps_in_a_row_stop_the_run_without_a_checkpoint(tmp_path, monkeypatch):
     monkeypatch.setenv(ENV_TEST_NAN_STEPS, "all")
-    plan = local_plan(steps=6, training={"max_bad_steps": 2, "checkpoint": {
-        "interval_steps": 1, "keep_last": 2, "interval_minutes": None}})  # fmt: skip
+    plan = local_plan(
+        steps=6,
+        training={
+            "max_bad_steps": 2,
+            "checkpoint": {"interval_steps": 1, "keep_last": 2, "interval_minutes": None},
+        },
+    )
     root = tmp_path / "run"
     with pytest.raises(AssertionError) as info:
         spawn(train_worker, plan.to_json(), str(root), tmp=tmp_path / "err")

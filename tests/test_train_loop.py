@@ -35,8 +35,13 @@ from blackwell_sm.train.model import Transformer
 pytestmark = pytest.mark.slow
 
 STEPS = 10
-DATA = {"source": "channel", "train_channel": "train", "validation_channel": "validation",
-        "validation_interval_steps": 5, "validation_steps": 2}  # fmt: skip
+DATA = {
+    "source": "channel",
+    "train_channel": "train",
+    "validation_channel": "validation",
+    "validation_interval_steps": 5,
+    "validation_steps": 2,
+}
 PLAN = local_plan(steps=STEPS, training={"data": DATA})
 
 
@@ -305,8 +310,7 @@ def test_loss_is_normalised_by_tokens_across_ranks_and_micro_batches(base, singl
 def test_another_runs_checkpoint_is_refused(base, tmp_path):
     """SageMaker restores whatever the checkpoint S3 URI holds: a different seed must not resume."""
     shutil.copytree(base / "checkpoints", tmp_path / "checkpoints")
-    other = local_plan(nproc=1, steps=STEPS, micro_batch_size=4,
-                       training={"data": DATA, "seed": 1})  # fmt: skip
+    other = local_plan(nproc=1, steps=STEPS, micro_batch_size=4, training={"data": DATA, "seed": 1})
     with pytest.raises(AssertionError, match=r"belongs to another run \(seed: 0 there, 1 in this"):
         _run(tmp_path, plan=other, nproc=1)
     assert not (tmp_path / "output/data/metrics.jsonl").exists()

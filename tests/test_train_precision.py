@@ -31,13 +31,30 @@ def test_fp8_and_mxfp8_are_refused_on_cpu_with_the_reason():
 def test_an_fp8_plan_fails_before_step_0(tmp_path):
     plan = local_plan(nproc=1, precision="fp8", gpu=H100)  # an H100 plan, run on a CPU worker
     (tmp_path / "plan.json").write_text(plan.to_json())
-    env = os.environ | {"RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0", "BSM_DEVICE": "cpu",
-                        "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port())}  # fmt: skip
+    env = os.environ | {
+        "RANK": "0",
+        "WORLD_SIZE": "1",
+        "LOCAL_RANK": "0",
+        "BSM_DEVICE": "cpu",
+        "MASTER_ADDR": "127.0.0.1",
+        "MASTER_PORT": str(free_port()),
+    }
     r = subprocess.run(
-        [sys.executable, "-m", "blackwell_sm.train.main", "--plan", str(tmp_path / "plan.json"),
-         "--opt-ml", str(tmp_path / "ml")],
-        env=env, capture_output=True, text=True, timeout=120, cwd=REPO,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "blackwell_sm.train.main",
+            "--plan",
+            str(tmp_path / "plan.json"),
+            "--opt-ml",
+            str(tmp_path / "ml"),
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=REPO,
+    )
     assert r.returncode != 0
     assert "fp8 training but this worker runs on cpu" in r.stderr
     assert "refusing to fall back" in r.stderr
@@ -55,8 +72,9 @@ def test_low_precision_conversion_skips_the_head_and_odd_dims(precision):
         model = Transformer(spec, max_seq_len=32)
     assert convert_precision(model, precision) == 4 * spec.n_layers  # q, k, v, o per block
     converted = {
-        n for n, m in model.named_modules()
+        n
+        for n, m in model.named_modules()
         if isinstance(m, torch.nn.Linear)
         and (type(m) is not torch.nn.Linear or type(m.weight) is not torch.nn.Parameter)
-    }  # fmt: skip
+    }
     assert converted == {f"layers.{i}.self_attn.{p}_proj" for i in range(2) for p in "qkvo"}

@@ -83,8 +83,9 @@ def test_the_identity_allows_the_topology_change_and_refuses_another_run():
     assert P2.config != P4.config and run_identity(P2) == run_identity(P4)
     marker = {"run": run_identity(P2)}
     assert other_run(marker, run_identity(P4)) is None
-    other_seed = local_plan(nproc=4, steps=STEPS, micro_batch_size=2, grad_accum_steps=2,
-                            training={"seed": 1234})  # fmt: skip
+    other_seed = local_plan(
+        nproc=4, steps=STEPS, micro_batch_size=2, grad_accum_steps=2, training={"seed": 1234}
+    )
     assert "seed: " in other_run(marker, run_identity(other_seed))
     # another global batch is another run: its data positions and schedule are not this one's
     bigger = local_plan(nproc=4, steps=STEPS, micro_batch_size=2, grad_accum_steps=4)

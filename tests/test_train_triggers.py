@@ -13,8 +13,11 @@ REPO = Path(__file__).resolve().parents[1]
 def test_capacity_expiry_accepts_seconds_and_milliseconds():
     assert parse_unix_time("1767225600") == 1767225600.0
     assert parse_unix_time("1767225600000") == 1767225600.0
-    env = {EXPIRY_ENV: "1767225600000", "BSM_JOB_START_UNIX": "1767200000",
-           "BSM_MAX_RUNTIME_S": "3600"}  # fmt: skip
+    env = {
+        EXPIRY_ENV: "1767225600000",
+        "BSM_JOB_START_UNIX": "1767200000",
+        "BSM_MAX_RUNTIME_S": "3600",
+    }
     assert deadline_from_env(env) == (1767203600.0, "job max runtime")
     env["BSM_MAX_RUNTIME_S"] = "86400"
     assert deadline_from_env(env) == (1767225600.0, "capacity block expiry")

@@ -45,26 +45,42 @@ def local_plan(
         "activation_checkpointing": activation_checkpointing,
         "optimizer": {"lr": 3e-3, "weight_decay": 0.0, "grad_clip": 1.0},
         "schedule": {"warmup_steps": 2, "decay": "cosine", "min_lr_ratio": 0.1},
-        "checkpoint": {"interval_steps": 4, "interval_minutes": None, "keep_last": 2,
-                       "async_save": False},
+        "checkpoint": {
+            "interval_steps": 4,
+            "interval_minutes": None,
+            "keep_last": 2,
+            "async_save": False,
+        },
         "data": {"source": "synthetic"},
-    }  # fmt: skip
+    }
     t.update(training or {})
     m = "tiny" if model is None else model.model_dump(exclude_unset=True)
     spec = parse_spec({"model": m, "training": t})
-    cfg = dict(shard_degree=nproc // replicate_degree, replicate_degree=replicate_degree,
-               micro_batch_size=micro_batch_size, grad_accum_steps=grad_accum_steps,
-               precision=precision, activation_checkpointing=activation_checkpointing,
-               compile=False, reshard_after_forward=True, cp_degree=cp_degree)  # fmt: skip
+    cfg = dict(
+        shard_degree=nproc // replicate_degree,
+        replicate_degree=replicate_degree,
+        micro_batch_size=micro_batch_size,
+        grad_accum_steps=grad_accum_steps,
+        precision=precision,
+        activation_checkpointing=activation_checkpointing,
+        compile=False,
+        reshard_after_forward=True,
+        cp_degree=cp_degree,
+    )
     device = "cpu" if gpu is None else "cuda"
     return pinned_plan(spec, cfg, instance=local_instance(nproc=nproc, device=device, gpu=gpu))
 
 
 def _worker(rank: int, world: int, port: int, fn, args: tuple, errdir: str) -> None:
     os.environ.update(
-        RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE=str(world),
-        MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), BSM_DEVICE="cpu",
-    )  # fmt: skip
+        RANK=str(rank),
+        WORLD_SIZE=str(world),
+        LOCAL_RANK=str(rank),
+        LOCAL_WORLD_SIZE=str(world),
+        MASTER_ADDR="127.0.0.1",
+        MASTER_PORT=str(port),
+        BSM_DEVICE="cpu",
+    )
     import torch
 
     torch.set_num_threads(1)

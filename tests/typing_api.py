@@ -11,12 +11,16 @@ from blackwell_sm.aws.jobs import JobInfo
 from blackwell_sm.aws.progress import Progress
 from blackwell_sm.job.sdk import ModelTrainer
 from blackwell_sm.planner.plan import Plan
-from blackwell_sm.planner.preferences import PreferencePlans
+from blackwell_sm.planner.preferences import PlanSet, PreferencePlans
 
 
 def notebook(spec: bsm.RunSpec) -> None:
     p = bsm.plan("llama-3.1-70b", seq_len=4096)
     assert_type(p, Plan | PreferencePlans)
+    plans = bsm.as_plan_set(p)  # one shape: a plan per preference, or the one plan
+    assert_type(plans, PlanSet)
+    assert_type(plans.primary, Plan)
+    assert_type(plans.preferences, PreferencePlans | None)
     if isinstance(p, bsm.Plan):
         assert_type(p.summary(), str)
         assert_type(p._repr_html_(), str)

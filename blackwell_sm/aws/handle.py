@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     from blackwell_sm.aws.training_plans import PlanFit, TrainingPlanInfo
     from blackwell_sm.job.request import JobRequest
     from blackwell_sm.planner.plan import Plan
+    from blackwell_sm.planner.preferences import PreferencePlans
 
 
 def _stderr(msg: str) -> None:
@@ -47,7 +48,7 @@ class TrainingJob:
         training_plan: TrainingPlanInfo | None = None,
         plan_fit: PlanFit | None = None,
         warnings: list[str] | None = None,
-        preference_plans: Any = None,
+        preference_plans: PreferencePlans | None = None,
         region_source: str | None = None,
     ) -> None:
         self.name = name

@@ -1,7 +1,9 @@
-"""The training plans a job runs on: `compute.training_plan` (an ARN, a name, or 'auto', which
-reserves the spec's own plan at most once: `aws/reserve.py`) or each instance preference's plan,
-resolved and checked against the run (status, type, count, window); a plan too short names the
-`bsm plans extend` command that would make it fit.
+"""The training plans a job runs on (the AWS half of the capacity, beside job/capacity.py):
+`compute.training_plan` (an ARN, a name, or 'auto', which reserves the spec's own plan at most
+once: `aws/reserve.py`) or each instance preference's plan, resolved and checked against the run
+(status, type, count, window); a plan too short names the `bsm plans extend` command that would
+make it fit. `resolve_plan_names` and `take_capacity` are submit's two capacity steps, for
+either plan shape.
 """
 
 from __future__ import annotations
@@ -14,18 +16,70 @@ from blackwell_sm.errors import AwsError, InfeasiblePlanError, SpecError
 if TYPE_CHECKING:
     from blackwell_sm.aws.session import AwsContext
     from blackwell_sm.aws.training_plans import Consent, PlanFit, TrainingPlanInfo
+    from blackwell_sm.job.request import JobRequest
     from blackwell_sm.planner.plan import Plan
+    from blackwell_sm.planner.preferences import PlanSet, PreferencePlans
     from blackwell_sm.spec.run import RunSpec
 
 Notify = Callable[[str], None]
+Rebuild = Callable[..., "JobRequest"]  # build_job_request with the submit's own arguments
 
 
-def resolve_preference_plans(aws: AwsContext, prefs: Any) -> dict[int, TrainingPlanInfo]:
+def resolve_plan_names(
+    aws: AwsContext, plans: PlanSet, jr: JobRequest, rebuild: Rebuild
+) -> tuple[JobRequest, dict[int, TrainingPlanInfo]]:
+    """Before the reattach check: each instance preference's plan name becomes its ARN
+    (describe only) and the request is rebuilt with them, so a reattach compares the very list.
+    A one-type job's plan is taken later (`take_capacity`: 'auto' may reserve)."""
+    if plans.preferences is None:
+        return jr, {}
+    infos = resolve_preference_plans(aws, plans.preferences)
+    return rebuild(preference_arns={i: info.arn for i, info in infos.items()}), infos
+
+
+def take_capacity(
+    aws: AwsContext,
+    spec: RunSpec,
+    plans: PlanSet,
+    jr: JobRequest,
+    infos: dict[int, TrainingPlanInfo],
+    rebuild: Rebuild,
+    *,
+    run_index: int,
+    consent: Consent,
+    allow_partial: bool,
+    say: Notify,
+) -> tuple[JobRequest, TrainingPlanInfo | None, PlanFit | None, list[str]]:
+    """After consent: the training plans the job runs on, checked against the run (each
+    preference's, or `compute.training_plan` resolved or reserved). Returns the request (with
+    the plan ARN), the one-type job's plan and fit, and the warnings so far."""
+    if plans.preferences is not None:
+        fits = check_preference_fits(infos, plans.preferences, allow_partial=allow_partial)
+        return jr, None, None, list(jr.warnings) + [w for f in fits for w in f.warnings]
+    if spec.compute.training_plan is None:
+        return jr, None, None, list(jr.warnings)
+    info, fit = resolve_training_plan(
+        aws,
+        spec,
+        plans.primary,
+        base_name=jr.base_job_name,
+        run_index=run_index,
+        consent=consent,
+        allow_partial=allow_partial,
+        say=say,
+    )
+    jr = rebuild(training_plan_arn=info.arn)
+    return jr, info, fit, list(jr.warnings) + fit.warnings
+
+
+def resolve_preference_plans(
+    aws: AwsContext, preferences: PreferencePlans
+) -> dict[int, TrainingPlanInfo]:
     """DescribeTrainingPlan for each instance preference that names a plan (index -> plan)."""
     from blackwell_sm.aws import training_plans as tp
 
     out = {}
-    for pp in prefs.preferences:
+    for pp in preferences.preferences:
         if pp.training_plan is None:
             continue
         try:
@@ -37,7 +91,7 @@ def resolve_preference_plans(aws: AwsContext, prefs: Any) -> dict[int, TrainingP
 
 
 def check_preference_fits(
-    infos: dict[int, TrainingPlanInfo], prefs: Any, *, allow_partial: bool
+    infos: dict[int, TrainingPlanInfo], preferences: PreferencePlans, *, allow_partial: bool
 ) -> list[PlanFit]:
     """Each preference's plan can take that preference's run (type, count, status, window)."""
     from blackwell_sm.aws import training_plans as tp
@@ -45,7 +99,7 @@ def check_preference_fits(
 
     fits = []
     for index, info in sorted(infos.items()):
-        pp = prefs.preferences[index]
+        pp = preferences.preferences[index]
         fit = tp.check_plan(
             info,
             instance_type=pp.instance_type,

@@ -188,6 +188,8 @@ def read_progress(
         if p.training_plan_end is not None:
             p.ends_before_plan_end = p.projected_end <= p.training_plan_end
     if p.ends_before_max_runtime is False or p.ends_before_plan_end is False:
-        p.notes.append(f"at the measured rate the run does not end in time: {OVERRUN_ADVICE}; "
-                       "the loop saves a checkpoint before the end")  # fmt: skip
+        p.notes.append(
+            f"at the measured rate the run does not end in time: {OVERRUN_ADVICE}; "
+            "the loop saves a checkpoint before the end"
+        )
     return p

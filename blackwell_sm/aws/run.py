@@ -179,13 +179,16 @@ def continue_run(
         if not go:
             if last.status == "Completed" or "the run is done" in why:
                 return made
-            raise AwsError(why, code="run_stopped",
-                           hint=f"`bsm status {last.name}` shows the run; `bsm logs {last.name}`"
-                           " shows why")  # fmt: skip
+            raise AwsError(
+                why,
+                code="run_stopped",
+                hint=f"`bsm status {last.name}` shows the run; `bsm logs {last.name}` shows why",
+            )
         index = split_run_name(last.name)[1] + 1
         if index > max_jobs:
-            raise AwsError(f"the run has used {max_jobs} jobs; not starting another",
-                           code="run_stopped")  # fmt: skip
+            raise AwsError(
+                f"the run has used {max_jobs} jobs; not starting another", code="run_stopped"
+            )
         job = submit_job(index, ckpt.step if ckpt else 0)
         made.append(job)
         if not wait:
@@ -215,15 +218,25 @@ def submit_run(
     from blackwell_sm.aws.submit import prepare, submit
 
     say = notify or (lambda _m: None)
-    rs, plan, jr = prepare(spec, training_plan=training_plan)
-    total = (plan.primary if hasattr(plan, "primary") else plan).run.steps
+    rs, plans, jr = prepare(spec, training_plan=training_plan)
+    total = plans.primary.run.steps
 
     def submit_job(index: int, done_steps: int) -> TrainingJob:
-        job = submit(rs, training_plan=training_plan, yes=yes, allow_partial=allow_partial,
-                     aws=aws, confirm=confirm, notify=say, run_index=index,
-                     done_steps=done_steps)  # fmt: skip
-        say(f"run {jr.base_job_name}: job {index} is {job.name}"
-            + (f" (resumes at step {done_steps} of {total})" if done_steps else ""))  # fmt: skip
+        job = submit(
+            rs,
+            training_plan=training_plan,
+            yes=yes,
+            allow_partial=allow_partial,
+            aws=aws,
+            confirm=confirm,
+            notify=say,
+            run_index=index,
+            done_steps=done_steps,
+        )
+        say(
+            f"run {jr.base_job_name}: job {index} is {job.name}"
+            + (f" (resumes at step {done_steps} of {total})" if done_steps else "")
+        )
         return job
 
     def wait_job(job: TrainingJob) -> JobInfo:
@@ -261,14 +274,17 @@ def run_summary(aws: Any, any_name: str) -> RunSummary | None:
     per_step = described.get("HyperParameters", {}).get("bsm_tokens_per_step")
     jobs = [
         RunJob(
-            index=split_run_name(i.name)[1], name=i.name, status=i.status,
+            index=split_run_name(i.name)[1],
+            name=i.name,
+            status=i.status,
             secondary_status=i.secondary_status,
             instance=f"{i.selected_instance_count or i.instance_count} x "
             f"{i.selected_instance_type or i.instance_type}",
-            billable_seconds=i.billable_seconds, failure_reason=i.failure_reason,
+            billable_seconds=i.billable_seconds,
+            failure_reason=i.failure_reason,
         )
         for i in infos
-    ]  # fmt: skip
+    ]
     return RunSummary(
         base=split_run_name(any_name)[0],
         jobs=jobs,

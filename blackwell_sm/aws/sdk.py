@@ -82,6 +82,10 @@ def to_estimator(
     (`blackwell_sm.job.sdk_v2`), the code bundle uploaded first so that `estimator.fit()` runs."""
     from blackwell_sm.job.sdk_v2 import to_estimator as view
 
-    return view(spec, plan, training_plan_arn=training_plan_arn,
-                sagemaker_session=sagemaker_session,
-                upload=upload_for_sdk if upload_bundle else None)  # fmt: skip
+    return view(
+        spec,
+        plan,
+        training_plan_arn=training_plan_arn,
+        sagemaker_session=sagemaker_session,
+        upload=upload_for_sdk if upload_bundle else None,
+    )

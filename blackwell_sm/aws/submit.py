@@ -26,12 +26,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from blackwell_sm.aws.handle import TrainingJob
-from blackwell_sm.errors import AwsError, InfeasiblePlanError, SpecError
+from blackwell_sm.errors import AwsError, SpecError
 
 if TYPE_CHECKING:
     from blackwell_sm.aws.session import AwsContext
-    from blackwell_sm.aws.training_plans import Confirm, PlanFit, TrainingPlanInfo
-    from blackwell_sm.planner.plan import Plan
+    from blackwell_sm.aws.training_plans import Confirm, TrainingPlanInfo
+    from blackwell_sm.job.request import JobRequest
+    from blackwell_sm.planner.preferences import PlanSet
     from blackwell_sm.spec.run import RunSpec
 
 Notify = Callable[[str], None]
@@ -68,12 +69,12 @@ def prepare(
     run_index: int = 1,
     done_steps: int = 0,
     progress: Callable[..., None] | None = None,
-) -> tuple[RunSpec, Any, Any]:
-    """(spec, plan, JobRequest) without any AWS call: what a dry run shows. With
-    `compute.instance_preferences` the plan is a PreferencePlans (a plan per type)."""
+) -> tuple[RunSpec, PlanSet, JobRequest]:
+    """(spec, plans, JobRequest) without any AWS call: what a dry run shows. `plans` holds a
+    plan per instance preference, or the spec's one plan."""
     from blackwell_sm.job.request import build_job_request
     from blackwell_sm.job.wheels import fetch_for
-    from blackwell_sm.planner.api import make_plan
+    from blackwell_sm.planner.preferences import plan_set
     from blackwell_sm.planner.profile import profile_for
     from blackwell_sm.spec.run import with_overrides
 
@@ -84,25 +85,12 @@ def prepare(
     from blackwell_sm.spec.hf_files import check_init_from
 
     check_init_from(rs)  # a local init_from's headers against the model, before planning
-    if rs.compute.instance_preferences:
-        from blackwell_sm.planner.preferences import plan_preferences
-
-        plans = plan_preferences(rs, profile_for(rs))
-        plans.require_feasible()  # exit 3 naming each preference that cannot fit
-        wheels = fetch_for(rs, plans.primary, plans.plans[1:], progress=progress)
-        jr = build_job_request(rs, plans, new=new, region=_region(rs), wheelhouse=wheels, **run)
-        return rs, plans, jr
-    plan = make_plan(rs, calibration=profile_for(rs))
-    if not plan.feasible:
-        raise InfeasiblePlanError(
-            f"no configuration of {rs.model.name} fits {plan.instance.count} x "
-            f"{plan.instance.type}",
-            plan=plan,
-            hint="; ".join(plan.advice) or "see `bsm plan SPEC`",
-        )
-    wheels = fetch_for(rs, plan, progress=progress)  # the container's: fetched once, cached
-    jr = build_job_request(rs, plan, new=new, region=_region(rs), wheelhouse=wheels, **run)
-    return rs, plan, jr
+    plans = plan_set(rs, profile_for(rs))
+    plans.require_feasible()  # exit 3 naming each preference (or the one type) that cannot fit
+    # the container's wheels: fetched once, cached
+    wheels = fetch_for(rs, plans.primary, plans.others, progress=progress)
+    jr = build_job_request(rs, plans, new=new, region=_region(rs), wheelhouse=wheels, **run)
+    return rs, plans, jr
 
 
 def submit(
@@ -131,19 +119,16 @@ def submit(
     """
     say = notify or (lambda _msg: None)
     run = {"run_index": run_index, "done_steps": done_steps}
-    rs, plan, jr = prepare(spec, training_plan=training_plan, new=new, progress=progress, **run)
-    prefs = None
-    if rs.compute.instance_preferences:
-        prefs, plan = plan, plan.primary
+    rs, plans, jr = prepare(spec, training_plan=training_plan, new=new, progress=progress, **run)
     if dry_run:
         job = TrainingJob(
             jr.job_name,
             region=jr.region,
-            plan=plan,
+            plan=plans.primary,
             job_request=jr,
             dry_run=True,
             warnings=jr.warnings,
-            preference_plans=prefs,
+            preference_plans=plans.preferences,
         )
         job.region_source = region_choice(rs).source
         return job
@@ -155,28 +140,19 @@ def submit(
             "the request)",
         )
 
-    from blackwell_sm.aws.job_plans import resolve_preference_plans
+    from blackwell_sm.aws.job_plans import resolve_plan_names
     from blackwell_sm.aws.session import AwsContext
-    from blackwell_sm.job.request import build_job_request
 
     aws = aws or AwsContext(jr.region)
-    infos: dict[int, TrainingPlanInfo] = {}
-    if prefs is not None:
-        # Plan names become ARNs first (describe only), so a reattach compares the very list.
-        infos = resolve_preference_plans(aws, prefs)
-        jr = build_job_request(
-            rs, prefs, new=new, region=jr.region, wheelhouse=jr.wheelhouse,
-            preference_arns={i: info.arn for i, info in infos.items()}, **run,
-        )  # fmt: skip
+    jr, infos = resolve_plan_names(aws, plans, jr, _rebuild(rs, plans, jr, new=new, run=run))
     from blackwell_sm.aws.one_job import checkpoint_lock
 
     with checkpoint_lock(jr.checkpoint_s3_uri, say=say):
         return _submit_locked(
             aws,
             rs,
-            plan,
+            plans,
             jr,
-            prefs,
             infos,
             new=new,
             yes=yes,
@@ -188,12 +164,23 @@ def submit(
         )
 
 
+def _rebuild(rs: RunSpec, plans: PlanSet, jr: JobRequest, *, new: bool, run: dict[str, int]) -> Any:
+    """The request again, with what the AWS layer resolved (plan ARNs)."""
+    from blackwell_sm.job.request import build_job_request
+
+    def rebuild(**capacity: Any) -> JobRequest:
+        return build_job_request(
+            rs, plans, new=new, region=jr.region, wheelhouse=jr.wheelhouse, **run, **capacity
+        )
+
+    return rebuild
+
+
 def _submit_locked(
     aws: AwsContext,
     rs: RunSpec,
-    plan: Plan,
-    jr: Any,
-    prefs: Any,
+    plans: PlanSet,
+    jr: JobRequest,
     infos: dict[int, TrainingPlanInfo],
     *,
     new: bool,
@@ -207,12 +194,12 @@ def _submit_locked(
     """Steps 4-8 of the module docstring, under this machine's lock on the prefix."""
     from blackwell_sm.aws import one_job
     from blackwell_sm.aws.cost import confirm_cost
-    from blackwell_sm.aws.job_plans import check_preference_fits, resolve_training_plan
+    from blackwell_sm.aws.job_plans import take_capacity
     from blackwell_sm.aws.jobs import JobInfo, create_job, find_job, owned_by_spec
     from blackwell_sm.aws.s3 import check_bucket_region, upload_bundle
-    from blackwell_sm.job.request import build_job_request
 
     sm = aws.sagemaker
+    plan = plans.primary
     if not new:
         existing = find_job(sm, jr.job_name)
         if existing is not None:
@@ -235,34 +222,29 @@ def _submit_locked(
                     + "; submit with --new to run the spec again (it resumes from its checkpoints)"
                 )
             return TrainingJob(
-                jr.job_name, aws=aws, plan=plan, job_request=jr, reattached=True,
-                warnings=jr.warnings, preference_plans=prefs,
+                jr.job_name,
+                aws=aws,
+                plan=plan,
+                job_request=jr,
+                reattached=True,
+                warnings=jr.warnings,
+                preference_plans=plans.preferences,
                 region_source=aws.region_source_for(rs.job.region if rs.job else None),
-            )  # fmt: skip
+            )
 
     confirm_cost(rs, plan, consent=True if yes else confirm)
-    plan_info: TrainingPlanInfo | None = None
-    fit: PlanFit | None = None
-    warnings = list(jr.warnings)
-    if prefs is not None:
-        pref_fits = check_preference_fits(infos, prefs, allow_partial=allow_partial)
-        warnings += [w for f in pref_fits for w in f.warnings]
-    elif rs.compute.training_plan is not None:
-        plan_info, fit = resolve_training_plan(
-            aws,
-            rs,
-            plan,
-            base_name=jr.base_job_name,
-            run_index=run["run_index"],
-            consent=True if yes else confirm,
-            allow_partial=allow_partial,
-            say=say,
-        )
-        jr = build_job_request(
-            rs, plan, new=new, training_plan_arn=plan_info.arn, region=jr.region,
-            wheelhouse=jr.wheelhouse, **run,
-        )  # fmt: skip
-        warnings = list(jr.warnings) + fit.warnings
+    jr, plan_info, fit, warnings = take_capacity(
+        aws,
+        rs,
+        plans,
+        jr,
+        infos,
+        _rebuild(rs, plans, jr, new=new, run=run),
+        run_index=run["run_index"],
+        consent=True if yes else confirm,
+        allow_partial=allow_partial,
+        say=say,
+    )
 
     one_job.refuse_if_live(sm, jr.base_job_name, jr.checkpoint_s3_uri)
     check_bucket_region(aws.s3, jr.bundle_s3_uri, aws.region)
@@ -291,7 +273,7 @@ def _submit_locked(
         training_plan=plan_info,
         plan_fit=fit,
         warnings=warnings,
-        preference_plans=prefs,
+        preference_plans=plans.preferences,
         region_source=aws.region_source_for(rs.job.region if rs.job else None),
     )
 

@@ -88,19 +88,26 @@ def render(result: object) -> None:
         tps = r.measured_tokens_per_s_per_gpu
         ex = r.exact_by_construction
         rows.add_row(
-            r.id, r.gpu, "-" if tps is None else f"{tps:,.1f}", _pct(r.speed_error_before),
-            _after(r.speed_error_after, "speed", ex), _pct(r.memory_error_before),
+            r.id,
+            r.gpu,
+            "-" if tps is None else f"{tps:,.1f}",
+            _pct(r.speed_error_before),
+            _after(r.speed_error_after, "speed", ex),
+            _pct(r.memory_error_before),
             _after(r.memory_error_after, "memory", ex),
-        )  # fmt: skip
+        )
     con.print(rows)
     consts = Table(title="constants", title_justify="left")
     for col in ("gpu", "constant", "default", "calibrated", ""):
         consts.add_column(col)
     for c in result.constants:  # type: ignore[attr-defined]
         consts.add_row(
-            c.gpu, c.name, f"{c.default:.4g}", f"{c.value:.4g}" if c.fitted else "(kept)",
+            c.gpu,
+            c.name,
+            f"{c.default:.4g}",
+            f"{c.value:.4g}" if c.fitted else "(kept)",
             "fitted" if c.fitted else (c.why_kept or ""),
-        )  # fmt: skip
+        )
     con.print(consts)
     prof = result.profile  # type: ignore[attr-defined]
     for gpu, entry in prof.gpus.items():

@@ -68,19 +68,29 @@ def data() -> None:
     help="Tokens per shard file.",
 )
 @OUTPUT_OPTION
-def prepare(inputs: tuple[Path, ...], out_dir: Path, overwrite: bool, tokenizer: Path | None,
-            fmt: str, seq_len: int | None, packing: str, shard_tokens: int,
-            output: str) -> None:  # fmt: skip
+def prepare(
+    inputs: tuple[Path, ...],
+    out_dir: Path,
+    overwrite: bool,
+    tokenizer: Path | None,
+    fmt: str,
+    seq_len: int | None,
+    packing: str,
+    shard_tokens: int,
+    output: str,
+) -> None:
     """Tokenize INPUT files (.txt: one document each; .jsonl: a `text` field per line, or
     fine-tuning samples with --format chat|prompt-completion)."""
     if fmt != "text":
-        _prepare_finetune(inputs, out_dir, tokenizer, fmt, seq_len, packing, shard_tokens, output,
-                          overwrite)  # fmt: skip
+        _prepare_finetune(
+            inputs, out_dir, tokenizer, fmt, seq_len, packing, shard_tokens, output, overwrite
+        )
         return
     from blackwell_sm.data.prepare import prepare as run_prepare
 
-    manifest = run_prepare(list(inputs), out_dir, tokenizer=tokenizer, shard_tokens=shard_tokens,
-                           overwrite=overwrite)  # fmt: skip
+    manifest = run_prepare(
+        list(inputs), out_dir, tokenizer=tokenizer, shard_tokens=shard_tokens, overwrite=overwrite
+    )
     if output == "json":
         emit_json(manifest)
         return
@@ -92,17 +102,26 @@ def prepare(inputs: tuple[Path, ...], out_dir: Path, overwrite: bool, tokenizer:
     info(f"set model.vocab_size >= {manifest.vocab_size}; use {out_dir} as the train channel")
 
 
-def _prepare_finetune(inputs, out_dir, tokenizer, fmt, seq_len, packing, shard_tokens, output,
-                      overwrite):  # fmt: skip
+def _prepare_finetune(
+    inputs, out_dir, tokenizer, fmt, seq_len, packing, shard_tokens, output, overwrite
+):
     from blackwell_sm.data.finetune import prepare_finetune
     from blackwell_sm.errors import SpecError
 
     if tokenizer is None or seq_len is None:
         missing = "--tokenizer" if tokenizer is None else "--seq-len"
         raise SpecError(f"--format {fmt} needs {missing}", field=missing)
-    m = prepare_finetune(list(inputs), out_dir, fmt=fmt, tokenizer=tokenizer, seq_len=seq_len,
-                         packing=packing, shard_tokens=shard_tokens, overwrite=overwrite,
-                         notify=info)  # fmt: skip
+    m = prepare_finetune(
+        list(inputs),
+        out_dir,
+        fmt=fmt,
+        tokenizer=tokenizer,
+        seq_len=seq_len,
+        packing=packing,
+        shard_tokens=shard_tokens,
+        overwrite=overwrite,
+        notify=info,
+    )
     if output == "json":
         emit_json(m)
         return

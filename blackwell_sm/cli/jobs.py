@@ -63,14 +63,21 @@ def status(name: str, wait: bool, region: str | None, output: str) -> None:
     except AwsError as e:  # the status stands without it (a role without logs access, say)
         from blackwell_sm.aws.progress import Progress
 
-        progress = Progress(job_name=name, status=info.status,
-                            notes=[f"progress unavailable: {e.message}"])  # fmt: skip
+        progress = Progress(
+            job_name=name, status=info.status, notes=[f"progress unavailable: {e.message}"]
+        )
     if output == "json":
         described_json = info.model_dump(mode="json")
         described_json["instance_preferences"] = snake_keys(info.instance_preferences)
-        emit_json({**described_json, "running_plan": info.running_plan,
-                   "region": job.region, "run": run and run.model_dump(mode="json"),
-                   "progress": progress.model_dump(mode="json")})  # fmt: skip
+        emit_json(
+            {
+                **described_json,
+                "running_plan": info.running_plan,
+                "region": job.region,
+                "run": run and run.model_dump(mode="json"),
+                "progress": progress.model_dump(mode="json"),
+            }
+        )
     else:
         show_info(info, job.region)
         show_progress(progress)
@@ -104,12 +111,16 @@ def show_run(run: Any) -> None:
     click.echo(f"\nrun {run.base}: {len(run.jobs)} jobs")
     for j in run.jobs:
         why = f" ({j.failure_reason})" if j.failure_reason else ""
-        click.echo(f"  {j.index}. {j.name}  {j.status} / {j.secondary_status or '-'}  "
-                   f"{j.instance}  {hours_of(j.billable_seconds)} billable{why}")  # fmt: skip
+        click.echo(
+            f"  {j.index}. {j.name}  {j.status} / {j.secondary_status or '-'}  "
+            f"{j.instance}  {hours_of(j.billable_seconds)} billable{why}"
+        )
     steps = "-" if run.steps_done is None else f"{run.steps_done:,}"
     tokens = "-" if run.tokens_done is None else f"{run.tokens_done:,}"
-    click.echo(f"  so far: {steps} steps, {tokens} tokens, {hours_of(run.billable_seconds)} "
-               f"billable job time; checkpoint {run.checkpoint or '-'}")  # fmt: skip
+    click.echo(
+        f"  so far: {steps} steps, {tokens} tokens, {hours_of(run.billable_seconds)} "
+        f"billable job time; checkpoint {run.checkpoint or '-'}"
+    )
 
 
 @click.command("logs")

@@ -100,8 +100,11 @@ def run_local(
     unread = sorted(set(channels) - _channels_read(spec))
     if unread:
         data = spec.training.data
-        why = ("training.data.source is synthetic" if data.source == "synthetic"
-               else f"the spec reads {', '.join(sorted(_channels_read(spec)))}")  # fmt: skip
+        why = (
+            "training.data.source is synthetic"
+            if data.source == "synthetic"
+            else f"the spec reads {', '.join(sorted(_channels_read(spec)))}"
+        )
         raise SpecError(
             f"--channel {', '.join(unread)}: no such channel would be read ({why})",
             hint="set training.data.source: channel (and training.data.train_channel) to train "

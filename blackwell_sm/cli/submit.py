@@ -134,10 +134,15 @@ def submit(
     if region:
         spec = with_overrides(spec, {"job.region": region})
     if until_done or resume:
-        _run(spec, until_done=until_done, training_plan=training_plan, yes=yes,
-             allow_partial=allow_partial,
-             aws=aws_context(region or (spec.job.region if spec.job else None)),
-             output=output)  # fmt: skip
+        _run(
+            spec,
+            until_done=until_done,
+            training_plan=training_plan,
+            yes=yes,
+            allow_partial=allow_partial,
+            aws=aws_context(region or (spec.job.region if spec.job else None)),
+            output=output,
+        )
         return
     with ProgressDisplay(output) as progress:
         job = do_submit(
@@ -208,12 +213,20 @@ def _run(spec: Any, *, until_done: bool, output: str, **kw: Any) -> None:
     from blackwell_sm.aws.run import submit_run
 
     try:
-        jobs = submit_run(spec, until_done=until_done, confirm=consent_prompt(), notify=say,
-                          on_status=lambda i: say(f"{i.name}: {i.status} / {i.secondary_status}"),
-                          **kw)  # fmt: skip
+        jobs = submit_run(
+            spec,
+            until_done=until_done,
+            confirm=consent_prompt(),
+            notify=say,
+            on_status=lambda i: say(f"{i.name}: {i.status} / {i.secondary_status}"),
+            **kw,
+        )
     except KeyboardInterrupt:
-        raise Interrupted("stopped following the run", hint="the current job keeps running; "
-                          "`bsm submit SPEC --resume` continues the run later") from None  # fmt: skip
+        raise Interrupted(
+            "stopped following the run",
+            hint="the current job keeps running; "
+            "`bsm submit SPEC --resume` continues the run later",
+        ) from None
     names = [j.name for j in jobs]
     if output == "json":
         emit_json({"submitted": names, "until_done": until_done})

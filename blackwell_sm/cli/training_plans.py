@@ -296,8 +296,13 @@ def _fits_after(info: Any, offer: Any, spec_path: str) -> bool:
 
     plan = _plan_on(load_spec(spec_path), info)
     longer = info.model_copy(update={"end_time": offer.end or info.end_time})
-    return check_plan(longer, instance_type=plan.instance.type, instance_count=plan.instance.count,
-                      run_hours=plan.run.hours, startup_hours=STARTUP_HOURS).fits  # fmt: skip
+    return check_plan(
+        longer,
+        instance_type=plan.instance.type,
+        instance_count=plan.instance.count,
+        run_hours=plan.run.hours,
+        startup_hours=STARTUP_HOURS,
+    ).fits
 
 
 @plans.command("list")

@@ -60,9 +60,10 @@ class HFTokenizer:
             from tokenizers import Tokenizer
         except ImportError as e:
             raise SpecError(
-                "--tokenizer needs the `tokenizers` package", field="--tokenizer",
+                "--tokenizer needs the `tokenizers` package",
+                field="--tokenizer",
                 hint="pip install tokenizers",
-            ) from e  # fmt: skip
+            ) from e
         self.file = path / "tokenizer.json" if path.is_dir() else path
         check_regular(self.file, field="--tokenizer", what="tokenizer")  # never /dev/zero
         try:

@@ -12,9 +12,16 @@ from pathlib import Path
 
 #: The files a Hugging Face tokenizer is saved as (whichever of them a folder has).
 TOKENIZER_FILES = (
-    "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "added_tokens.json",
-    "tokenizer.model", "vocab.json", "merges.txt", "chat_template.jinja", "chat_template.json",
-)  # fmt: skip
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "added_tokens.json",
+    "tokenizer.model",
+    "vocab.json",
+    "merges.txt",
+    "chat_template.jinja",
+    "chat_template.json",
+)
 
 
 def tokenizer_files(folder: Path) -> list[Path]:

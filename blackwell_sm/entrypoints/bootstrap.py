@@ -155,10 +155,21 @@ def install(manifest: dict, todo: list[dict], wheels: Path, site: Path) -> None:
         if _sha256(path) != w["sha256"]:
             raise BootstrapError(f"the carried wheel {w['file']} does not match its sha256")
     cmd = [
-        sys.executable, "-m", "pip", "install", "--no-index", "--find-links", str(wheels),
-        "--only-binary=:all:", "--target", str(site), "--disable-pip-version-check",
-        "--no-input", "--quiet", *(_label(r) for r in todo),
-    ]  # fmt: skip
+        sys.executable,
+        "-m",
+        "pip",
+        "install",
+        "--no-index",
+        "--find-links",
+        str(wheels),
+        "--only-binary=:all:",
+        "--target",
+        str(site),
+        "--disable-pip-version-check",
+        "--no-input",
+        "--quiet",
+        *(_label(r) for r in todo),
+    ]
     out = subprocess.run(cmd, capture_output=True, text=True, check=False)
     if out.returncode != 0:
         tail = " ".join((out.stderr or out.stdout).split())[-500:]

@@ -25,7 +25,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from blackwell_sm.errors import BsmError, SpecError
 from blackwell_sm.job.names import sha256_hex
 from blackwell_sm.job.package_files import PackageFiles, package_files
-from blackwell_sm.job.wheels import CarriedWheel, Requirement, Wheelhouse
+from blackwell_sm.job.requirements import CarriedWheel, Requirement, Wheelhouse
 from blackwell_sm.opt_ml import plan_file_for
 
 __all__ = [

@@ -1,6 +1,10 @@
 """The capacity part of the request (pure): the training plan ARN of a single-type job, or
 `ResourceConfig.InstancePreferences` for a spec with `compute.instance_preferences`.
 
+The one module of the job layer that tells the two apart: the request builder, submit and the
+SDK views take a `PlanSet` (planner/preferences.py) and ask this module for what differs
+(`check_plan_set`, `capacity_for`, `plan_files`, `instance_types`).
+
 The request lists the preferences in the spec's order, each with its planned count and, when it
 has one, its training plan ARN. SageMaker starts the job on the first type with capacity. The
 list excludes `InstanceType`, `InstanceCount`, `TrainingPlanArn`, `InstanceGroups`,
@@ -12,11 +16,103 @@ from __future__ import annotations
 
 from typing import Any
 
+from pydantic import BaseModel, ConfigDict, Field
+
 from blackwell_sm.errors import InfeasiblePlanError, SpecError
 from blackwell_sm.hardware import get_instance
-from blackwell_sm.planner.preferences import PreferencePlans
+from blackwell_sm.job.request_checks import check_plan_matches
+from blackwell_sm.planner.preferences import PlanSet, PreferencePlans
 from blackwell_sm.spec.compute import TRAINING_PLAN_ARN_RE
 from blackwell_sm.spec.run import RunSpec
+
+
+class Capacity(BaseModel):
+    """What the request takes from the capacity: the head of ResourceConfig, the training plan
+    (resolved or not) and the `bsm:training-plan` tag."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    resource: dict[str, Any] = Field(
+        description="InstanceType and InstanceCount, or InstancePreferences."
+    )
+    training_plan_arn: str | None = None
+    unresolved_training_plan: str | None = None
+    unresolved_preference_plans: list[str] = Field(default_factory=list)
+    plan_tag: str | None = Field(None, description="The bsm:training-plan tag's value, if any.")
+
+
+def check_plan_set(spec: RunSpec, plans: PlanSet) -> None:
+    """The plans were made for this spec's capacity (its type and count, or each preference)."""
+    if plans.preferences is not None:
+        check_preference_plans(spec, plans.preferences)
+    elif spec.compute.instance_preferences:
+        raise SpecError(
+            "the spec has compute.instance_preferences: build the job from a plan per "
+            "preference (planner.preferences.plan_preferences(spec)), not one plan",
+            field="compute.instance_preferences",
+        )
+    else:
+        check_plan_matches(spec, plans.primary)
+
+
+def capacity_for(
+    spec: RunSpec,
+    plans: PlanSet,
+    region: str,
+    *,
+    training_plan_arn: str | None,
+    preference_arns: dict[int, str] | None,
+    warnings: list[str],
+) -> Capacity:
+    """The capacity members of the request for `plans` (ARNs checked against `region`)."""
+    if plans.preferences is not None:
+        entries, unresolved = preference_entries(
+            plans.preferences, region, preference_arns, warnings
+        )
+        refs = [
+            pp.training_plan.rsplit("/", 1)[-1]
+            for pp in plans.preferences.preferences
+            if pp.training_plan
+        ]
+        return Capacity(
+            resource={"InstancePreferences": entries},
+            unresolved_preference_plans=unresolved,
+            plan_tag=" ".join(refs)[:256] or None,
+        )
+    plan = plans.primary
+    arn, name = resolve_training_plan_arn(spec, region, training_plan_arn, warnings)
+    ref = arn or (None if name == "auto" else name)
+    return Capacity(
+        resource={"InstanceType": plan.instance.type, "InstanceCount": plan.instance.count},
+        training_plan_arn=arn,
+        unresolved_training_plan=name,
+        plan_tag=ref.rsplit("/", 1)[-1] if ref else None,
+    )
+
+
+def refuse_preferences(spec: RunSpec, view: str) -> None:
+    """SpecError for a spec with instance preferences where `view` (an SDK view) takes one
+    type: the bundle's plan per type is built only by `bsm submit`."""
+    if spec.compute.instance_preferences:
+        raise SpecError(
+            f"{view} does not map compute.instance_preferences: the SDK passes the list "
+            "through, but the bundle's plan per type is built only by `bsm submit`",
+            field="compute.instance_preferences",
+            hint="submit with `bsm submit SPEC` (blackwell_sm.submit), or use one instance_type",
+        )
+
+
+def spec_instance_types(spec: RunSpec) -> list[str]:
+    """Every type a job of `spec` may start on, from the spec alone (the caller's IAM policy)."""
+    prefs = spec.compute.instance_preferences
+    if prefs:
+        return [p.instance_type for p in prefs]
+    return [spec.compute.instance_type]
+
+
+def instance_types(plans: PlanSet) -> list[str]:
+    """Every type the job may start on, in order."""
+    return [p.instance.type for p in plans.plans]
 
 
 def check_preference_plans(spec: RunSpec, plans: PreferencePlans) -> None:
@@ -90,9 +186,12 @@ def preference_entries(
     return entries, unresolved
 
 
-def plan_files(plans: PreferencePlans) -> dict[str, str]:
-    """Bundle path -> plan JSON, one per preference (`plans/<instance-type>.json`)."""
-    return {pp.plan_file: pp.plan.to_json() for pp in plans.preferences}
+def plan_files(plans: PlanSet) -> dict[str, str] | None:
+    """Bundle path -> plan JSON, one per preference (`plans/<instance-type>.json`); None for a
+    one-type job (its plan is the bundle's plan.json alone)."""
+    if plans.preferences is None:
+        return None
+    return {pp.plan_file: pp.plan.to_json() for pp in plans.preferences.preferences}
 
 
 def resolve_training_plan_arn(

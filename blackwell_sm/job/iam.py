@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from blackwell_sm.job.capacity import spec_instance_types
 from blackwell_sm.job.iam_calls import BUY_ACTIONS, CALLER_RESOURCES, COMMAND_CALLS, Call
 from blackwell_sm.job.iam_trackers import tracker_statements
 from blackwell_sm.job.images import default_image_uri
@@ -172,11 +173,7 @@ def caller_policy(spec: RunSpec | None = None) -> dict[str, Any]:
             "Condition": {
                 "ForAllValues:StringEquals": {
                     # every type the job may start on (each instance preference's)
-                    "sagemaker:InstanceTypes": [
-                        p.instance_type for p in spec.compute.instance_preferences
-                    ]
-                    if spec.compute.instance_preferences
-                    else [spec.compute.instance_type]
+                    "sagemaker:InstanceTypes": spec_instance_types(spec)
                 }
             }
         }
@@ -229,20 +226,26 @@ def job_role_policy(spec: RunSpec | None = None) -> dict[str, Any]:
     kms_keys = [k for k in (job.output_kms_key_id, job.volume_kms_key_id) if k] if job else []
     statements = [
         _stmt("ReadCodeDataAndCheckpoints", ["s3:GetObject"], [c.s3_objects(u) for u in read]),
-        _stmt("WriteOutputAndCheckpoints", ["s3:PutObject"],
-              [c.s3_objects(c.output), c.s3_objects(c.checkpoints)]),
+        _stmt(
+            "WriteOutputAndCheckpoints",
+            ["s3:PutObject"],
+            [c.s3_objects(c.output), c.s3_objects(c.checkpoints)],
+        ),
         *c.s3_list([c.code, *c.channels, c.checkpoints, c.output], "ListInputsAndCheckpoints"),
         _stmt("PullTheTrainingImage", ECR_PULL_ACTIONS, [repo]) if repo else {},
         _stmt("EcrLogin", ["ecr:GetAuthorizationToken"], "*") if repo else {},
-        _stmt("WriteJobLogs", LOG_WRITE_ACTIONS,
-              [c.arn("logs", f"log-group:{LOG_GROUP}"), c.arn("logs", f"log-group:{LOG_GROUP}:*")]),
+        _stmt(
+            "WriteJobLogs",
+            LOG_WRITE_ACTIONS,
+            [c.arn("logs", f"log-group:{LOG_GROUP}"), c.arn("logs", f"log-group:{LOG_GROUP}:*")],
+        ),
         # No namespace condition: the SageMaker SDK's role check simulates this action without
         # context keys, and a condition would read as a denial there.
         _stmt("PublishJobMetrics", ["cloudwatch:PutMetricData"], "*"),
         # VPC jobs need these; the SDK's role check (SimulatePrincipalPolicy) requires them of
         # every training role, so they are always granted (SageMaker makes the interfaces).
         _stmt("VpcNetworkInterfacesAndTheSdkRoleCheck", VPC_ACTIONS, "*"),
-    ]  # fmt: skip
+    ]
     statements += tracker_statements(spec, region=c.region)  # job/iam_trackers.py
     if kms_keys:
         statements.append(
@@ -250,9 +253,13 @@ def job_role_policy(spec: RunSpec | None = None) -> dict[str, Any]:
         )
     if job and job.volume_kms_key_id:
         statements.append(
-            _stmt("GrantVolumeEncryption", ["kms:CreateGrant"], [job.volume_kms_key_id],
-                  Condition={"Bool": {"kms:GrantIsForAWSResource": "true"}})
-        )  # fmt: skip
+            _stmt(
+                "GrantVolumeEncryption",
+                ["kms:CreateGrant"],
+                [job.volume_kms_key_id],
+                Condition={"Bool": {"kms:GrantIsForAWSResource": "true"}},
+            )
+        )
     return _doc(*statements)
 
 

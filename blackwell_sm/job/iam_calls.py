@@ -84,25 +84,36 @@ _LOGS = (_DESCRIBE_JOB, _LOG_STREAMS, _LOG_EVENTS)
 # and is allowed by the generated policy.
 COMMAND_CALLS: dict[str, tuple[Call, ...]] = {
     "submit": (
-        _DESCRIBE_JOB, _LIST_TAGS, _DESCRIBE_PLAN, _SEARCH_OFFERINGS, _CREATE_PLAN,
-        _BUCKET_REGION, _HEAD_CODE, _PUT_CODE, _DELETE_CODE, _CREATE_JOB,
+        _DESCRIBE_JOB,
+        _LIST_TAGS,
+        _DESCRIBE_PLAN,
+        _SEARCH_OFFERINGS,
+        _CREATE_PLAN,
+        _BUCKET_REGION,
+        _HEAD_CODE,
+        _PUT_CODE,
+        _DELETE_CODE,
+        _CREATE_JOB,
         _LIST_JOBS,  # one live job per checkpoint prefix: checked before and after creating
         _STOP_JOB,  # a job created without the capacity asked for (or second on its prefix)
         *_LOGS,  # --logs / --wait
-        _LIST_CHECKPOINTS, _READ_MARKER,  # --until-done / --resume
+        _LIST_CHECKPOINTS,
+        _READ_MARKER,  # --until-done / --resume
     ),
     "status": (
-        _DESCRIBE_JOB, _LIST_CHECKPOINTS, _READ_MARKER,
-        *_LOGS, _FILTER_EVENTS, _DESCRIBE_PLAN,  # progress: step/check/alert lines, plan's end
+        _DESCRIBE_JOB,
+        _LIST_CHECKPOINTS,
+        _READ_MARKER,
+        *_LOGS,
+        _FILTER_EVENTS,
+        _DESCRIBE_PLAN,  # progress: step/check/alert lines, plan's end
     ),
     "logs": _LOGS,
     "stop": (_DESCRIBE_JOB, _STOP_JOB),
     "list": (_LIST_JOBS, _LIST_TAGS),
     "plans search": (_SEARCH_OFFERINGS,),
     "plans reserve": (_SEARCH_OFFERINGS, _CREATE_PLAN, _DESCRIBE_PLAN),
-    "plans list": (
-        Call("sagemaker:ListTrainingPlans", "sagemaker:ListTrainingPlans", "any"),
-    ),
+    "plans list": (Call("sagemaker:ListTrainingPlans", "sagemaker:ListTrainingPlans", "any"),),
     # the history is read before buying (a retry buys nothing) and after (another machine?)
     "plans extend": (_DESCRIBE_PLAN, _EXTENSION_HISTORY, _SEARCH_OFFERINGS, _EXTEND_PLAN),
     "plans describe": (_DESCRIBE_PLAN, _EXTENSION_HISTORY),
@@ -110,7 +121,7 @@ COMMAND_CALLS: dict[str, tuple[Call, ...]] = {
     "report": (_DESCRIBE_JOB, _READ_CODE, _READ_OUTPUT, _LOG_STREAMS, _LOG_EVENTS),
     "calibrate": (_DESCRIBE_JOB, _READ_CODE, _READ_OUTPUT, _LOG_STREAMS, _LOG_EVENTS),
     "to_model_trainer": (_BUCKET_REGION, _HEAD_CODE, _PUT_CODE, _DELETE_CODE, _CREATE_JOB),
-}  # fmt: skip
+}
 
 # How each resource kind reads in a statement: (Sid, why). Order = statement order.
 CALLER_RESOURCES: dict[str, tuple[str, str]] = {

@@ -43,14 +43,18 @@ def tracker_statements(spec: RunSpec | None, *, region: str) -> list[dict[str, A
     out = []
     if "tensorboard" in tr.report_to:
         bucket, key = _s3_parts(job.tensorboard_prefix)
-        out.append(_stmt("WriteTensorBoardEventFiles", ["s3:PutObject"],
-                         [f"arn:{parts[1]}:s3:::{bucket}/{key + '/' if key else ''}*"]))  # fmt: skip
+        out.append(
+            _stmt(
+                "WriteTensorBoardEventFiles",
+                ["s3:PutObject"],
+                [f"arn:{parts[1]}:s3:::{bucket}/{key + '/' if key else ''}*"],
+            )
+        )
     if "mlflow" in tr.report_to and tr.mlflow is not None and tr.mlflow.is_sagemaker:
         out.append(_stmt("ReportToManagedMlflow", list(MLFLOW_ACTIONS), [tr.mlflow.tracking_uri]))
     group = model_package_group_arn(job, job.region or region)
     if group is not None:
         name = group.rsplit("/", 1)[-1]
         package = group.replace(f"model-package-group/{name}", f"model-package/{name}/*")
-        out.append(_stmt("RegisterTheExportedModel", list(MODEL_PACKAGE_ACTIONS),
-                         [group, package]))  # fmt: skip
+        out.append(_stmt("RegisterTheExportedModel", list(MODEL_PACKAGE_ACTIONS), [group, package]))
     return out

@@ -2,20 +2,24 @@
 CreateTrainingJob (`pip install 'blackwell-sm[sdk-v2]'`; v2 and v3 cannot share a virtualenv).
 
 `to_estimator(spec, plan)` builds the request with `build_job_request` and configures an SDK 2.x
-`Estimator` from it, field by field: the SIGTERM-safe command through `container_entry_point`
-(no `container_arguments`: the launcher takes its own), the plan ARN through `training_plan`,
-the channels and the job's own name as `fit()`'s defaults (so `estimator.fit()` sends the
-builder's TrainingJobName and a rerun reattaches by name, which the v3 view cannot). The
-profiler and the debugger hook, which v2 switches on by default, are off. Members v2 has no
-argument for (`MlflowConfig`, `ModelPackageConfig`, and `TrainingPlanArn` on SDKs before
-`training_plan`) are set by a `before-parameter-build` hook on the session, for this job only,
-and named in a `SdkViewWarning`; the same hook sends the two false flags v2 leaves out and drops
-the `ProfilerConfig {DisableProfiler: true}` v2 adds, so the request is the builder's exactly. tests/sdk_v2/ compares the request on the wire with the
-builder's (`make test-sdk-v2`, its own virtualenv).
+`Estimator` from it, member by member as the v2 column of job/sdk_table.py says: the
+SIGTERM-safe command through `container_entry_point` (no `container_arguments`: the launcher
+takes its own), the plan ARN through `training_plan`, the channels and the job's own name as
+`fit()`'s defaults (so `estimator.fit()` sends the builder's TrainingJobName and a rerun
+reattaches by name, which the v3 view cannot). The profiler and the debugger hook, which v2
+switches on by default, are off. Members v2 has no argument for (`MlflowConfig`,
+`ModelPackageConfig`, `TrainingPlanArn` and `InfraCheckConfig` on SDKs before `training_plan` /
+`enable_infra_check`, and any member the table has no row for) are set by a
+`before-parameter-build` hook on the session, for this job only, and named in a
+`SdkViewWarning`; the same hook sends the two false flags v2 leaves out and drops the
+`ProfilerConfig {DisableProfiler: true}` v2 adds, so the request is the builder's exactly.
+tests/sdk_v2/ compares the request on the wire with the builder's (`make test-sdk-v2`, its own
+virtualenv).
 """
 
 from __future__ import annotations
 
+import copy
 import inspect
 import warnings
 from pathlib import Path
@@ -24,11 +28,14 @@ from typing import Any
 from blackwell_sm.errors import BsmError, SpecError
 from blackwell_sm.job.request import JobRequest, build_job_request
 from blackwell_sm.job.sdk import SdkViewWarning, Uploader, refuse_placeholders, view_inputs
+from blackwell_sm.job.sdk_table import HOOK, TABLE, leaves, unmapped
 from blackwell_sm.planner.plan import Plan
 from blackwell_sm.spec.run import RunSpec
 
-# Request members v2's Estimator has no argument for: set by the hook.
-HOOKED = ("MlflowConfig", "ModelPackageConfig")
+# Request members v2's Estimator has no argument for: set by the hook (the table's HOOK rows).
+HOOKED = tuple(r.path for r in TABLE.values() if r.v2 == HOOK)
+# Arguments only newer 2.x SDKs take; before them the hook sets the whole member.
+NEWER = frozenset({"training_plan", "enable_infra_check"})
 
 
 # Sent by the builder even when false; v2 leaves a false flag out (the same meaning): the hook
@@ -52,52 +59,40 @@ def _hook(req: JobRequest, members: dict[str, Any]) -> Any:
     return hook
 
 
-def _kwargs(req: JobRequest, accepted: set[str]) -> tuple[dict[str, Any], dict[str, Any]]:
-    """(Estimator arguments, request members left to the hook)."""
-    from sagemaker.debugger import TensorBoardOutputConfig
+def _v2_value(path: str, value: Any) -> Any:
+    """A request value as the v2 Estimator takes it."""
+    if path == "OutputDataConfig.CompressionType":
+        return value == "NONE"  # disable_output_compression
+    if path == "InfraCheckConfig":
+        return value["EnableInfraCheck"]
+    if path == "TensorBoardOutputConfig":
+        from sagemaker.debugger import TensorBoardOutputConfig
 
-    q = req.request
-    res, algo, out = q["ResourceConfig"], q["AlgorithmSpecification"], q["OutputDataConfig"]
-    kw: dict[str, Any] = dict(
-        image_uri=algo["TrainingImage"], role=q["RoleArn"], instance_type=res["InstanceType"],
-        instance_count=res["InstanceCount"], volume_size=res["VolumeSizeInGB"],
-        max_run=q["StoppingCondition"]["MaxRuntimeInSeconds"],
-        input_mode=algo["TrainingInputMode"], output_path=out["S3OutputPath"],
-        base_job_name=req.base_job_name, hyperparameters=dict(q["HyperParameters"]),
-        tags=[dict(t) for t in q["Tags"]], metric_definitions=list(algo["MetricDefinitions"]),
-        enable_sagemaker_metrics=algo["EnableSageMakerMetricsTimeSeries"],
-        checkpoint_s3_uri=q["CheckpointConfig"]["S3Uri"],
-        checkpoint_local_path=q["CheckpointConfig"]["LocalPath"],
-        enable_network_isolation=q["EnableNetworkIsolation"],
-        encrypt_inter_container_traffic=q["EnableInterContainerTrafficEncryption"],
-        environment=dict(q["Environment"]), container_entry_point=list(algo["ContainerEntrypoint"]),
-        disable_output_compression=out["CompressionType"] == "NONE",
-        disable_profiler=True, debugger_hook_config=False,
-    )  # fmt: skip
-    optional = {
-        "output_kms_key": out.get("KmsKeyId"),
-        "volume_kms_key": res.get("VolumeKmsKeyId"),
-        "keep_alive_period_in_seconds": res.get("KeepAlivePeriodInSeconds"),
-        "subnets": q.get("VpcConfig", {}).get("Subnets"),
-        "security_group_ids": q.get("VpcConfig", {}).get("SecurityGroupIds"),
-        "max_retry_attempts": q.get("RetryStrategy", {}).get("MaximumRetryAttempts"),
-        "enable_infra_check": q.get("InfraCheckConfig", {}).get("EnableInfraCheck"),
-    }
-    kw.update({k: v for k, v in optional.items() if v is not None})
-    if "TensorBoardOutputConfig" in q:
-        tb = q["TensorBoardOutputConfig"]
-        kw["tensorboard_output_config"] = TensorBoardOutputConfig(
-            s3_output_path=tb["S3OutputPath"], container_local_output_path=tb["LocalPath"]
+        return TensorBoardOutputConfig(
+            s3_output_path=value["S3OutputPath"], container_local_output_path=value["LocalPath"]
         )
-    hooked = {k: q[k] for k in HOOKED if k in q}
-    if "TrainingPlanArn" in res:
-        if "training_plan" in accepted:
-            kw["training_plan"] = res["TrainingPlanArn"]
-        else:
-            hooked["ResourceConfig"] = dict(res)
-    if "enable_infra_check" in kw and "enable_infra_check" not in accepted:
-        hooked["InfraCheckConfig"] = q["InfraCheckConfig"]
-        del kw["enable_infra_check"]
+    return copy.deepcopy(value)
+
+
+def _kwargs(req: JobRequest, accepted: set[str]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(Estimator arguments, request members left to the hook), by the table's v2 column
+    (job/sdk_table.py); a member without a row goes to the hook too, named in a warning."""
+    q = req.request
+    kw: dict[str, Any] = {
+        "base_job_name": req.base_job_name,
+        "disable_profiler": True,
+        "debugger_hook_config": False,
+    }
+    hooked: dict[str, Any] = {}
+    for path, value in leaves(q):
+        target = TABLE[path].v2 if path in TABLE else HOOK
+        if target is None or target.startswith("fit("):
+            continue  # fit()'s defaults (BsmEstimator), or refused before (view_inputs)
+        if target == HOOK or (target in NEWER and target not in accepted):
+            member = path.split(".", 1)[0]
+            hooked[member] = copy.deepcopy(q[member])
+            continue
+        kw[target] = _v2_value(path, value)
     return kw, hooked
 
 
@@ -138,11 +133,24 @@ def estimator_and_request(
             hint="pass sagemaker_session=sagemaker.Session(boto3.Session(region_name="
             f"{run.job.region!r}))",
         )
-    req = build_job_request(run, plan, training_plan_arn=training_plan_arn, region=region,
-                            wheelhouse=fetch_for(run, plan))  # fmt: skip
+    req = build_job_request(
+        run,
+        plan,
+        training_plan_arn=training_plan_arn,
+        region=region,
+        wheelhouse=fetch_for(run, plan),
+    )
     refuse_placeholders(req)
     accepted = set(inspect.signature(Estimator.__init__).parameters)
     kw, hooked = _kwargs(req, accepted)
+    for path in unmapped(req.request):
+        warnings.warn(
+            SdkViewWarning(
+                f"the SDK view has no mapping for request member {path} (job/sdk_table.py): "
+                "the before-parameter-build hook sends it as the builder built it"
+            ),
+            stacklevel=3,
+        )
     if upload is not None:
         upload(sagemaker_session.boto_session, req)
     sagemaker_session.sagemaker_client.meta.events.register(
@@ -169,11 +177,21 @@ def estimator_and_request(
     class BsmEstimator(Estimator):
         """An Estimator whose `fit()` defaults to the builder's channels and job name."""
 
-        def fit(self, inputs: Any = None, wait: bool = True, logs: Any = "All",
-                job_name: str | None = None, experiment_config: Any = None) -> Any:  # fmt: skip
-            return super().fit(inputs if inputs is not None else channels, wait=wait, logs=logs,
-                               job_name=job_name or req.job_name,
-                               experiment_config=experiment_config)  # fmt: skip
+        def fit(
+            self,
+            inputs: Any = None,
+            wait: bool = True,
+            logs: Any = "All",
+            job_name: str | None = None,
+            experiment_config: Any = None,
+        ) -> Any:
+            return super().fit(
+                inputs if inputs is not None else channels,
+                wait=wait,
+                logs=logs,
+                job_name=job_name or req.job_name,
+                experiment_config=experiment_config,
+            )
 
     for w in req.warnings:
         warnings.warn(SdkViewWarning(w), stacklevel=3)
@@ -191,6 +209,11 @@ def to_estimator(
     """A SageMaker SDK 2.x `Estimator` whose `fit()` sends the builder's CreateTrainingJob,
     field by field (module docstring). `blackwell_sm.to_estimator` (blackwell_sm.aws.sdk) also
     uploads the code bundle."""
-    est, _ = estimator_and_request(spec, plan, training_plan_arn=training_plan_arn,
-                                   sagemaker_session=sagemaker_session, upload=upload)  # fmt: skip
+    est, _ = estimator_and_request(
+        spec,
+        plan,
+        training_plan_arn=training_plan_arn,
+        sagemaker_session=sagemaker_session,
+        upload=upload,
+    )
     return est

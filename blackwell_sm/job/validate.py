@@ -85,13 +85,12 @@ def request_origins(request: dict[str, Any], job: JobSpec) -> dict[str, str]:
         name = ch.get("ChannelName")
         if name in job.channels:
             out[f"InputDataConfig[{i}]"] = f"job.channels.{name}"
-    prefs = request.get("ResourceConfig", {}).get("InstancePreferences")
-    if prefs is not None:
+    entries = request.get("ResourceConfig", {}).get("InstancePreferences", [])
+    for i in range(len(entries)):
         out["ResourceConfig.InstancePreferences"] = "compute.instance_preferences"
-        for i in range(len(prefs)):
-            base = f"ResourceConfig.InstancePreferences[{i}]"
-            out[base] = f"compute.instance_preferences.{i}"
-            out[f"{base}.TrainingPlanArns"] = f"compute.instance_preferences.{i}.training_plan"
+        base = f"ResourceConfig.InstancePreferences[{i}]"
+        out[base] = f"compute.instance_preferences.{i}"
+        out[f"{base}.TrainingPlanArns"] = f"compute.instance_preferences.{i}.training_plan"
     return out
 
 

@@ -43,12 +43,18 @@ def check_plan(plan: Plan, path: Path) -> None:
     """Refuse a plan that does not agree with itself or with the spec it carries."""
     cfg, run, tr = plan.config, plan.run, plan.spec.training
     if plan.schema_version != SCHEMA_VERSION:
-        raise _fail(path, "schema_version", f"{plan.schema_version}, but this container reads "
-                    f"schema_version {SCHEMA_VERSION}")  # fmt: skip
+        raise _fail(
+            path,
+            "schema_version",
+            f"{plan.schema_version}, but this container reads schema_version {SCHEMA_VERSION}",
+        )
     max_seq = plan.spec.model.max_seq_len
     if cfg.seq_len > max_seq:
-        raise _fail(path, "config.seq_len", f"{cfg.seq_len} is above the model's max_seq_len "
-                    f"{max_seq} (spec.model.max_seq_len)")  # fmt: skip
+        raise _fail(
+            path,
+            "config.seq_len",
+            f"{cfg.seq_len} is above the model's max_seq_len {max_seq} (spec.model.max_seq_len)",
+        )
 
     check_context_parallel(plan, path)
     gb, dp = cfg.global_batch_sequences, cfg.data_parallel_size
@@ -64,31 +70,46 @@ def check_plan(plan: Plan, path: Path) -> None:
             if tr.global_batch_tokens is not None
             else "training.global_batch_seqs"
         )
-        raise _fail(path, field, (
-            f"micro_batch_size {cfg.micro_batch_size} x grad_accum_steps {cfg.grad_accum_steps} x "
-            f"{dp} data-parallel ranks (shard_degree {cfg.shard_degree} x replicate_degree "
-            f"{cfg.replicate_degree} / cp_degree {cfg.cp_degree}) = {gb} sequences per step, but "
-            "the spec's global batch is "
-            f"{want} sequences ({source})"
-        ))  # fmt: skip
+        raise _fail(
+            path,
+            field,
+            (
+                f"micro_batch_size {cfg.micro_batch_size} x grad_accum_steps {cfg.grad_accum_steps} x "
+                f"{dp} data-parallel ranks (shard_degree {cfg.shard_degree} x replicate_degree "
+                f"{cfg.replicate_degree} / cp_degree {cfg.cp_degree}) = {gb} sequences per step, but "
+                "the spec's global batch is "
+                f"{want} sequences ({source})"
+            ),
+        )
 
     if run.steps < 1:
         raise _fail(path, "run.steps", f"{run.steps}; a run trains at least 1 step")
     if tr.total_steps is not None and run.steps != tr.total_steps:
-        raise _fail(path, "run.steps", f"{run.steps}, but the spec says training.total_steps "
-                    f"{tr.total_steps}")  # fmt: skip
+        raise _fail(
+            path,
+            "run.steps",
+            f"{run.steps}, but the spec says training.total_steps {tr.total_steps}",
+        )
     if tr.total_tokens is not None:
         steps = -(-tr.total_tokens // (gb * cfg.seq_len))
         if run.steps != steps:
-            raise _fail(path, "run.steps", (
-                f"{run.steps}, but the spec's training.total_tokens {tr.total_tokens} at {gb} x "
-                f"{cfg.seq_len} tokens per step is {steps} steps"
-            ))  # fmt: skip
+            raise _fail(
+                path,
+                "run.steps",
+                (
+                    f"{run.steps}, but the spec's training.total_tokens {tr.total_tokens} at {gb} x "
+                    f"{cfg.seq_len} tokens per step is {steps} steps"
+                ),
+            )
     if run.tokens != run.steps * gb * cfg.seq_len:
-        raise _fail(path, "run.tokens", (
-            f"{run.tokens}, but run.steps {run.steps} x {gb} sequences x seq_len {cfg.seq_len} = "
-            f"{run.steps * gb * cfg.seq_len}: the plan's batch or steps were changed"
-        ))  # fmt: skip
+        raise _fail(
+            path,
+            "run.tokens",
+            (
+                f"{run.tokens}, but run.steps {run.steps} x {gb} sequences x seq_len {cfg.seq_len} = "
+                f"{run.steps * gb * cfg.seq_len}: the plan's batch or steps were changed"
+            ),
+        )
 
 
 def check_context_parallel(plan: Plan, path: Path) -> None:

@@ -76,8 +76,13 @@ _FAILURE_ENTRY = re.compile(
 
 
 def _entry(m: re.Match[str]) -> RankFailure:
-    return RankFailure(int(m["rank"]), int(m["local"]), int(m["code"]),
-                       int(m["pid"]) if m["pid"] else None, m["file"])  # fmt: skip
+    return RankFailure(
+        int(m["rank"]),
+        int(m["local"]),
+        int(m["code"]),
+        int(m["pid"]) if m["pid"] else None,
+        m["file"],
+    )
 
 
 def root_cause(text: str) -> RankFailure | None:
@@ -149,8 +154,10 @@ def first_failure(
 
 def failure_timeline(failures: list[RankFailure], exit_times: Mapping[int, float]) -> str:
     """The failed ranks by time, each marked when it only lost its peer (the launcher's log)."""
-    timed = sorted(((_failed_at(f, exit_times), f.rank, f) for f in failures),
-                   key=lambda x: (x[0] is None, x[0] or 0.0, x[1]))  # fmt: skip
+    timed = sorted(
+        ((_failed_at(f, exit_times), f.rank, f) for f in failures),
+        key=lambda x: (x[0] is None, x[0] or 0.0, x[1]),
+    )
     parts = []
     for t, rank, f in timed:
         how = "raised" if f.error_file != "<N/A>" and f.exitcode >= 0 else f"exit {f.exitcode}"
@@ -180,8 +187,11 @@ def failure_reason(
     chosen = first_failure(failures, exit_times or {}) or root_cause(text)
     if chosen is not None:
         rank, local_rank, code, efile = (
-            chosen.rank, chosen.local_rank, chosen.exitcode, chosen.error_file
-        )  # fmt: skip
+            chosen.rank,
+            chosen.local_rank,
+            chosen.exitcode,
+            chosen.error_file,
+        )
         who = f"rank {rank} (host {host}, local rank {local_rank})"
         err = _error_file_message(Path(efile)) if efile != "<N/A>" else None
         if err and err[0]:

@@ -65,8 +65,9 @@ class LaunchSpec(BaseModel):
     master_port: int
     nproc_per_node: int
     topology: Topology
-    plan_path: str = Field(description="The plan the workers run (plans/<type>.json with "
-                           "instance preferences).")  # fmt: skip
+    plan_path: str = Field(
+        description="The plan the workers run (plans/<type>.json with instance preferences)."
+    )
     plan_choice: str | None = Field(None, description="Why that plan, with instance preferences.")
 
 
@@ -106,16 +107,25 @@ def build_launch(
         add["OMP_NUM_THREADS"] = str(min(threads, 8))
 
     argv = [
-        sys.executable, "-m", "torch.distributed.run",
-        "--nnodes", str(topo.nnodes),
-        "--node-rank", str(topo.node_rank),
-        "--nproc-per-node", str(topo.nproc_per_node),
-        "--rdzv-backend", "static",
-        "--master-addr", topo.master_addr,
-        "--master-port", str(topo.master_port),
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nnodes",
+        str(topo.nnodes),
+        "--node-rank",
+        str(topo.node_rank),
+        "--nproc-per-node",
+        str(topo.nproc_per_node),
+        "--rdzv-backend",
+        "static",
+        "--master-addr",
+        topo.master_addr,
+        "--master-port",
+        str(topo.master_port),
         # SageMaker (or the user) restarts the job; resuming from the checkpoint is the loop's.
-        "--max-restarts", "0",
-    ]  # fmt: skip
+        "--max-restarts",
+        "0",
+    ]
     if log_dir is not None:
         # Per-rank stdout/stderr files and torchelastic error files land here (for `failure`).
         argv += ["--log-dir", str(log_dir), "--tee", "3"]
@@ -137,7 +147,10 @@ def build_launch(
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m blackwell_sm.launch", description="The container's launcher: read /opt/ml, set the network environment, supervise torchrun.")  # fmt: skip
+    p = argparse.ArgumentParser(
+        prog="python -m blackwell_sm.launch",
+        description="The container's launcher: read /opt/ml, set the network environment, supervise torchrun.",
+    )
     p.add_argument("--plan", required=True, type=Path, help="plan.json (shipped in the bundle)")
     p.add_argument(
         "--opt-ml",

@@ -105,7 +105,7 @@ _NET_PATTERNS = [
     (re.compile(r"NCCL INFO .*Using network (\S[^\r\n]*)"), "network"),
     (re.compile(r"NCCL INFO .*NET/OFI Selected [Pp]rovider is (\w+)"), "ofi_provider"),
     (re.compile(r"NCCL INFO .*NET/Plugin\s*:?\s*(\S[^\r\n]*)"), "plugin"),
-]  # fmt: skip
+]
 
 
 class OutputPump:

@@ -52,7 +52,8 @@ def plan(
     seq_len=8192, precision="bf16")`. `instance=` takes an InstanceType (e.g. local_instance);
     `calibration=` a profile path (docs/calibration.md); `optimize=` "time" (default) or "cost"
     (= compute.optimize). A spec with `compute.instance_preferences` gives a PreferencePlans: a
-    plan per type.
+    plan per type; `as_plan_set(result)` (planner/preferences.py) gives either as the one shape
+    the job layer takes.
 
     A plan that does not fit (or misses its deadline) raises InfeasiblePlanError carrying the
     plan (`err.plan`), unless `allow_infeasible=True`. Each plan warning is also issued with

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from blackwell_sm.errors import InfeasiblePlanError, SpecError
 from blackwell_sm.opt_ml import plan_file_for
@@ -81,6 +81,62 @@ class PreferencePlans(BaseModel):
         )
 
 
+class PlanSet(BaseModel):
+    """What the planner hands on, in one shape: a plan per capacity choice, the first the one
+    SageMaker tries first. A spec without instance preferences gives one plan; the per-preference
+    capacity (types, counts, training plans, plan files) rides along in `preferences`, read only
+    by `job/capacity.py`."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    plans: list[Plan] = Field(min_length=1, description="First = primary.")
+    preferences: PreferencePlans | None = Field(
+        None, description="The plan per compute.instance_preferences entry, when the spec has them."
+    )
+
+    @model_validator(mode="after")
+    def _same_plans(self) -> PlanSet:
+        if self.preferences is not None and self.preferences.plans != self.plans:
+            raise ValueError("plans must be the preferences' plans, in order")
+        return self
+
+    @property
+    def primary(self) -> Plan:
+        return self.plans[0]
+
+    @property
+    def others(self) -> list[Plan]:
+        """The plans after the primary one (empty without instance preferences)."""
+        return self.plans[1:]
+
+    @property
+    def feasible(self) -> bool:
+        return all(p.feasible for p in self.plans)
+
+    def require_feasible(self) -> None:
+        """InfeasiblePlanError (exit 3) when a plan cannot fit: naming each preference that
+        cannot, or the one type and count."""
+        if self.preferences is not None:
+            self.preferences.require_feasible()
+            return
+        p = self.primary
+        if not p.feasible:
+            raise InfeasiblePlanError(
+                f"no configuration of {p.model.name} fits {p.instance.count} x {p.instance.type}",
+                plan=p,
+                hint="; ".join(p.advice) or "see `bsm plan SPEC`",
+            )
+
+
+def as_plan_set(plan: Plan | PreferencePlans | PlanSet) -> PlanSet:
+    """The one place where what `plan()` returns becomes the shape the job layer takes."""
+    if isinstance(plan, PlanSet):
+        return plan
+    if isinstance(plan, PreferencePlans):
+        return PlanSet(plans=plan.plans, preferences=plan)
+    return PlanSet(plans=[plan])
+
+
 def preference_spec(spec: RunSpec, pref: InstancePreference) -> RunSpec:
     """`spec` with `pref` as its only capacity (what the planner and the container see)."""
     compute = ComputeSpec(
@@ -127,6 +183,14 @@ def plan_preferences(spec: RunSpec, calibration: AppliedProfile | None = None) -
             )
         )
     return PreferencePlans(preferences=out)
+
+
+def plan_set(spec: RunSpec, calibration: AppliedProfile | None = None) -> PlanSet:
+    """The spec's plans in one shape: a plan per instance preference, or its one plan (pure;
+    infeasible plans included: `PlanSet.feasible`)."""
+    if spec.compute.instance_preferences:
+        return as_plan_set(plan_preferences(spec, calibration))
+    return as_plan_set(make_plan(spec, calibration=calibration))
 
 
 def plan_for_type(

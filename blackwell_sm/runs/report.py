@@ -123,12 +123,18 @@ def comparisons(data: RunData) -> list[Comparison]:
     rng = f"predicted range {lo:,.0f}-{hi:,.0f}" if lo is not None else ""
     return [
         Comparison("step time", "s", meas.step_time_s, t.step_time_s, "median of steady steps"),
-        Comparison("tokens/s/GPU", "tokens/s", meas.tokens_per_s_per_gpu,
-                   t.tokens_per_s_per_gpu, rng),
+        Comparison(
+            "tokens/s/GPU", "tokens/s", meas.tokens_per_s_per_gpu, t.tokens_per_s_per_gpu, rng
+        ),
         Comparison("MFU", "fraction", meas.mfu, t.mfu, "of the dense BF16 peak"),
-        Comparison("peak memory", "GiB", meas.peak_memory_reserved_gib, mem_pred,
-                   "allocator reserved" if cuda else f"{kind or 'memory'} vs the plan's total"),
-    ]  # fmt: skip
+        Comparison(
+            "peak memory",
+            "GiB",
+            meas.peak_memory_reserved_gib,
+            mem_pred,
+            "allocator reserved" if cuda else f"{kind or 'memory'} vs the plan's total",
+        ),
+    ]
 
 
 def _num(v: float) -> str:

@@ -24,8 +24,13 @@ HUB_ID_RE = re.compile(
     r"(?:@(?P<revision>[A-Za-z0-9][A-Za-z0-9._/-]{0,254}))?$"
 )
 #: Fetched with the config when present: what `bsm data prepare` and the export read.
-TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
-                   "tokenizer.model", "generation_config.json")  # fmt: skip
+TOKENIZER_FILES = (
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "tokenizer.model",
+    "generation_config.json",
+)
 
 
 def parse_hub_id(value: str) -> tuple[str, str | None] | None:
@@ -77,8 +82,11 @@ def resolve(value: str) -> tuple[Path, str]:
     assert parsed is not None
     repo, revision = parsed
     offline = _offline()
-    kw = {"revision": revision, "cache_dir": os.environ.get("HF_HUB_CACHE") or None,
-          "local_files_only": offline}  # fmt: skip
+    kw = {
+        "revision": revision,
+        "cache_dir": os.environ.get("HF_HUB_CACHE") or None,
+        "local_files_only": offline,
+    }
     at = f"{repo}@{revision}" if revision else repo
     try:
         config = Path(hf_hub_download(repo, "config.json", **kw))
@@ -86,26 +94,35 @@ def resolve(value: str) -> tuple[Path, str]:
         where = "the local cache" + (" (HF_HUB_OFFLINE is set)" if offline else "")
         has_repo, has_revision = _cached(repo, revision)
         if not has_repo:
-            raise _refuse(f"no Hugging Face repository {repo!r} in {where}",
-                          "download it first (huggingface-cli download "
-                          f"{repo} config.json), or unset HF_HUB_OFFLINE") from None  # fmt: skip
+            raise _refuse(
+                f"no Hugging Face repository {repo!r} in {where}",
+                "download it first (huggingface-cli download "
+                f"{repo} config.json), or unset HF_HUB_OFFLINE",
+            ) from None
         if has_revision:
-            raise _refuse(f"{at} has no config.json in {where}",
-                          "model.hf needs a transformers model's config.json") from None  # fmt: skip
+            raise _refuse(
+                f"{at} has no config.json in {where}",
+                "model.hf needs a transformers model's config.json",
+            ) from None
         raise _refuse(
             f"{repo} has no revision {revision or 'main'!r} in {where}",
             f"download that revision first (huggingface-cli download {repo} --revision "
             f"{revision or 'main'}), or name a cached one",
         ) from None
     except GatedRepoError:
-        raise _refuse(f"{at} is a gated repository and no token was given",
-                      "accept its terms on the hub and set HF_TOKEN in the environment") from None  # fmt: skip
+        raise _refuse(
+            f"{at} is a gated repository and no token was given",
+            "accept its terms on the hub and set HF_TOKEN in the environment",
+        ) from None
     except RevisionNotFoundError:
-        raise _refuse(f"{repo} has no revision {revision!r}",
-                      "use a branch, tag or commit the repository has") from None  # fmt: skip
+        raise _refuse(
+            f"{repo} has no revision {revision!r}", "use a branch, tag or commit the repository has"
+        ) from None
     except RepositoryNotFoundError:
-        raise _refuse(f"no Hugging Face repository {repo!r}",
-                      "check ORG/NAME on the hub (a private one needs HF_TOKEN)") from None  # fmt: skip
+        raise _refuse(
+            f"no Hugging Face repository {repo!r}",
+            "check ORG/NAME on the hub (a private one needs HF_TOKEN)",
+        ) from None
     except EntryNotFoundError:  # the hub's answer (a missing cached file is the one above)
         raise _refuse(f"{at} has no config.json", "model.hf needs a transformers model") from None
     for name in TOKENIZER_FILES:  # best effort: a model without a tokenizer still plans

@@ -193,8 +193,10 @@ class JobSpec(BaseModel):
                     "'name>=1.2,<2' (>=, >, <=, <, ==, != on release numbers)"
                 )
             if m["name"].lower() == "torch":
-                raise ValueError("torch comes with the image and is never installed; choose "
-                                 "job.image_uri for another torch")  # fmt: skip
+                raise ValueError(
+                    "torch comes with the image and is never installed; choose "
+                    "job.image_uri for another torch"
+                )
         return [r.strip() for r in v]
 
     @field_validator("role_arn")
@@ -229,9 +231,12 @@ class JobSpec(BaseModel):
         return v
 
     @field_validator(
-        "s3_prefix", "code_s3_prefix", "output_s3_prefix", "checkpoint_s3_prefix",
+        "s3_prefix",
+        "code_s3_prefix",
+        "output_s3_prefix",
+        "checkpoint_s3_prefix",
         "tensorboard_s3_prefix",
-    )  # fmt: skip
+    )
     @classmethod
     def _s3(cls, v: str | None) -> str | None:
         return None if v is None else check_s3_uri(v)

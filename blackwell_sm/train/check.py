@@ -285,17 +285,27 @@ class RunCheck:
             self.last_eta = Eta(**fields)
             if over is not None and over > 0:
                 end = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(at))
-                self._alert(step, "overrun", "overrun_s", over,
-                            f"at the measured rate the run ends {over / 3600:.2f} h after the "
-                            f"{what} ({end}): {OVERRUN_ADVICE}; the loop saves a checkpoint "
-                            f"ahead of the {what}")  # fmt: skip
+                self._alert(
+                    step,
+                    "overrun",
+                    "overrun_s",
+                    over,
+                    f"at the measured rate the run ends {over / 3600:.2f} h after the "
+                    f"{what} ({end}): {OVERRUN_ADVICE}; the loop saves a checkpoint "
+                    f"ahead of the {what}",
+                )
         high = self.mem_high
         if mem_gib > high:
             usable = self.plan.memory_gib.usable or self.plan.memory_gib.limit
-            self._alert(step, "memory", "mem_over_gib", mem_gib - high,
-                        f"peak reserved memory {mem_gib:.2f} GiB is above the plan's range "
-                        f"(predicted {self.pred_mem:.2f} GiB, high end "
-                        f"{high:.2f} GiB, usable {usable:.2f} GiB): {MEMORY_ADVICE}")  # fmt: skip
+            self._alert(
+                step,
+                "memory",
+                "mem_over_gib",
+                mem_gib - high,
+                f"peak reserved memory {mem_gib:.2f} GiB is above the plan's range "
+                f"(predicted {self.pred_mem:.2f} GiB, high end "
+                f"{high:.2f} GiB, usable {usable:.2f} GiB): {MEMORY_ADVICE}",
+            )
 
     def _alert(self, step: int, kind: str, key: str, value: float, message: str) -> None:
         if kind in self.alerted:  # once per kind; the summary keeps the latest figures

@@ -41,8 +41,11 @@ class NanGuard:
 
     def __init__(self, max_bad_steps: int, *, rank: int, metrics: MetricsLog, is_main: bool):
         self.max_bad_steps, self.rank, self.metrics, self.is_main = (
-            max_bad_steps, rank, metrics, is_main,
-        )  # fmt: skip
+            max_bad_steps,
+            rank,
+            metrics,
+            is_main,
+        )
         self.in_row = 0
         self.total = 0
         self.last_ok = True
@@ -65,9 +68,11 @@ class NanGuard:
         self.in_row += 1
         self.total += 1
         loss_v, norm_v = float(loss), float(grad_norm)
-        log(f"step {step + 1}: loss {loss_v} / grad norm {norm_v} is not finite; optimizer step "
+        log(
+            f"step {step + 1}: loss {loss_v} / grad norm {norm_v} is not finite; optimizer step "
             f"skipped ({self.in_row} in a row, max_bad_steps {self.max_bad_steps})",
-            is_main=self.is_main)  # fmt: skip
+            is_main=self.is_main,
+        )
         self.metrics.bad_step(step + 1, loss=loss_v, grad_norm=norm_v, in_row=self.in_row)
         if self.in_row >= self.max_bad_steps:
             raise BsmError(
@@ -87,10 +92,12 @@ def all_finite(model: nn.Module, device: torch.device) -> bool:
     """Every parameter shard on every rank is finite (one all-reduce): checked before a save."""
     flags = [
         torch.isfinite(t).all()
-        for t in (p.detach().to_local() if hasattr(p, "to_local") else p.detach()
-                  for p in model.parameters())
+        for t in (
+            p.detach().to_local() if hasattr(p, "to_local") else p.detach()
+            for p in model.parameters()
+        )
         if t.numel()
-    ]  # fmt: skip
+    ]
     ok = torch.stack(flags).all().to(torch.int32) if flags else torch.ones((), dtype=torch.int32)
     ok = ok.to(device)
     if dist.is_initialized():

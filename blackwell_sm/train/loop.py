@@ -111,8 +111,9 @@ class Trainer:
         self.metrics = MetricsLog(
             paths.output_data, plan, env.device, is_main=env.is_main, runtime_gib=runtime
         )
-        self.guard = NanGuard(tr.max_bad_steps, rank=env.rank, metrics=self.metrics,
-                              is_main=env.is_main)  # fmt: skip
+        self.guard = NanGuard(
+            tr.max_bad_steps, rank=env.rank, metrics=self.metrics, is_main=env.is_main
+        )
         self.total_steps = plan.run.steps
 
     # -- one step ----------------------------------------------------------------------------
@@ -125,14 +126,19 @@ class Trainer:
         if isinstance(rows, np.ndarray):
             return self._tensor(rows), None, None
         tokens, mask, docs = rows
-        return (self._tensor(tokens), None if mask is None else self._tensor(mask),
-                None if docs is None else self._tensor(docs))  # fmt: skip
+        return (
+            self._tensor(tokens),
+            None if mask is None else self._tensor(mask),
+            None if docs is None else self._tensor(docs),
+        )
 
     def _micro_batches(self, step: int) -> list[tuple]:
         return [
-            self._rows(self.train_data.batch(self.layout.positions(step, m, self.dp_rank), self.tr.seed))
+            self._rows(
+                self.train_data.batch(self.layout.positions(step, m, self.dp_rank), self.tr.seed)
+            )
             for m in range(self.cfg.grad_accum_steps)
-        ]  # fmt: skip
+        ]
 
     def _loss_sum(self, batch: tuple) -> torch.Tensor:
         return loss_sum(self.model, *batch)
@@ -167,8 +173,9 @@ class Trainer:
         return loss_total / n_tok, grad_norm
 
     def lr(self, step: int) -> float:
-        return lr_at(step, peak=self.tr.optimizer.lr, total_steps=self.total_steps,
-                     schedule=self.tr.schedule)  # fmt: skip
+        return lr_at(
+            step, peak=self.tr.optimizer.lr, total_steps=self.total_steps, schedule=self.tr.schedule
+        )
 
     @torch.no_grad()
     def validate(self) -> float:
@@ -218,12 +225,19 @@ class Trainer:
         )
         if self.triggers.deadline is not None:
             left = self.triggers.deadline[0] - time.time()
-            log(f"{self.triggers.deadline[1]} in {left:.0f} s; saving "
-                f"{self.tr.checkpoint.expiry_margin_s:.0f} s ahead", is_main=env.is_main)  # fmt: skip
+            log(
+                f"{self.triggers.deadline[1]} in {left:.0f} s; saving "
+                f"{self.tr.checkpoint.expiry_margin_s:.0f} s ahead",
+                is_main=env.is_main,
+            )
 
         tokens_per_step = self.layout.global_batch * cfg.seq_len
-        check = self.metrics.start_check(start_step=start, deadline=self.triggers.deadline,
-                                         tokens_per_step=tokens_per_step, n_gpus=env.world_size)  # fmt: skip
+        check = self.metrics.start_check(
+            start_step=start,
+            deadline=self.triggers.deadline,
+            tokens_per_step=tokens_per_step,
+            n_gpus=env.world_size,
+        )
         step, status, last_saved = start, "completed", start if found else None
         # Step time is the mean over the steps since the last logged one (validation and saves
         # left out): the host waits for the GPU only when it logs.
@@ -240,9 +254,15 @@ class Trainer:
                 if env.device.type == "cuda":
                     torch.cuda.synchronize()
                 dt = (time.perf_counter() - window_t0 - paused) / window_steps
-                self.metrics.step(step, loss=loss_v, lr=self.lr(step - 1), grad_norm=grad_norm_v,
-                                  tokens=tokens_per_step, step_time_s=dt,
-                                  n_gpus=env.world_size)  # fmt: skip
+                self.metrics.step(
+                    step,
+                    loss=loss_v,
+                    lr=self.lr(step - 1),
+                    grad_norm=grad_norm_v,
+                    tokens=tokens_per_step,
+                    step_time_s=dt,
+                    n_gpus=env.world_size,
+                )
                 window_t0, window_steps, paused = time.perf_counter(), 0, 0.0
             side_t0 = time.perf_counter()
             vi = self.tr.data.validation_interval_steps
@@ -275,9 +295,15 @@ class Trainer:
                 from blackwell_sm.train.hf_import import init_path
 
                 source = init_path(self.tr.init_from, self.paths.channel("init"))
-            export_model(self.model, spec, self.paths.model, is_main=env.is_main,
-                         dtype=export_dtype(spec, self.tr.export_dtype), source=source,
-                         tokenizer=getattr(self.train_data, "tokenizer_dir", None))  # fmt: skip
+            export_model(
+                self.model,
+                spec,
+                self.paths.model,
+                is_main=env.is_main,
+                dtype=export_dtype(spec, self.tr.export_dtype),
+                source=source,
+                tokenizer=getattr(self.train_data, "tokenizer_dir", None),
+            )
             log(f"exported the model to {self.paths.model}", is_main=env.is_main)
         summary = self.metrics.summary(status=status, final_step=step, resumed_from=resumed_from)
         if env.is_main:

@@ -25,8 +25,12 @@ def main(argv: list[str] | None = None) -> int:
 
     p = argparse.ArgumentParser(prog="python -m blackwell_sm.train.main", description=__doc__)
     p.add_argument("--plan", required=True, type=Path, help="plan.json from the planner")
-    p.add_argument("--opt-ml", type=Path, default=root_from_env(),
-                   help="the /opt/ml-shaped root (default $BSM_OPT_ML or /opt/ml)")  # fmt: skip
+    p.add_argument(
+        "--opt-ml",
+        type=Path,
+        default=root_from_env(),
+        help="the /opt/ml-shaped root (default $BSM_OPT_ML or /opt/ml)",
+    )
     args = p.parse_args(argv)
 
     @record  # torchrun's error file carries the exception and rank to the launcher

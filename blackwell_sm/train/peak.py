@@ -43,8 +43,12 @@ def main(argv: list[str]) -> None:
     m, k, n, threads = (int(x) for x in argv[:4])
     start = time.perf_counter()
     rate = measure(m, k, n, threads=threads)
-    out = {"flops_per_s": rate, "shape": [m, k, n], "threads": threads,
-           "seconds": time.perf_counter() - start}  # fmt: skip
+    out = {
+        "flops_per_s": rate,
+        "shape": [m, k, n],
+        "threads": threads,
+        "seconds": time.perf_counter() - start,
+    }
     sys.stdout.write(json.dumps(out) + "\n")
 
 

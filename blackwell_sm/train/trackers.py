@@ -57,11 +57,15 @@ def scalars(rec: Record) -> dict[str, float]:
     """The record's figures under the trackers' names (module docstring)."""
     if isinstance(rec, TrainRecord):
         out = {
-            "train/loss": rec.loss, "train/lr": rec.lr, "train/grad_norm": rec.grad_norm,
-            "speed/tokens_per_s_per_gpu": rec.tok_s_gpu, "speed/mfu": rec.mfu,
-            "speed/step_time_s": rec.step_time_s, "memory/allocated_gib": rec.mem_alloc_gib,
+            "train/loss": rec.loss,
+            "train/lr": rec.lr,
+            "train/grad_norm": rec.grad_norm,
+            "speed/tokens_per_s_per_gpu": rec.tok_s_gpu,
+            "speed/mfu": rec.mfu,
+            "speed/step_time_s": rec.step_time_s,
+            "memory/allocated_gib": rec.mem_alloc_gib,
             "memory/reserved_gib": rec.mem_reserved_gib,
-        }  # fmt: skip
+        }
         if rec.eta_s is not None:
             out["eta/seconds_left"] = rec.eta_s
         return out
@@ -84,8 +88,10 @@ def scalars(rec: Record) -> dict[str, float]:
 def text(rec: Record) -> tuple[str, str] | None:
     """(tag, words) for the events a scalar cannot say."""
     if isinstance(rec, CheckRecord):
-        return "check", (f"step {rec.step}: speed {rec.speed} (x{rec.speed_ratio:.2f} of the "
-                         f"prediction), memory {rec.memory}, timing {rec.timing}")  # fmt: skip
+        return "check", (
+            f"step {rec.step}: speed {rec.speed} (x{rec.speed_ratio:.2f} of the "
+            f"prediction), memory {rec.memory}, timing {rec.timing}"
+        )
     if isinstance(rec, AlertRecord):
         return f"alert/{rec.alert}", rec.message
     if isinstance(rec, SaveRecord):
@@ -93,36 +99,47 @@ def text(rec: Record) -> tuple[str, str] | None:
     if isinstance(rec, StopRecord):
         return "events", f"stopped after step {rec.step}: {rec.reason}"
     if isinstance(rec, StartRecord):
-        how = ("fresh start" if rec.resumed_from_step is None else
-               f"resumed from step {rec.resumed_from_step} ({rec.checkpoint})")  # fmt: skip
+        how = (
+            "fresh start"
+            if rec.resumed_from_step is None
+            else f"resumed from step {rec.resumed_from_step} ({rec.checkpoint})"
+        )
         return "events", f"launch at step {rec.step} on {rec.world_size} processes: {how}"
     if isinstance(rec, BadStepRecord):
-        return "events", (f"step {rec.step} skipped: loss {rec.loss}, grad norm {rec.grad_norm} "
-                          f"({rec.in_row} in a row)")  # fmt: skip
+        return "events", (
+            f"step {rec.step} skipped: loss {rec.loss}, grad norm {rec.grad_norm} "
+            f"({rec.in_row} in a row)"
+        )
     return None
 
 
 def plan_scalars(plan: Plan) -> dict[str, float]:
     t = plan.throughput
     return {
-        "plan/tokens_per_s_per_gpu": t.tokens_per_s_per_gpu, "plan/mfu": t.mfu,
-        "plan/step_time_s": t.step_time_s, "plan/memory_gib": plan.predicted_memory_gib(),
+        "plan/tokens_per_s_per_gpu": t.tokens_per_s_per_gpu,
+        "plan/mfu": t.mfu,
+        "plan/step_time_s": t.step_time_s,
+        "plan/memory_gib": plan.predicted_memory_gib(),
         "plan/hours": plan.run.hours,
-    }  # fmt: skip
+    }
 
 
 def plan_params(plan: Plan) -> dict[str, str]:
     """The plan as flat parameters: model, instance, configuration, run length, predictions."""
     c, t = plan.config, plan.throughput
     out = {
-        "model": plan.model.name, "instance_type": plan.instance.type,
-        "instance_count": str(plan.instance.count), "steps": str(plan.run.steps),
-        "lr": str(plan.spec.training.optimizer.lr), "seed": str(plan.spec.training.seed),
+        "model": plan.model.name,
+        "instance_type": plan.instance.type,
+        "instance_count": str(plan.instance.count),
+        "steps": str(plan.run.steps),
+        "lr": str(plan.spec.training.optimizer.lr),
+        "seed": str(plan.spec.training.seed),
         **{f"config.{k}": str(v) for k, v in c.model_dump(mode="json").items()},
         "predicted.tokens_per_s_per_gpu": f"{t.tokens_per_s_per_gpu:.6g}",
-        "predicted.mfu": f"{t.mfu:.6g}", "predicted.step_time_s": f"{t.step_time_s:.6g}",
+        "predicted.mfu": f"{t.mfu:.6g}",
+        "predicted.step_time_s": f"{t.step_time_s:.6g}",
         "predicted.memory_gib": f"{plan.predicted_memory_gib():.6g}",
-    }  # fmt: skip
+    }
     if t.tokens_per_s_per_gpu_range:
         lo, hi = t.tokens_per_s_per_gpu_range
         out["predicted.tokens_per_s_per_gpu_range"] = f"{lo:.6g}-{hi:.6g}"
@@ -204,9 +221,11 @@ class MlflowTracker:
         """The newest run of this name that did not finish (a launch killed or stopped before
         this one, which resumes it): its steps continue in the same MLflow run."""
         found = self.client.search_runs(
-            [exp_id], filter_string=f"attributes.run_name = '{name}'",
-            order_by=["attributes.start_time DESC"], max_results=1,
-        )  # fmt: skip
+            [exp_id],
+            filter_string=f"attributes.run_name = '{name}'",
+            order_by=["attributes.start_time DESC"],
+            max_results=1,
+        )
         if found and found[0].info.status != "FINISHED":
             self.client.update_run(found[0].info.run_id, status="RUNNING")
             return found[0].info.run_id
@@ -246,9 +265,14 @@ class WandbTracker:
         settings = plan.spec.training.wandb
         assert settings is not None
         self.run = wandb.init(
-            project=settings.project, entity=settings.entity, mode=settings.mode,
-            name=run_name(plan), config=plan_params(plan), dir=str(out_dir), reinit=True,
-        )  # fmt: skip
+            project=settings.project,
+            entity=settings.entity,
+            mode=settings.mode,
+            name=run_name(plan),
+            config=plan_params(plan),
+            dir=str(out_dir),
+            reinit=True,
+        )
         self.plan, self.first = plan, True
 
     def record(self, rec: Record) -> None:
@@ -289,8 +313,10 @@ class Trackers:
         return WandbTracker(self.plan, self.out_dir)
 
     def _failed(self, name: str, e: BaseException, when: str) -> None:
-        warn(f"tracker {name} failed {when} ({type(e).__name__}: {str(e)[:300]}); it is off "
-             "for the rest of the run, training goes on")  # fmt: skip
+        warn(
+            f"tracker {name} failed {when} ({type(e).__name__}: {str(e)[:300]}); it is off "
+            "for the rest of the run, training goes on"
+        )
 
     def _run(self) -> None:
         for name in self.names:
@@ -321,8 +347,10 @@ class Trackers:
         except queue.Full:
             self.dropped += 1
             if self.dropped == 1:
-                warn(f"the trackers are {QUEUE_MAX} records behind: dropping records until "
-                     "they catch up (training goes on)")  # fmt: skip
+                warn(
+                    f"the trackers are {QUEUE_MAX} records behind: dropping records until "
+                    "they catch up (training goes on)"
+                )
 
     def close(self, status: str, timeout_s: float = CLOSE_TIMEOUT_S) -> bool:
         """Let the trackers drain and close; False if they did not within `timeout_s`."""

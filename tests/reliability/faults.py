@@ -61,10 +61,14 @@ def fault_plan(seed: int = 0) -> Plan:
         steps=STEPS,
         training={
             "seed": seed,
-            "checkpoint": {"interval_steps": INTERVAL, "interval_minutes": None, "keep_last": 2,
-                           "async_save": False},
+            "checkpoint": {
+                "interval_steps": INTERVAL,
+                "interval_minutes": None,
+                "keep_last": 2,
+                "async_save": False,
+            },
         },
-    )  # fmt: skip
+    )
 
 
 @dataclass
@@ -288,9 +292,13 @@ def run_chain(root: Path, plan: Plan, faults: list[Fault], *, use_tmpfs: bool) -
             t0 = time.monotonic()
             chain.outcomes.append(_inject(host, fault, chain))
             o = chain.outcomes[-1]
-            print(f"[faults] {fault.kind}@{fault.step}: rc={o.rc} resume_from={o.resume_from} "
-                  f"lost={o.steps_lost} injected={o.injected} {o.note} "
-                  f"({time.monotonic() - t0:.1f} s)", file=sys.stderr, flush=True)  # fmt: skip
+            print(
+                f"[faults] {fault.kind}@{fault.step}: rc={o.rc} resume_from={o.resume_from} "
+                f"lost={o.steps_lost} injected={o.injected} {o.note} "
+                f"({time.monotonic() - t0:.1f} s)",
+                file=sys.stderr,
+                flush=True,
+            )
         chain.starts.append(_newest(root))
         chain.offsets.append(len(metric_records(root)))
         final = host.start(port=free_port())

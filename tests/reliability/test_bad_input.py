@@ -89,15 +89,24 @@ SPEC_CASES: list[tuple[str, str, Any, str]] = [
     ("instance-count-word", "compute.instance_count", "many", "compute.instance_count"),
     ("deadline-negative", "compute.deadline_hours", -3, "compute.deadline_hours"),
     ("price-zero", "compute.price_per_hour", 0, "compute.price_per_hour"),
-    ("plan-arn-wrong-shape", "compute.training_plan", "arn:aws:sagemaker:us-east-1:1:plan/x", "ARN"),
-    ("plan-arn-wrong-service", "compute.training_plan",
-     "arn:aws:ec2:us-east-1:123456789012:training-plan/abc", "ARN"),
+    (
+        "plan-arn-wrong-shape",
+        "compute.training_plan",
+        "arn:aws:sagemaker:us-east-1:1:plan/x",
+        "ARN",
+    ),
+    (
+        "plan-arn-wrong-service",
+        "compute.training_plan",
+        "arn:aws:ec2:us-east-1:123456789012:training-plan/abc",
+        "ARN",
+    ),
     ("plan-name-bad-chars", "compute.training_plan", "my plan!", "compute.training_plan"),
     ("instance-type-unknown", "compute.instance_type", "ml.p4d.24xlarge", "allowed: ml.p6-b200"),
     ("instance-type-typo", "compute.instance_type", "ml.p6-b200.48xl", "compute.instance_type"),
     ("job-unknown-key", "job.rolearn", "x", "job.rolearn"),
     ("job-is-string", "job", "default", "job"),
-]  # fmt: skip
+]
 
 
 def _run(args: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
@@ -120,18 +129,38 @@ def test_bad_spec_exits_2_naming_the_field(case, path, value, words, tmp_path, c
 
 FLAG_CASES: list[tuple[str, list[str], str]] = [
     ("plan-unknown-preset", ["plan", "--model", "gpt-5"], "allowed"),
-    ("plan-bad-instance-type", ["plan", "--model", "llama-3.2-1b", "--instance-type", "ml.g5.xlarge"], "instance"),
-    ("plan-count-zero", ["plan", "--model", "llama-3.2-1b", "--instance-count", "0"], "instance-count"),
-    ("plan-count-word", ["plan", "--model", "llama-3.2-1b", "--instance-count", "lots"], "instance-count"),
+    (
+        "plan-bad-instance-type",
+        ["plan", "--model", "llama-3.2-1b", "--instance-type", "ml.g5.xlarge"],
+        "instance",
+    ),
+    (
+        "plan-count-zero",
+        ["plan", "--model", "llama-3.2-1b", "--instance-count", "0"],
+        "instance-count",
+    ),
+    (
+        "plan-count-word",
+        ["plan", "--model", "llama-3.2-1b", "--instance-count", "lots"],
+        "instance-count",
+    ),
     ("plan-seq-negative", ["plan", "--model", "llama-3.2-1b", "--seq-len", "-1"], "seq"),
     ("plan-set-unknown", ["plan", "--model", "llama-3.2-1b", "--set", "tp=2"], "allowed"),
     ("plan-set-no-equals", ["plan", "--model", "llama-3.2-1b", "--set", "precision"], "--set"),
-    ("plan-set-bad-value", ["plan", "--model", "llama-3.2-1b", "--set", "precision=fp2"], "precision"),
+    (
+        "plan-set-bad-value",
+        ["plan", "--model", "llama-3.2-1b", "--set", "precision=fp2"],
+        "precision",
+    ),
     ("plan-output-xml", ["plan", "--model", "llama-3.2-1b", "--output", "xml"], "--output"),
     ("plan-missing-spec", ["plan", "/nonexistent/spec.yaml"], "spec"),
-    ("plan-spec-and-model", ["plan", "blackwell_sm/templates/llama-3.1-8b.yaml", "--model", "tiny"], "model"),
+    (
+        "plan-spec-and-model",
+        ["plan", "blackwell_sm/templates/llama-3.1-8b.yaml", "--model", "tiny"],
+        "model",
+    ),
     ("unknown-command", ["plna"], "No such command"),
-]  # fmt: skip
+]
 
 
 @pytest.mark.parametrize("case,args,words", FLAG_CASES, ids=[c[0] for c in FLAG_CASES])
@@ -165,9 +194,13 @@ def test_corpus_is_large_enough():
 
 
 _scalars = st.one_of(
-    st.none(), st.booleans(), st.integers(-10, 10**6), st.floats(allow_nan=True),
-    st.text(max_size=12), st.sampled_from(["auto", "bf16", "fp8", "tiny", "llama-3.1-8b"]),
-)  # fmt: skip
+    st.none(),
+    st.booleans(),
+    st.integers(-10, 10**6),
+    st.floats(allow_nan=True),
+    st.text(max_size=12),
+    st.sampled_from(["auto", "bf16", "fp8", "tiny", "llama-3.1-8b"]),
+)
 _keys = st.sampled_from(
     [*RunSpec.model_fields, "preset", "seq_len", "precision", "pins", "n_heads", "lr", "bogus"]
 )
@@ -237,10 +270,18 @@ JOB_CASES: list[tuple[str, str, Any, str]] = [
     ("channel-name-long", "job.channels", _channels("c" * 65), "channel"),
     ("channel-name-slash", "job.channels", _channels("tr/ain"), "tr/ain"),
     ("channel-name-reserved", "job.channels", _channels("code"), "code"),
-    ("channel-mode-pipe", "job.channels",
-     {"train": {"s3_uri": "s3://bucket-a/t/", "input_mode": "Pipe"}}, "input_mode"),
-    ("channel-distribution", "job.channels",
-     {"train": {"s3_uri": "s3://bucket-a/t/", "distribution": "Random"}}, "distribution"),
+    (
+        "channel-mode-pipe",
+        "job.channels",
+        {"train": {"s3_uri": "s3://bucket-a/t/", "input_mode": "Pipe"}},
+        "input_mode",
+    ),
+    (
+        "channel-distribution",
+        "job.channels",
+        {"train": {"s3_uri": "s3://bucket-a/t/", "distribution": "Random"}},
+        "distribution",
+    ),
     ("tags-too-many", "job.tags", {f"k{i}": "v" for i in range(60)}, "tags"),
     ("tag-key-too-long", "job.tags", {"k" * 200: "v"}, "tags"),
     ("tag-value-too-long", "job.tags", {"team": "v" * 300}, "tags"),
@@ -254,11 +295,19 @@ JOB_CASES: list[tuple[str, str, Any, str]] = [
     ("subnet-without-sg", "job.subnets", ["subnet-0123456789abcdef0"], "security_group_ids"),
     ("subnet-bad-id", "job", _job(subnets=["subnet_01!"], security_group_ids=[SG]), "subnets"),
     ("sg-bad-id", "job", _job(subnets=[SUBNET], security_group_ids=["sg 1"]), "security_group"),
-    ("plan-arn-account", "compute.training_plan",
-     "arn:aws:sagemaker:us-east-1:1234:training-plan/x", "training_plan"),
-    ("plan-arn-resource", "compute.training_plan",
-     "arn:aws:sagemaker:us-east-1:123456789012:training-job/x", "training_plan"),
-]  # fmt: skip
+    (
+        "plan-arn-account",
+        "compute.training_plan",
+        "arn:aws:sagemaker:us-east-1:1234:training-plan/x",
+        "training_plan",
+    ),
+    (
+        "plan-arn-resource",
+        "compute.training_plan",
+        "arn:aws:sagemaker:us-east-1:123456789012:training-job/x",
+        "training_plan",
+    ),
+]
 
 
 @pytest.mark.parametrize("case,path,value,words", JOB_CASES, ids=[c[0] for c in JOB_CASES])
@@ -338,7 +387,7 @@ FILE_CASES: list[tuple[str, bytes | str, str, str]] = [
     ("empty", "", "mapping", "SPEC"),
     ("scalar-top", "llama-3.1-8b", "mapping", "SPEC"),
     ("too-big", "model: tiny\n" + "#" * (1 << 21), "bytes", "SPEC"),
-]  # fmt: skip
+]
 
 
 @pytest.mark.parametrize("mode", ["table", "json"])
@@ -370,9 +419,21 @@ TEXT_CASES: list[tuple[str, str, str, str, str]] = [
     # YAML 1.1 traps: yes/no/on/off stay text, so number and boolean fields refuse them
     ("layers-yes", "model", "{preset: tiny, n_layers: yes}", "'yes'", "model.n_layers"),
     ("seq-yes", "training.seq_len", "yes", "'yes'", "training.seq_len"),
-    ("count-on", "compute.instance_count", "on", "compute.instance_count", "compute.instance_count"),
+    (
+        "count-on",
+        "compute.instance_count",
+        "on",
+        "compute.instance_count",
+        "compute.instance_count",
+    ),
     ("tie-yes", "model", "{preset: tiny, tie_embeddings: yes}", "'yes'", "model.tie_embeddings"),
-    ("async-off", "training.checkpoint.async_save", "off", "'off'", "training.checkpoint.async_save"),
+    (
+        "async-off",
+        "training.checkpoint.async_save",
+        "off",
+        "'off'",
+        "training.checkpoint.async_save",
+    ),
     ("isolation-no", "job.enable_network_isolation", "no", "'no'", "job.enable_network_isolation"),
     ("layers-true", "model", "{preset: tiny, n_layers: true}", "integer", "model.n_layers"),
     ("seq-float", "training.seq_len", "4096.0", "integer", "training.seq_len"),
@@ -386,22 +447,75 @@ TEXT_CASES: list[tuple[str, str, str, str, str]] = [
     ("price-inf", "compute.price_per_hour", ".inf", "finite", "compute.price_per_hour"),
     ("deadline-nan", "compute.deadline_hours", ".NaN", "finite", "compute.deadline_hours"),
     ("clip-inf", "training.optimizer.grad_clip", ".inf", "finite", "training.optimizer.grad_clip"),
-    ("wd-neg-inf", "training.optimizer.weight_decay", "-.inf", "finite", "training.optimizer.weight_decay"),
-    ("minutes-inf", "training.checkpoint.interval_minutes", ".inf", "finite", "training.checkpoint.interval_minutes"),
+    (
+        "wd-neg-inf",
+        "training.optimizer.weight_decay",
+        "-.inf",
+        "finite",
+        "training.optimizer.weight_decay",
+    ),
+    (
+        "minutes-inf",
+        "training.checkpoint.interval_minutes",
+        ".inf",
+        "finite",
+        "training.checkpoint.interval_minutes",
+    ),
     # accepted, then crashed inside the paid job
     ("seed-2-32", "training.seed", "4294967296", "4294967295", "training.seed"),
     ("seed-2-64", "training.seed", "18446744073709551616", "4294967295", "training.seed"),
-    ("beta1-one", "training.optimizer.betas", "[1.0, 0.95]", "less than 1", "training.optimizer.betas.0"),
-    ("beta2-over", "training.optimizer.betas", "[0.9, 1.5]", "less than 1", "training.optimizer.betas.1"),
-    ("beta-negative", "training.optimizer.betas", "[-0.1, 0.95]", "greater than or equal to 0", "training.optimizer.betas.0"),
+    (
+        "beta1-one",
+        "training.optimizer.betas",
+        "[1.0, 0.95]",
+        "less than 1",
+        "training.optimizer.betas.0",
+    ),
+    (
+        "beta2-over",
+        "training.optimizer.betas",
+        "[0.9, 1.5]",
+        "less than 1",
+        "training.optimizer.betas.1",
+    ),
+    (
+        "beta-negative",
+        "training.optimizer.betas",
+        "[-0.1, 0.95]",
+        "greater than or equal to 0",
+        "training.optimizer.betas.0",
+    ),
     ("eps-zero", "training.optimizer.eps", "0", "greater than 0", "training.optimizer.eps"),
-    ("lr-huge", "training.optimizer.lr", "1000.0", "less than or equal to 1", "training.optimizer.lr"),
+    (
+        "lr-huge",
+        "training.optimizer.lr",
+        "1000.0",
+        "less than or equal to 1",
+        "training.optimizer.lr",
+    ),
     ("layers-huge", "model", "{preset: tiny, n_layers: 100000000000000}", "1024", "model.n_layers"),
-    ("vocab-huge", "model", "{preset: tiny, vocab_size: 10000000000000}", "4294967296", "model.vocab_size"),
-    ("tokens-huge", "training.total_tokens", "100000000000000000000", "9007199254740992", "training.total_tokens"),
-    ("warmup-longer", "training.schedule", "{warmup_steps: 999999999}", "warmup_steps",
-     "training.schedule.warmup_steps"),
-]  # fmt: skip
+    (
+        "vocab-huge",
+        "model",
+        "{preset: tiny, vocab_size: 10000000000000}",
+        "4294967296",
+        "model.vocab_size",
+    ),
+    (
+        "tokens-huge",
+        "training.total_tokens",
+        "100000000000000000000",
+        "9007199254740992",
+        "training.total_tokens",
+    ),
+    (
+        "warmup-longer",
+        "training.schedule",
+        "{warmup_steps: 999999999}",
+        "warmup_steps",
+        "training.schedule.warmup_steps",
+    ),
+]
 
 
 @pytest.mark.parametrize("mode", ["table", "json"])
@@ -416,11 +530,19 @@ def test_values_refused_with_their_path(case, path, value, words, field, mode, t
     "text,words,field",
     [
         ("model: tiny\nmodel: llama-3.1-8b\n", "duplicate key 'model'", "SPEC"),
-        ("model: tiny\ntraining:\n  seq_len: 64\n  seq_len: 128\n", "duplicate key 'seq_len'", "SPEC"),
+        (
+            "model: tiny\ntraining:\n  seq_len: 64\n  seq_len: 128\n",
+            "duplicate key 'seq_len'",
+            "SPEC",
+        ),
         ("model: {preset: tiny, n_layers: 2, n_layers: 3}\n", "duplicate key 'n_layers'", "SPEC"),
-        ("model: tiny\ncompute: {instance_count: 1}\ncompute: {instance_count: 2}\n", "line 2", "SPEC"),
+        (
+            "model: tiny\ncompute: {instance_count: 1}\ncompute: {instance_count: 2}\n",
+            "line 2",
+            "SPEC",
+        ),
     ],
-)  # fmt: skip
+)
 def test_duplicate_keys_are_refused(text, words, field, mode, tmp_path, capsys):
     _check_refused(["plan", _raw_file(tmp_path, "dup.yaml", text)], mode, words, field, capsys)
 
@@ -437,25 +559,90 @@ _SECRET = "wJalrXUtnFEMI/K7MDENG/bPxRfiCY" + "EXAMPLEKEY"
 # (case id, job changes, words, JSON field)
 JOB_TEXT_CASES: list[tuple[str, dict[str, Any], str, str]] = [
     # credentials never travel in job.environment
-    ("env-lowercase-secret", {"environment": {"aws_secret_access_key": "x"}}, "role", "job.environment.aws_secret_access_key"),
-    ("env-security-token", {"environment": {"AWS_SECURITY_TOKEN": "x"}}, "credentials", "job.environment.AWS_SECURITY_TOKEN"),
-    ("env-mixed-case", {"environment": {"Aws_Session_Token": "x"}}, "credentials", "job.environment.Aws_Session_Token"),
-    ("env-container-uri", {"environment": {"AWS_CONTAINER_CREDENTIALS_FULL_URI": "http://x"}}, "credentials", "job.environment.AWS_CONTAINER_CREDENTIALS_FULL_URI"),
-    ("env-key-id-value", {"environment": {"INNOCENT": _KEY_ID}}, "access key id", "job.environment.INNOCENT"),
-    ("env-key-id-inside", {"environment": {"OPTS": f"--id={_KEY_ID} -v"}}, "access key id", "job.environment.OPTS"),
-    ("env-temp-key-id", {"environment": {"X": "ASIA" + "Y" * 16}}, "access key id", "job.environment.X"),
-    ("env-secret-value", {"environment": {"MY_SECRET": _SECRET}}, "secret access key", "job.environment.MY_SECRET"),
+    (
+        "env-lowercase-secret",
+        {"environment": {"aws_secret_access_key": "x"}},
+        "role",
+        "job.environment.aws_secret_access_key",
+    ),
+    (
+        "env-security-token",
+        {"environment": {"AWS_SECURITY_TOKEN": "x"}},
+        "credentials",
+        "job.environment.AWS_SECURITY_TOKEN",
+    ),
+    (
+        "env-mixed-case",
+        {"environment": {"Aws_Session_Token": "x"}},
+        "credentials",
+        "job.environment.Aws_Session_Token",
+    ),
+    (
+        "env-container-uri",
+        {"environment": {"AWS_CONTAINER_CREDENTIALS_FULL_URI": "http://x"}},
+        "credentials",
+        "job.environment.AWS_CONTAINER_CREDENTIALS_FULL_URI",
+    ),
+    (
+        "env-key-id-value",
+        {"environment": {"INNOCENT": _KEY_ID}},
+        "access key id",
+        "job.environment.INNOCENT",
+    ),
+    (
+        "env-key-id-inside",
+        {"environment": {"OPTS": f"--id={_KEY_ID} -v"}},
+        "access key id",
+        "job.environment.OPTS",
+    ),
+    (
+        "env-temp-key-id",
+        {"environment": {"X": "ASIA" + "Y" * 16}},
+        "access key id",
+        "job.environment.X",
+    ),
+    (
+        "env-secret-value",
+        {"environment": {"MY_SECRET": _SECRET}},
+        "secret access key",
+        "job.environment.MY_SECRET",
+    ),
     # requests SageMaker or S3 would refuse
-    ("image-docker-hub", {"image_uri": "pytorch/pytorch:2.8.0-cuda12.8"}, "Docker Hub", "job.image_uri"),
+    (
+        "image-docker-hub",
+        {"image_uri": "pytorch/pytorch:2.8.0-cuda12.8"},
+        "Docker Hub",
+        "job.image_uri",
+    ),
     ("image-docker-hub-bare", {"image_uri": "ubuntu"}, "Docker Hub", "job.image_uri"),
     ("image-ghcr", {"image_uri": "ghcr.io/org/trainer:1"}, "another registry", "job.image_uri"),
-    ("image-ecr-short-account", {"image_uri": "1234.dkr.ecr.us-east-1.amazonaws.com/r:1"}, "ECR", "job.image_uri"),
-    ("image-ecr-uppercase-repo", {"image_uri": "123456789012.dkr.ecr.us-east-1.amazonaws.com/Repo:1"}, "ECR", "job.image_uri"),
+    (
+        "image-ecr-short-account",
+        {"image_uri": "1234.dkr.ecr.us-east-1.amazonaws.com/r:1"},
+        "ECR",
+        "job.image_uri",
+    ),
+    (
+        "image-ecr-uppercase-repo",
+        {"image_uri": "123456789012.dkr.ecr.us-east-1.amazonaws.com/Repo:1"},
+        "ECR",
+        "job.image_uri",
+    ),
     ("image-public-ecr", {"image_uri": "public.ecr.aws/org/img:1"}, "ECR", "job.image_uri"),
     ("bucket-ip", {"s3_prefix": "s3://192.168.5.4/x"}, "IP address", "job.s3_prefix"),
-    ("bucket-ip-channel", {"channels": {"train": {"s3_uri": "s3://10.0.0.1/t/"}}}, "IP address", "job.channels.train.s3_uri"),
+    (
+        "bucket-ip-channel",
+        {"channels": {"train": {"s3_uri": "s3://10.0.0.1/t/"}}},
+        "IP address",
+        "job.channels.train.s3_uri",
+    ),
     ("bucket-xn", {"s3_prefix": "s3://xn--bucket/x"}, "reserved", "job.s3_prefix"),
-    ("bucket-s3alias", {"output_s3_prefix": "s3://my-data-s3alias/x"}, "reserved", "job.output_s3_prefix"),
+    (
+        "bucket-s3alias",
+        {"output_s3_prefix": "s3://my-data-s3alias/x"},
+        "reserved",
+        "job.output_s3_prefix",
+    ),
     ("bucket-double-dot", {"s3_prefix": "s3://my..bucket/x"}, "adjacent", "job.s3_prefix"),
     ("bucket-too-short", {"s3_prefix": "s3://ab/x"}, "3-63", "job.s3_prefix"),
     # the field name survives: the spec field the value came from, brackets printed literally
@@ -463,13 +650,33 @@ JOB_TEXT_CASES: list[tuple[str, dict[str, Any], str, str]] = [
     ("tag-value-bad-chars", {"tags": {"team": "a|b"}}, "job.tags.team", "job.tags.team"),
     ("tag-key-bad-chars", {"tags": {"te[am]": "x"}}, "job.tags.te[am]", "job.tags.te[am]"),
     ("tags-many", {"tags": {f"k{i}": "v" for i in range(60)}}, "job.tags: Tags: ", "job.tags"),
-    ("env-value-long", {"environment": {"BIG": "x" * 600}}, "job.environment.BIG", "job.environment.BIG"),
-    ("env-name-bad", {"environment": {"1BAD": "x"}}, "job.environment.1BAD", "job.environment.1BAD"),
+    (
+        "env-value-long",
+        {"environment": {"BIG": "x" * 600}},
+        "job.environment.BIG",
+        "job.environment.BIG",
+    ),
+    (
+        "env-name-bad",
+        {"environment": {"1BAD": "x"}},
+        "job.environment.1BAD",
+        "job.environment.1BAD",
+    ),
     ("env-bsm-prefix", {"environment": {"BSM_X": "1"}}, "BSM_", "job.environment.BSM_X"),
-    ("channel-name-bad", {"channels": {"tr ain": {"s3_uri": "s3://bucket-a/t/"}}}, "tr ain", "job.channels.tr ain"),
-    ("channels-many", {"channels": {f"c{i}": {"s3_uri": "s3://bucket-a/t/"} for i in range(25)}}, "20", "job.channels"),
+    (
+        "channel-name-bad",
+        {"channels": {"tr ain": {"s3_uri": "s3://bucket-a/t/"}}},
+        "tr ain",
+        "job.channels.tr ain",
+    ),
+    (
+        "channels-many",
+        {"channels": {f"c{i}": {"s3_uri": "s3://bucket-a/t/"} for i in range(25)}},
+        "20",
+        "job.channels",
+    ),
     ("tag-reserved", {"tags": {"aws:x": "y"}}, "reserved", "job.tags.aws:x"),
-]  # fmt: skip
+]
 
 
 @pytest.mark.parametrize("mode", ["table", "json"])
@@ -513,16 +720,28 @@ def test_ecr_image_reference_is_accepted(tmp_path, capsys):
 FLAG_SET_CASES: list[tuple[list[str], str]] = [
     (["--seq-len", "4096", "--set", "seq_len=8192"], "training.seq_len"),
     (["--seq-len", "4096", "--set", "training.seq_len=8192"], "training.seq_len"),
-    (["--instance-type", "ml.p6-b200.48xlarge", "--set", "compute.instance_type=ml.p5.48xlarge"], "compute.instance_type"),
+    (
+        ["--instance-type", "ml.p6-b200.48xlarge", "--set", "compute.instance_type=ml.p5.48xlarge"],
+        "compute.instance_type",
+    ),
     (["--instance-count", "2", "--set", "compute.instance_count=4"], "compute.instance_count"),
-    (["--global-batch-tokens", "1048576", "--set", "training.global_batch_tokens=2097152"], "training.global_batch_tokens"),
-    (["--global-batch-tokens", "1048576", "--set", "training.global_batch_seqs=64"], "training.global_batch_seqs"),
+    (
+        ["--global-batch-tokens", "1048576", "--set", "training.global_batch_tokens=2097152"],
+        "training.global_batch_tokens",
+    ),
+    (
+        ["--global-batch-tokens", "1048576", "--set", "training.global_batch_seqs=64"],
+        "training.global_batch_seqs",
+    ),
     (["--total-tokens", "1000000000", "--set", "training.total_tokens=5"], "training.total_tokens"),
     (["--total-tokens", "1000000000", "--set", "training.total_steps=5"], "training.total_steps"),
     (["--calibration", "a.yaml", "--set", "compute.calibration=b.yaml"], "compute.calibration"),
     (["--set", "seq_len=1024", "--set", "training.seq_len=2048"], "training.seq_len"),
-    (["--set", "shard_degree=8", "--set", "training.pins.shard_degree=4"], "training.pins.shard_degree"),
-]  # fmt: skip
+    (
+        ["--set", "shard_degree=8", "--set", "training.pins.shard_degree=4"],
+        "training.pins.shard_degree",
+    ),
+]
 
 
 @pytest.mark.parametrize("mode", ["table", "json"])
@@ -596,11 +815,23 @@ def _leaf_paths(node: Any, prefix: str = "") -> list[str]:
 
 
 _PATHS = sorted(
-    {*_leaf_paths(BASE), "model.n_layers", "model.rope_theta", "training.seed",
-     "training.optimizer.betas", "training.optimizer.eps", "compute.price_per_hour",
-     "compute.deadline_hours", "job.environment.X", "job.tags.k", "job.image_uri",
-     "training.total_steps", "training.pins.micro_batch_size", "bogus.key"}
-)  # fmt: skip
+    {
+        *_leaf_paths(BASE),
+        "model.n_layers",
+        "model.rope_theta",
+        "training.seed",
+        "training.optimizer.betas",
+        "training.optimizer.eps",
+        "compute.price_per_hour",
+        "compute.deadline_hours",
+        "job.environment.X",
+        "job.tags.k",
+        "job.image_uri",
+        "training.total_steps",
+        "training.pins.micro_batch_size",
+        "bogus.key",
+    }
+)
 _NASTY = st.one_of(
     st.none(),
     st.booleans(),
@@ -671,10 +902,42 @@ def test_long_mode_fuzz_python_api():
         load_mapping(p) for p in sorted((ROOT / "blackwell_sm" / "templates").glob("*.yaml"))
     ]
     nasty: list[Any] = [
-        None, True, False, 0, -1, 1, 2, 3, 7, 64, 2**31, 2**32, 2**53 + 1, 10**30, 0.0, -0.5,
-        0.5, 1.0, 1e-12, 1e30, float("inf"), float("-inf"), float("nan"), "yes", "on", "", "auto",
-        "bf16", "fp8", "tiny", "x" * 300, [0.9, 0.95], [1, 2, 3], {"preset": "tiny"}, {},
-    ]  # fmt: skip
+        None,
+        True,
+        False,
+        0,
+        -1,
+        1,
+        2,
+        3,
+        7,
+        64,
+        2**31,
+        2**32,
+        2**53 + 1,
+        10**30,
+        0.0,
+        -0.5,
+        0.5,
+        1.0,
+        1e-12,
+        1e30,
+        float("inf"),
+        float("-inf"),
+        float("nan"),
+        "yes",
+        "on",
+        "",
+        "auto",
+        "bf16",
+        "fp8",
+        "tiny",
+        "x" * 300,
+        [0.9, 0.95],
+        [1, 2, 3],
+        {"preset": "tiny"},
+        {},
+    ]
     counts = {"ok": 0, "spec_error": 0, "infeasible": 0}
     findings: list[str] = []
     slowest = 0.0
@@ -774,9 +1037,11 @@ def test_python_api_refuses_the_same_values(path, value, field):
     """`parse_spec` / `with_overrides` (the Python API) apply the same bounds as files."""
     from blackwell_sm.spec import spec_from_preset, with_overrides
 
-    data = mutate(path, value) if not path.startswith("model.") else {
-        **BASE, "model": {"preset": "llama-3.1-8b", path.split(".")[1]: value}
-    }  # fmt: skip
+    data = (
+        mutate(path, value)
+        if not path.startswith("model.")
+        else {**BASE, "model": {"preset": "llama-3.1-8b", path.split(".")[1]: value}}
+    )
     with pytest.raises(SpecError) as e:
         parse_spec(data)
     assert e.value.field == field

@@ -26,11 +26,21 @@ from blackwell_sm.opt_ml import OptMl
 pytestmark = pytest.mark.slow
 
 PLAN = local_plan(
-    nproc=1, steps=3, seq_len=16, micro_batch_size=1, grad_accum_steps=1,
-    training={"data": {"source": "channel"},
-              "checkpoint": {"interval_steps": 1, "interval_minutes": None, "keep_last": 2,
-                             "async_save": False}},
-)  # fmt: skip
+    nproc=1,
+    steps=3,
+    seq_len=16,
+    micro_batch_size=1,
+    grad_accum_steps=1,
+    training={
+        "data": {"source": "channel"},
+        "checkpoint": {
+            "interval_steps": 1,
+            "interval_minutes": None,
+            "keep_last": 2,
+            "async_save": False,
+        },
+    },
+)
 TEXT = "the cat sat on the mat and the dog ran fast. " * 60  # 2700 bytes: 3 shards of 1024
 
 
@@ -77,11 +87,17 @@ CASES: list[tuple[str, Callable[[Path], None], str]] = [
     ("empty-channel", _empty, r"no token shards \(\*\.bin\) in .*/train \(it is empty\)"),
     ("bad-header", _bad_header, r"shard-00001\.bin: not a blackwell_sm token shard"),
     ("truncated", _truncated, r"shard-00002\.bin: \d+ bytes, manifest\.json lists \d+ \(truncated"),
-    ("out-of-range-id", _out_of_range,
-     r"shard-00000\.bin: token id 300 \(token 1500\) is not below the model's vocab_size 256"),
-    ("stale-shard", _stale,
-     r"not listed in manifest\.json: shard-00007\.bin \(stale shard from an earlier prepare\?\)"),
-]  # fmt: skip
+    (
+        "out-of-range-id",
+        _out_of_range,
+        r"shard-00000\.bin: token id 300 \(token 1500\) is not below the model's vocab_size 256",
+    ),
+    (
+        "stale-shard",
+        _stale,
+        r"not listed in manifest\.json: shard-00007\.bin \(stale shard from an earlier prepare\?\)",
+    ),
+]
 
 
 @pytest.mark.parametrize(("make", "expected"), [c[1:] for c in CASES], ids=[c[0] for c in CASES])

@@ -33,10 +33,20 @@ STEPS = 4
 
 
 def _plan():
-    return local_plan(nproc=1, steps=STEPS, micro_batch_size=2, grad_accum_steps=1, training={
-        "checkpoint": {"interval_steps": 2, "keep_last": 2, "interval_minutes": None,
-                       "async_save": False},
-    })  # fmt: skip
+    return local_plan(
+        nproc=1,
+        steps=STEPS,
+        micro_batch_size=2,
+        grad_accum_steps=1,
+        training={
+            "checkpoint": {
+                "interval_steps": 2,
+                "keep_last": 2,
+                "interval_minutes": None,
+                "async_save": False,
+            },
+        },
+    )
 
 
 def _host(tmp: Path) -> OptMlHost:
@@ -71,26 +81,54 @@ def _edit(d: dict[str, Any], dotted: str, value: Any) -> None:
 @pytest.mark.parametrize(
     ("field", "value", "expected"),
     [
-        ("config.grad_accum_steps", 3, [
-            "config.grad_accum_steps: micro_batch_size 2 x grad_accum_steps 3 x 1 data-parallel "
-            "ranks", "= 6 sequences per step, but the spec's global batch is 2 sequences"]),
+        (
+            "config.grad_accum_steps",
+            3,
+            [
+                "config.grad_accum_steps: micro_batch_size 2 x grad_accum_steps 3 x 1 data-parallel "
+                "ranks",
+                "= 6 sequences per step, but the spec's global batch is 2 sequences",
+            ],
+        ),
         ("run.steps", 0, ["run.steps: 0; a run trains at least 1 step"]),
         ("schema_version", 99, ["schema_version 99 is not one this bsm reads (1, 2)"]),
         ("schema_version", 1, ["schema_version: 1, but this container reads schema_version 2"]),
         ("config.seq_len", 1 << 20, ["config.seq_len: 1048576 is above the model's max_seq_len"]),
-        ("config.micro_batch_size", "two", ["config.micro_batch_size: Input should be a valid "
-                                            "integer", "(got 'two')"]),
-        ("spec.training.seq_len", 0, ["spec.training.seq_len: the plan holds seq_len once, in "
-                                      "config.seq_len"]),
-        ("spec.training.total_steps", 7, ["run.steps: 4, but the spec says "
-                                          "training.total_steps 7"]),
-        ("config.cp_degree", 2, ["config.cp_degree: 2 does not divide shard_degree 1",
-                                 "allowed: 1"]),
+        (
+            "config.micro_batch_size",
+            "two",
+            ["config.micro_batch_size: Input should be a valid integer", "(got 'two')"],
+        ),
+        (
+            "spec.training.seq_len",
+            0,
+            ["spec.training.seq_len: the plan holds seq_len once, in config.seq_len"],
+        ),
+        (
+            "spec.training.total_steps",
+            7,
+            ["run.steps: 4, but the spec says training.total_steps 7"],
+        ),
+        (
+            "config.cp_degree",
+            2,
+            ["config.cp_degree: 2 does not divide shard_degree 1", "allowed: 1"],
+        ),
         ("config.cp_degree", 0, ["config.cp_degree: Input should be greater than or equal to 1"]),
     ],
-    ids=["grad_accum", "steps_0", "schema_99", "schema_1", "seq_len", "wrong_type", "spec_type",
-         "steps", "cp_not_dividing", "cp_zero"],
-)  # fmt: skip
+    ids=[
+        "grad_accum",
+        "steps_0",
+        "schema_99",
+        "schema_1",
+        "seq_len",
+        "wrong_type",
+        "spec_type",
+        "steps",
+        "cp_not_dividing",
+        "cp_zero",
+    ],
+)
 def test_corrupt_plan_field(tmp_path: Path, field: str, value: Any, expected: list[str]) -> None:
     host = _host(tmp_path)
     data = json.loads(host.plan_path.read_text())
@@ -158,9 +196,13 @@ def test_too_little_disk(tmp_path: Path) -> None:
     need = _plan().checkpoint.bytes_per_save
     rc, out = _launch(host, env={ENV_TEST_FREE_BYTES: str(need - 1)})
     failure = _assert_failed_before_step_0(
-        host, rc, out, f"{host.root / 'checkpoints'} has", f"({need - 1:,} bytes) free",
+        host,
+        rc,
+        out,
+        f"{host.root / 'checkpoints'} has",
+        f"({need - 1:,} bytes) free",
         f"one checkpoint of this host's shards is 0.001 GiB ({need:,} bytes)",
-    )  # fmt: skip
+    )
     assert "job.volume_size_gb" in failure
 
 
@@ -233,7 +275,10 @@ def test_corrupt_complete_checkpoint_with_none_left(tmp_path: Path, trained: Pat
     _flip_byte(host, 2, ".metadata")
     rc, out = _launch(host)
     _assert_failed_before_step_0(
-        host, rc, out, "no complete checkpoint in", "could be loaded; tried (and set aside): "
-        "step-00000004 (rank 0: rng/rank-00000.pt: sha256 ", "step-00000002 (rank 0: .metadata: "
-        "sha256 ",
-    )  # fmt: skip
+        host,
+        rc,
+        out,
+        "no complete checkpoint in",
+        "could be loaded; tried (and set aside): step-00000004 (rank 0: rng/rank-00000.pt: sha256 ",
+        "step-00000002 (rank 0: .metadata: sha256 ",
+    )

@@ -170,8 +170,10 @@ def test_long_mode_table(reference, can_fill_disk, tmp_path_factory):
         done += len(faults)
         chain_seed += 1
         shutil.rmtree(root, ignore_errors=True)
-    print(f"\n{N_FAULTS} faults, seeds {SEED}..{chain_seed - 1}, {STEPS} steps, ckpt every "
-          f"{INTERVAL}\n")  # fmt: skip
+    print(
+        f"\n{N_FAULTS} faults, seeds {SEED}..{chain_seed - 1}, {STEPS} steps, ckpt every "
+        f"{INTERVAL}\n"
+    )
     print("| fault | count | struck as intended | steps lost (mean / max) | identical |")
     print("|---|---|---|---|---|")
     for kind in KINDS:

@@ -52,8 +52,13 @@ def planted(monkeypatch, tmp_path):
         f"aws_session_token = {FILE_TOKEN}\n"
     )
     (home / ".aws" / "config").write_text(f"[default]\nregion = {REGION}\n")
-    for var in ("AWS_PROFILE", "AWS_CONFIG_FILE", "AWS_SHARED_CREDENTIALS_FILE",
-                "AWS_ENDPOINT_URL", "AWS_DEFAULT_PROFILE"):  # fmt: skip
+    for var in (
+        "AWS_PROFILE",
+        "AWS_CONFIG_FILE",
+        "AWS_SHARED_CREDENTIALS_FILE",
+        "AWS_ENDPOINT_URL",
+        "AWS_DEFAULT_PROFILE",
+    ):
         monkeypatch.delenv(var, raising=False)
     monkeypatch.setenv("HOME", str(home))
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", ENV_KEY_ID)

@@ -19,12 +19,19 @@ MLFLOW_ARN = f"arn:aws:sagemaker:{REGION}:{ACCOUNT}:mlflow-tracking-server/bsm-t
 def _spec():
     from blackwell_sm.spec import parse_spec
 
-    spec = run_spec(max_retry_attempts=2, environment={"NCCL_DEBUG": "WARN"}, tags={"team": "ml"},
-                    model_package_group="bsm-models", infra_check=True)  # fmt: skip
+    spec = run_spec(
+        max_retry_attempts=2,
+        environment={"NCCL_DEBUG": "WARN"},
+        tags={"team": "ml"},
+        model_package_group="bsm-models",
+        infra_check=True,
+    )
     d = spec.model_dump(mode="json", exclude_unset=True)
     d["compute"]["training_plan"] = PLAN_ARN
-    d["training"].update(report_to=["tensorboard", "mlflow"],
-                         mlflow={"tracking_uri": MLFLOW_ARN, "experiment": "llama"})  # fmt: skip
+    d["training"].update(
+        report_to=["tensorboard", "mlflow"],
+        mlflow={"tracking_uri": MLFLOW_ARN, "experiment": "llama"},
+    )
     return parse_spec(d)
 
 
@@ -32,8 +39,12 @@ def _spec():
 def sent(tmp_path_factory):
     moto = pytest.importorskip("moto")
     mp = pytest.MonkeyPatch()
-    for k, v in {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
-                 "AWS_DEFAULT_REGION": REGION, "AWS_REGION": REGION}.items():  # fmt: skip
+    for k, v in {
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+        "AWS_DEFAULT_REGION": REGION,
+        "AWS_REGION": REGION,
+    }.items():
         mp.setenv(k, v)
     for k in ("AWS_PROFILE", "AWS_ENDPOINT_URL"):
         mp.delenv(k, raising=False)
