@@ -12,11 +12,13 @@ from blackwell_sm.aws.progress import Progress
 from blackwell_sm.job.sdk import ModelTrainer
 from blackwell_sm.planner.plan import Plan
 from blackwell_sm.planner.preferences import PlanSet, PreferencePlans
+from blackwell_sm.planner.trace_check import TracedPlan
 
 
 def notebook(spec: bsm.RunSpec) -> None:
     p = bsm.plan("llama-3.1-70b", seq_len=4096)
     assert_type(p, Plan | PreferencePlans)
+    assert_type(bsm.plan("llama-3.2-1b", trace=True), TracedPlan)  # needs torch
     plans = bsm.as_plan_set(p)  # one shape: a plan per preference, or the one plan
     assert_type(plans, PlanSet)
     assert_type(plans.primary, Plan)

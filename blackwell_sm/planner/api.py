@@ -8,7 +8,7 @@ from __future__ import annotations
 import importlib.util
 import warnings
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, overload
 
 from blackwell_sm.errors import InfeasiblePlanError, PlanWarning, SpecError
 from blackwell_sm.planner.pipeline import make_plan, pinned_plan
@@ -38,6 +38,26 @@ def infeasible_error(p: Plan) -> InfeasiblePlanError:
             f"candidate needs {m.total:.1f} GiB per GPU of the usable {usable:.1f} GiB"
         )
     return InfeasiblePlanError(msg, plan=p, hint="; ".join(p.advice) or None)
+
+
+@overload
+def plan(
+    spec: RunSpec | str | Path | dict[str, Any],
+    *,
+    allow_infeasible: bool = ...,
+    trace: Literal[False] = ...,
+    **overrides: Any,
+) -> Plan | PreferencePlans: ...
+
+
+@overload
+def plan(
+    spec: RunSpec | str | Path | dict[str, Any],
+    *,
+    allow_infeasible: bool = ...,
+    trace: Literal[True],
+    **overrides: Any,
+) -> TracedPlan: ...
 
 
 def plan(
