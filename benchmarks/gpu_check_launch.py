@@ -43,8 +43,13 @@ def launch(plan_path: Path, out: Path, *, dry: bool, timeout: float, stop_after_
     from blackwell_sm.local import free_port, launcher_command, launcher_env
 
     env = launcher_env(master_port=free_port(), extra={"BSM_DEVICE": "cpu" if dry else "cuda"})
-    proc = subprocess.Popen(launcher_command(plan_path, out), env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True)  # fmt: skip
+    proc = subprocess.Popen(
+        launcher_command(plan_path, out),
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     timer = threading.Timer(timeout, proc.kill)
     timer.start()
     try:

@@ -72,9 +72,17 @@ def row_plan(r: dict):
             "compute": {"instance_type": "ml.p6-b200.48xlarge", "instance_count": 1},
         }
     )
-    cfg = dict(shard_degree=8, replicate_degree=1, micro_batch_size=1, grad_accum_steps=1,
-               precision="bf16", activation_checkpointing=r["ac"], compile=False,
-               reshard_after_forward=True, cp_degree=r["cp"])  # fmt: skip
+    cfg = dict(
+        shard_degree=8,
+        replicate_degree=1,
+        micro_batch_size=1,
+        grad_accum_steps=1,
+        precision="bf16",
+        activation_checkpointing=r["ac"],
+        compile=False,
+        reshard_after_forward=True,
+        cp_degree=r["cp"],
+    )
     return pinned_plan(spec, cfg)
 
 
@@ -101,19 +109,32 @@ def trace_missing(rows: list[dict], retrace: bool, warmup: bool = True) -> None:
         load = os.getloadavg()[0]
         note(f"tracing {k} (load {load:.1f})")
         res = trace_plan(row_plan(r), warmup=warmup)
-        rec = {"row": k, **r, "trace": res.model_dump(), "warmup": warmup,
-               "load_before": round(load, 2),
-               "load_after": round(os.getloadavg()[0], 2),
-               "date": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
-               "machine": machine()}  # fmt: skip
+        rec = {
+            "row": k,
+            **r,
+            "trace": res.model_dump(),
+            "warmup": warmup,
+            "load_before": round(load, 2),
+            "load_after": round(os.getloadavg()[0], 2),
+            "date": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
+            "machine": machine(),
+        }
         done[k] = rec
         text = "".join(json.dumps(done[x]) + "\n" for x in done)
         ROWS_FILE.write_text(text)
         emit(f"trace.{k}.wall_s", res.wall_s, "s", peak_gib=round(res.peak_bytes / 2**30, 2))
 
 
-FIELDS = ("row", "predicted_gib", "traced_gib", "error_pct", "peak_at", "wall_s", "load",
-          "largest_difference")  # fmt: skip
+FIELDS = (
+    "row",
+    "predicted_gib",
+    "traced_gib",
+    "error_pct",
+    "peak_at",
+    "wall_s",
+    "load",
+    "largest_difference",
+)
 
 
 def render(rows: list[dict]) -> list[dict]:

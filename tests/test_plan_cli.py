@@ -17,36 +17,116 @@ ROOT = Path(__file__).resolve().parents[1]
 
 # The stable JSON shape (schema_version 2): keys may be added, none removed or renamed.
 REQUIRED_KEYS = {
-    "schema_version", "feasible", "model", "instance", "config", "memory_gib", "throughput",
-    "run", "alternatives", "warnings",
-}  # fmt: skip
+    "schema_version",
+    "feasible",
+    "model",
+    "instance",
+    "config",
+    "memory_gib",
+    "throughput",
+    "run",
+    "alternatives",
+    "warnings",
+}
 NESTED = {
     "model": {"name", "n_params"},
     "instance": {"type", "count", "gpus_per_instance"},
-    "config": {"shard_degree", "replicate_degree", "micro_batch_size", "grad_accum_steps",
-               "seq_len", "precision", "activation_checkpointing", "compile",
-               "reshard_after_forward"},
-    "memory_gib": {"params_fp32", "grads_fp32", "optimizer_states", "params_unsharded",
-                   "grads_unsharded", "activations", "logits_and_loss", "overhead", "total",
-                   "limit"},
+    "config": {
+        "shard_degree",
+        "replicate_degree",
+        "micro_batch_size",
+        "grad_accum_steps",
+        "seq_len",
+        "precision",
+        "activation_checkpointing",
+        "compile",
+        "reshard_after_forward",
+    },
+    "memory_gib": {
+        "params_fp32",
+        "grads_fp32",
+        "optimizer_states",
+        "params_unsharded",
+        "grads_unsharded",
+        "activations",
+        "logits_and_loss",
+        "overhead",
+        "total",
+        "limit",
+    },
     "throughput": {"step_time_s", "tokens_per_s_per_gpu", "mfu", "flops_per_token"},
     "run": {"steps", "hours", "cost_usd"},
-}  # fmt: skip
+}
 # Exactly today's keys: a change here is a schema change and must be deliberate.
 SNAPSHOT = {
-    "": ["advice", "alternatives", "calibration", "checkpoint", "config", "feasible", "instance", "memory_gib", "model",
-         "notes", "objective", "other_objective", "reasons", "run", "schema_version", "spec", "throughput",
-         "warnings"],
-    "memory_gib": ["activations", "allocator_reserved", "fp8_extras", "grads_fp32", "grads_unsharded", "limit",
-                   "logits_and_loss", "optimizer_states", "overhead", "params_fp32",
-                   "params_unsharded", "total", "usable"],
-    "throughput": ["breakdown_s", "evidence", "flops_per_token", "mfu", "mfu_basis",
-                   "step_time_s", "tokens_per_s_per_gpu", "tokens_per_s_per_gpu_range"],
-    "run": ["cost_usd", "cost_usd_range", "hours", "hours_range", "jobs", "price_per_hour",
-            "price_source", "steps", "tokens"],
-    "instance": ["count", "device", "efa", "gpu", "gpu_memory_gib", "gpus_per_instance",
-                 "peak_flops", "peak_flops_bf16", "type"],
-}  # fmt: skip
+    "": [
+        "advice",
+        "alternatives",
+        "calibration",
+        "checkpoint",
+        "config",
+        "feasible",
+        "instance",
+        "memory_gib",
+        "model",
+        "notes",
+        "objective",
+        "other_objective",
+        "reasons",
+        "run",
+        "schema_version",
+        "spec",
+        "throughput",
+        "warnings",
+    ],
+    "memory_gib": [
+        "activations",
+        "allocator_reserved",
+        "fp8_extras",
+        "grads_fp32",
+        "grads_unsharded",
+        "limit",
+        "logits_and_loss",
+        "optimizer_states",
+        "overhead",
+        "params_fp32",
+        "params_unsharded",
+        "total",
+        "usable",
+    ],
+    "throughput": [
+        "breakdown_s",
+        "evidence",
+        "flops_per_token",
+        "mfu",
+        "mfu_basis",
+        "step_time_s",
+        "tokens_per_s_per_gpu",
+        "tokens_per_s_per_gpu_range",
+    ],
+    "run": [
+        "cost_usd",
+        "cost_usd_range",
+        "hours",
+        "hours_range",
+        "jobs",
+        "price_per_hour",
+        "price_source",
+        "steps",
+        "tokens",
+    ],
+    "instance": [
+        "count",
+        "device",
+        "efa",
+        "gpu",
+        "gpu_memory_gib",
+        "gpus_per_instance",
+        "peak_flops",
+        "peak_flops_bf16",
+        "type",
+    ],
+}
 
 
 def run(args: list[str], capsys) -> tuple[int, str, str]:
@@ -81,17 +161,48 @@ def test_verbose_table_shows_config_memory_speed_cost_and_runner_ups(capsys):
     )
     out = " ".join(out.split())
     assert code == 0
-    for words in ("shard_degree", "memory per GPU", "usable", "tokens/s/GPU", "MFU", "MFU basis",
-                  "cost", "runner-ups", "--set", "range", "checkpoint", "exposed communication",
-                  "fits"):  # fmt: skip
+    for words in (
+        "shard_degree",
+        "memory per GPU",
+        "usable",
+        "tokens/s/GPU",
+        "MFU",
+        "MFU basis",
+        "cost",
+        "runner-ups",
+        "--set",
+        "range",
+        "checkpoint",
+        "exposed communication",
+        "fits",
+    ):
         assert words in out, words
 
 
 def test_flags_and_set_pin_knobs(capsys):
-    args = ["plan", "--model", "llama-3.1-8b", "--seq-len", "4096", "--global-batch-tokens",
-            "1048576", "--total-tokens", "1000000000", "--set", "micro_batch_size=2",
-            "--set", "activation_checkpointing=selective", "--set", "precision=bf16",
-            "--set", "compile=true", "--set", "shard_degree=8", "--output", "json"]  # fmt: skip
+    args = [
+        "plan",
+        "--model",
+        "llama-3.1-8b",
+        "--seq-len",
+        "4096",
+        "--global-batch-tokens",
+        "1048576",
+        "--total-tokens",
+        "1000000000",
+        "--set",
+        "micro_batch_size=2",
+        "--set",
+        "activation_checkpointing=selective",
+        "--set",
+        "precision=bf16",
+        "--set",
+        "compile=true",
+        "--set",
+        "shard_degree=8",
+        "--output",
+        "json",
+    ]
     code, out, err = run(args, capsys)
     assert code == 0, err
     d = json.loads(out)
@@ -107,17 +218,36 @@ def test_flags_and_set_pin_knobs(capsys):
 
 
 def test_instance_count_auto_and_type(capsys):
-    args = ["plan", "--model", "llama-3.1-70b", "--instance-type", "ml.p5.48xlarge",
-            "--instance-count", "auto", "--total-tokens", "100000000000",
-            "--output", "json"]  # fmt: skip
+    args = [
+        "plan",
+        "--model",
+        "llama-3.1-70b",
+        "--instance-type",
+        "ml.p5.48xlarge",
+        "--instance-count",
+        "auto",
+        "--total-tokens",
+        "100000000000",
+        "--output",
+        "json",
+    ]
     code, out, _ = run(args, capsys)
     d = json.loads(out)
     assert code == 0 and d["instance"]["type"] == "ml.p5.48xlarge" and d["instance"]["count"] > 1
 
 
 def test_seventy_b_bf16_long_sequences_exits_3_with_prediction_and_advice(capsys):
-    args = ["plan", "--model", "llama-3.1-70b", "--seq-len", "131072", "--set", "precision=bf16",
-            "--output", "json"]  # fmt: skip
+    args = [
+        "plan",
+        "--model",
+        "llama-3.1-70b",
+        "--seq-len",
+        "131072",
+        "--set",
+        "precision=bf16",
+        "--output",
+        "json",
+    ]
     code, out, err = run(args, capsys)
     assert code == 3
     obj = json.loads(out)  # one object: the error, and the whole prediction under "plan"
@@ -155,9 +285,21 @@ def test_selective_op_is_selectable_and_keeps_less_than_selective(capsys):
     """torchtitan's per-op policy: between selective and full in memory, with its recompute."""
     got = {}
     for mode in ("selective", "selective-op", "full"):
-        args = ["plan", "--model", "llama-3.1-8b", "--seq-len", "8192", "--set",
-                f"activation_checkpointing={mode}", "--set", "micro_batch_size=2", "--set",
-                "precision=bf16", "--output", "json"]  # fmt: skip
+        args = [
+            "plan",
+            "--model",
+            "llama-3.1-8b",
+            "--seq-len",
+            "8192",
+            "--set",
+            f"activation_checkpointing={mode}",
+            "--set",
+            "micro_batch_size=2",
+            "--set",
+            "precision=bf16",
+            "--output",
+            "json",
+        ]
         code, out, err = run(args, capsys)
         assert code == 0, err
         d = json.loads(out)

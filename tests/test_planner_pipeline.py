@@ -29,8 +29,22 @@ from blackwell_sm.spec import PRESETS, parse_spec
 ROOT = Path(__file__).resolve().parents[1]
 PLANNER = ROOT / "blackwell_sm" / "planner"
 #: The pipeline's modules in their order; a module may import only modules before it.
-ORDER = ["notes", "plan", "frame", "search", "table", "precision", "pick", "alternatives",
-         "timing", "explain", "assemble", "pipeline", "preferences", "api"]  # fmt: skip
+ORDER = [
+    "notes",
+    "plan",
+    "frame",
+    "search",
+    "table",
+    "precision",
+    "pick",
+    "alternatives",
+    "timing",
+    "explain",
+    "assemble",
+    "pipeline",
+    "preferences",
+    "api",
+]
 
 
 def test_no_pipeline_module_imports_a_later_one():
@@ -141,8 +155,15 @@ def test_more_sharding_never_needs_more_memory():
         sh = memory.shape(PRESETS[name])
         for mode in ("none", "full"):
             for precision in ("bf16", "fp8", "mxfp8"):
-                kw = dict(replicate_degree=1, micro_batch=1, seq_len=8192, precision=precision,
-                          mode=mode, compile=True, reshard_after_forward=True)  # fmt: skip
+                kw = dict(
+                    replicate_degree=1,
+                    micro_batch=1,
+                    seq_len=8192,
+                    precision=precision,
+                    mode=mode,
+                    compile=True,
+                    reshard_after_forward=True,
+                )
                 totals = [
                     memory.memory_terms(sh, shard_degree=8 * n, **kw).total
                     for n in (1, 2, 3, 8, 64)
@@ -154,8 +175,15 @@ def test_the_memory_cache_key_holds():
     """Table.memory keys HSDP layouts on (shard, replicas > 1): memory_terms must not depend on
     the replica count beyond that (if the memory model comes to, widen the key)."""
     sh = memory.shape(PRESETS["llama-3.1-70b"])
-    kw = dict(shard_degree=8, micro_batch=2, seq_len=4096, precision="fp8", mode="full",
-              compile=True, reshard_after_forward=True)  # fmt: skip
+    kw = dict(
+        shard_degree=8,
+        micro_batch=2,
+        seq_len=4096,
+        precision="fp8",
+        mode="full",
+        compile=True,
+        reshard_after_forward=True,
+    )
     two = memory.memory_terms(sh, replicate_degree=2, **kw)
     for r in (3, 8, 64):
         assert memory.memory_terms(sh, replicate_degree=r, **kw) == two
@@ -210,12 +238,14 @@ def test_a_user_deadline_binds_the_cost_objective():
     ("args", "field"),
     [
         (["--model", "llama-3.1-8b", "--optimize", "fastest"], "--optimize"),
-        (["--model", "llama-3.1-8b", "--optimize", "cost", "--set", "compute.optimize=time"],
-         "compute.optimize"),
+        (
+            ["--model", "llama-3.1-8b", "--optimize", "cost", "--set", "compute.optimize=time"],
+            "compute.optimize",
+        ),
         (["--model", "llama-3.1-8b", "--set", "compute.optimize=cheap"], "compute.optimize"),
     ],
     ids=["bad-choice", "flag-and-set", "bad-set"],
-)  # fmt: skip
+)
 def test_bad_objectives_exit_2_naming_the_field(args, field):
     code, out, err = run("plan", *args, "--output", "json")
     assert code == 2, err
@@ -245,8 +275,13 @@ def test_every_note_has_a_known_code_and_the_docs_list_every_code():
 
 
 def test_the_launcher_reads_the_code_not_the_words():
-    spec = parse_spec({"model": "llama-3.2-1b", "training": {"global_batch_seqs": 100},
-                       "compute": {"instance_count": 3}})  # fmt: skip
+    spec = parse_spec(
+        {
+            "model": "llama-3.2-1b",
+            "training": {"global_batch_seqs": 100},
+            "compute": {"instance_count": 3},
+        }
+    )
     p = make_plan(spec)
     reworded = [n.model_copy(update={"text": "reworded"}) for n in p.notes]
     check_plan(p.model_copy(update={"notes": reworded}), Path("plan.json"))  # still accepted
@@ -282,8 +317,14 @@ def test_a_version_1_plan_reads_and_the_launcher_refuses_it():
         Plan.model_validate({**v1, "schema_version": 3})
 
 
-@pytest.mark.parametrize(("count", "codes"), [(20, set()), (21, {"quota_instances_per_job"}),
-                          (1000, {"quota_instances_per_job", "scale_beyond_search"})])  # fmt: skip
+@pytest.mark.parametrize(
+    ("count", "codes"),
+    [
+        (20, set()),
+        (21, {"quota_instances_per_job"}),
+        (1000, {"quota_instances_per_job", "scale_beyond_search"}),
+    ],
+)
 def test_every_count_above_a_known_quota_says_which(count, codes):
     p = plan("llama-3.1-8b", **{"compute.instance_count": count, "training.total_tokens": 10**9})
     got = {n.code for n in p.notes} & {"quota_instances_per_job", "scale_beyond_search"}
@@ -296,8 +337,11 @@ def test_every_count_above_a_known_quota_says_which(count, codes):
 
 def test_the_b200_prior_predicts_its_public_fsdp2_rows():
     """BLACKWELL_SCALE is fitted on the torchtitan rows of 750 W B200s (benchmarks/data)."""
-    rows = [r for r in csv.DictReader((ROOT / "benchmarks/data/measurements.csv").open())
-            if r["fitted_for"] == "calibration.BLACKWELL_SCALE"]  # fmt: skip
+    rows = [
+        r
+        for r in csv.DictReader((ROOT / "benchmarks/data/measurements.csv").open())
+        if r["fitted_for"] == "calibration.BLACKWELL_SCALE"
+    ]
     assert {r["precision"] for r in rows} == {"bf16", "fp8-tensorwise", "mxfp8"}
     for r in rows:
         assert r["url"].startswith("https://") and r["date"]

@@ -28,9 +28,18 @@ from blackwell_sm.train import trace  # noqa: E402
 def _small(vocab: int = 4096, d: int = 256):
     """llama-3.2-1b's shape cut to one block of width `d` (a CPU can run it for real)."""
     return PRESETS["llama-3.2-1b"].model_copy(
-        update={"name": "cut", "n_layers": 1, "d_model": d, "n_heads": d // 64, "n_kv_heads": 1,
-                "head_dim": 64, "ffn_dim": 3 * d, "vocab_size": vocab, "rope_scaling": None}
-    )  # fmt: skip
+        update={
+            "name": "cut",
+            "n_layers": 1,
+            "d_model": d,
+            "n_heads": d // 64,
+            "n_kv_heads": 1,
+            "head_dim": 64,
+            "ffn_dim": 3 * d,
+            "vocab_size": vocab,
+            "rope_scaling": None,
+        }
+    )
 
 
 @pytest.mark.slow  # ~8 s of CPU: real tensors under the profiler (figures in docs/planner.md)
@@ -39,8 +48,14 @@ def test_the_tracker_sees_what_the_allocator_does_but_inside_one_operator():
     allocator's but for the chunked loss's temporaries inside one operator (8 B per head weight
     element on CPU in bf16), and the fake-tensor trace equals the real one to the byte."""
     spec = _small()
-    p = local_plan(nproc=2, seq_len=256, micro_batch_size=1, grad_accum_steps=1,
-                   activation_checkpointing="full", model=spec)  # fmt: skip
+    p = local_plan(
+        nproc=2,
+        seq_len=256,
+        micro_batch_size=1,
+        grad_accum_steps=1,
+        activation_checkpointing="full",
+        model=spec,
+    )
     real = trace.trace_plan(p, fake=False, warmup=False)
     fake = trace.trace_plan(p, warmup=False)
     assert real.tracker_rise_bytes == fake.tracker_rise_bytes and real.terms == fake.terms
@@ -68,8 +83,13 @@ def test_what_the_fake_run_proves_about_the_wrapped_model():
 
 
 def _tiny_accumulating():
-    return local_plan(nproc=2, seq_len=64, micro_batch_size=2, grad_accum_steps=2,
-                      activation_checkpointing="selective-op")  # fmt: skip
+    return local_plan(
+        nproc=2,
+        seq_len=64,
+        micro_batch_size=2,
+        grad_accum_steps=2,
+        activation_checkpointing="selective-op",
+    )
 
 
 @pytest.mark.slow  # a second tiny trace with its warm-up step
@@ -91,11 +111,20 @@ def test_llama_1b_at_full_size_agrees_with_the_planner():
     """The representative row of benchmarks/trace_table.py: llama-3.2-1b on one p6-b200 node
     (8 fake ranks), seq 1024, no checkpointing; the planner in the traced form within 5 %, and
     term by term where the tracker books terms as the planner does."""
-    spec = parse_spec({"model": "llama-3.2-1b", "training": {"seq_len": 1024,
-                                                             "global_batch_seqs": 8}})  # fmt: skip
-    cfg = dict(shard_degree=8, replicate_degree=1, micro_batch_size=1, grad_accum_steps=1,
-               precision="bf16", activation_checkpointing="none", compile=False,
-               reshard_after_forward=True, cp_degree=1)  # fmt: skip
+    spec = parse_spec(
+        {"model": "llama-3.2-1b", "training": {"seq_len": 1024, "global_batch_seqs": 8}}
+    )
+    cfg = dict(
+        shard_degree=8,
+        replicate_degree=1,
+        micro_batch_size=1,
+        grad_accum_steps=1,
+        precision="bf16",
+        activation_checkpointing="none",
+        compile=False,
+        reshard_after_forward=True,
+        cp_degree=1,
+    )
     p = pinned_plan(spec, cfg)
     r = trace.trace_plan(p, warmup=False)
     check = compare(p, r.model_dump())
@@ -110,10 +139,18 @@ def test_llama_1b_at_full_size_agrees_with_the_planner():
 
 def _knobs(p) -> dict:
     c = p.config
-    return dict(shard_degree=c.shard_degree, replicate_degree=1, micro_batch=1,
-                seq_len=c.seq_len, precision="bf16", mode=c.activation_checkpointing,
-                compile=False, reshard_after_forward=True, kind="cpu",
-                loss_impl="chunked")  # fmt: skip
+    return dict(
+        shard_degree=c.shard_degree,
+        replicate_degree=1,
+        micro_batch=1,
+        seq_len=c.seq_len,
+        precision="bf16",
+        mode=c.activation_checkpointing,
+        compile=False,
+        reshard_after_forward=True,
+        kind="cpu",
+        loss_impl="chunked",
+    )
 
 
 def test_plan_trace_true_and_bsm_plan_trace(capsys):

@@ -53,11 +53,17 @@ def _check(
 ) -> tuple[C.RunCheck, Sink]:
     sink = Sink()
     chk = C.RunCheck(
-        plan, torch.device("cpu"), start_step=start, deadline=deadline,
+        plan,
+        torch.device("cpu"),
+        start_step=start,
+        deadline=deadline,
         tokens_per_step=plan.config.global_batch_sequences * plan.config.seq_len,
-        n_gpus=plan.instance.count * plan.instance.gpus_per_instance, emit=sink,
-        memory=lambda: 0.1, runtime_gib=runtime_gib, clock=lambda: now,
-    )  # fmt: skip
+        n_gpus=plan.instance.count * plan.instance.gpus_per_instance,
+        emit=sink,
+        memory=lambda: 0.1,
+        runtime_gib=runtime_gib,
+        clock=lambda: now,
+    )
     return chk, sink
 
 
@@ -212,8 +218,15 @@ class _Range:
 class _Event:
     """The attributes split_from_profile reads from a torch.profiler FunctionEvent."""
 
-    def __init__(self, name: str, device: str, start_us: float, end_us: float, thread: int = 1,
-                 annotation: bool = False):  # fmt: skip
+    def __init__(
+        self,
+        name: str,
+        device: str,
+        start_us: float,
+        end_us: float,
+        thread: int = 1,
+        annotation: bool = False,
+    ):
         from torch.autograd import DeviceType
 
         self.name, self.thread, self.is_user_annotation = name, thread, annotation

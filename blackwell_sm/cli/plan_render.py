@@ -24,8 +24,18 @@ def render_preferences(plans: Any) -> None:
         )
     )
     table = Table(title="instance preferences", title_justify="left")
-    for col in ("#", "instances", "capacity", "fits", "GiB/GPU", "config", "tok/s/GPU", "hours",
-                "cost", "plan file"):  # fmt: skip
+    for col in (
+        "#",
+        "instances",
+        "capacity",
+        "fits",
+        "GiB/GPU",
+        "config",
+        "tok/s/GPU",
+        "hours",
+        "cost",
+        "plan file",
+    ):
         table.add_column(col)
     for pp in plans.preferences:
         p, c = pp.plan, pp.plan.config
@@ -46,8 +56,10 @@ def render_preferences(plans: Any) -> None:
         table.add_row(*(text(cell) for cell in cells))  # literal: plan names are user text
     con.print(table)
     for pp in plans.preferences:
-        for title, items, style in (("warnings", pp.plan.warnings, "yellow"),
-                                    ("to make it fit", pp.plan.advice, "bold")):  # fmt: skip
+        for title, items, style in (
+            ("warnings", pp.plan.warnings, "yellow"),
+            ("to make it fit", pp.plan.advice, "bold"),
+        ):
             for item in items:
                 con.print(text((f"[{pp.index}] {title}: ", "bold"), (item, style)))
 

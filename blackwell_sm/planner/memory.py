@@ -12,42 +12,15 @@ description of the block, and train/activation_checkpoint.py applies the same po
 
 from __future__ import annotations
 
-from functools import lru_cache
 from typing import NamedTuple
 
 from blackwell_sm.planner import calibration as C
+from blackwell_sm.planner.shape import Shape, shape
 from blackwell_sm.spec import ModelSpec, arch, long_context
 
 GIB = 1024**3
 
 ActivationMode = str  # one of arch.AC_MODES: "none" | "selective" | "selective-op" | "full"
-
-
-class Shape(NamedTuple):
-    """The numbers of a ModelSpec the models use, computed once (the search calls them often)."""
-
-    n_layers: int
-    d_model: int
-    kv_dim: int
-    ffn_dim: int
-    n_heads: int
-    vocab_size: int
-    n_params: int
-    params_per_layer: int
-    n_matmul_params: int
-    linear_params: int  # one block's linears (weights and biases), arch.block_linear_params
-    spec: ModelSpec  # the description everything above comes from
-
-
-@lru_cache(maxsize=256)
-def shape(model: ModelSpec | Shape) -> Shape:
-    if isinstance(model, Shape):
-        return model
-    return Shape(
-        model.n_layers, model.d_model, model.kv_dim, model.ffn_dim, model.n_heads,
-        model.vocab_size, model.n_params, model.params_per_layer, model.n_matmul_params,
-        arch.block_linear_params(model), model,
-    )  # fmt: skip
 
 
 def block_linear_params(model: ModelSpec | Shape) -> int:
@@ -77,8 +50,9 @@ def gathered_param_bytes(
     model = shape(model) if isinstance(model, ModelSpec) else model
     lin = block_linear_params(model)
     block = lin * C.GATHER_BYTES[precision] + (model.params_per_layer - lin) * 2
-    n_blocks = min(C.LIVE_GATHERED_BLOCKS if reshard_after_forward else model.n_layers,
-                   model.n_layers)  # fmt: skip
+    n_blocks = min(
+        C.LIVE_GATHERED_BLOCKS if reshard_after_forward else model.n_layers, model.n_layers
+    )
     return n_blocks * block + root_params(model) * 2
 
 
@@ -242,9 +216,13 @@ def attention_mask_bytes(
     model = shape(model) if isinstance(model, ModelSpec) else model
     q_len = seq_len // cp_degree
     form = long_context.mask_kind(
-        packed=packed, cp_degree=cp_degree, micro_batch=micro_batch, q_len=q_len,
-        kv_len=seq_len, device=kind,
-    )  # fmt: skip
+        packed=packed,
+        cp_degree=cp_degree,
+        micro_batch=micro_batch,
+        q_len=q_len,
+        kv_len=seq_len,
+        device=kind,
+    )
     if form == "causal":
         return 0.0
     if form == "block":  # kv_num_blocks, kv_indices, and their full-block twins (int32)
@@ -303,10 +281,16 @@ class MemoryTerms(NamedTuple):
     @property
     def total(self) -> float:
         return (
-            self.params_fp32 + self.grads_fp32 + self.optimizer_states + self.params_unsharded
-            + self.grads_unsharded + self.activations + self.logits_and_loss + self.fp8_extras
+            self.params_fp32
+            + self.grads_fp32
+            + self.optimizer_states
+            + self.params_unsharded
+            + self.grads_unsharded
+            + self.activations
+            + self.logits_and_loss
+            + self.fp8_extras
             + self.overhead
-        )  # fmt: skip
+        )
 
     @property
     def reserved(self) -> float:
@@ -362,10 +346,12 @@ def phase_terms(
         saved += cp
     else:  # only the recomputed block holds them (with their gradients)
         work += cp
-    mask = attention_mask_bytes(model, micro_batch, seq_len, mode, packed=packed,
-                                cp_degree=cp_degree, kind=kind)  # fmt: skip
-    logits = logits_and_loss_bytes(model, micro_batch, local, compiled_loss=compiled_loss,
-                                   loss_impl=loss_impl, kind=kind)  # fmt: skip
+    mask = attention_mask_bytes(
+        model, micro_batch, seq_len, mode, packed=packed, cp_degree=cp_degree, kind=kind
+    )
+    logits = logits_and_loss_bytes(
+        model, micro_batch, local, compiled_loss=compiled_loss, loss_impl=loss_impl, kind=kind
+    )
     lowp = fp8_extra_bytes(model, precision)
     # Gathered: the block FSDP prefetches for backward (loss), or it and the running one.
     n1, n2 = (1, C.LIVE_GATHERED_BLOCKS) if reshard_after_forward else (L, L)
@@ -380,18 +366,20 @@ def phase_terms(
         "loss": (acc, root + min(n1, L) * block, head_grad_bytes(model), saved, logits),
         "backward": (acc, root + min(n2, L) * block, gt, saved + work, 0.0),
         "backward end": (late, root + min(n2, L) * block, gt, first + work, 0.0),
-    }  # fmt: skip
+    }
     n_groups = 0 if single else (1 if replicate_degree == 1 or shard_degree == 1 else 2)
     n_groups += 1 if cp_degree > 1 else 0
     out = {}
     for name, (sharded, gathered, grad_t, act, loss) in phases.items():
         runtime, frag = overhead_bytes(kind, act + loss + grad_t, n_groups, fragmentation)
-        out[name] = MemoryTerms(params, sharded, optim, gathered, grad_t, act, loss, lowp,
-                                runtime + frag, runtime, name)  # fmt: skip
+        out[name] = MemoryTerms(
+            params, sharded, optim, gathered, grad_t, act, loss, lowp, runtime + frag, runtime, name
+        )
     runtime, _ = overhead_bytes(kind, 0.0, n_groups, fragmentation)
     # The optimizer step: every sharded gradient, nothing gathered, no activations.
-    out["optimizer"] = MemoryTerms(params, grads, optim, 0.0, 0.0, 0.0, 0.0, 0.0, runtime,
-                                   runtime, "optimizer")  # fmt: skip
+    out["optimizer"] = MemoryTerms(
+        params, grads, optim, 0.0, 0.0, 0.0, 0.0, 0.0, runtime, runtime, "optimizer"
+    )
     return out
 
 

@@ -99,10 +99,12 @@ def predicted_terms(plan: Plan, precision: str = "bf16") -> dict[str, float]:
     # peak it sees may be another phase than the allocator's.
     unseen = 0.0
     if spec.training.loss_impl == "chunked":
-        unseen = long_context.loss_kernel_temp_bytes(spec.model.vocab_size, spec.model.d_model,
-                                                     kind="cpu")  # fmt: skip
-    seen = {k: v.total - v.overhead - (unseen if v.logits_and_loss else 0.0)
-            for k, v in phases.items()}  # fmt: skip
+        unseen = long_context.loss_kernel_temp_bytes(
+            spec.model.vocab_size, spec.model.d_model, kind="cpu"
+        )
+    seen = {
+        k: v.total - v.overhead - (unseen if v.logits_and_loss else 0.0) for k, v in phases.items()
+    }
     t = phases[max(seen, key=lambda k: seen[k])]
     if not t.logits_and_loss:
         unseen = 0.0
@@ -143,11 +145,15 @@ def compare(plan: Plan, trace: Mapping[str, Any]) -> TraceCheck:
         "runtime and allocator fragmentation are outside what the tracker counts",
     ]
     if plan.config.compile:
-        notes.append("the plan compiles each block; the trace runs eager (inductor on fake CPU "
-                     "tensors is not the GPU's compile)")  # fmt: skip
+        notes.append(
+            "the plan compiles each block; the trace runs eager (inductor on fake CPU "
+            "tensors is not the GPU's compile)"
+        )
     if plan.config.precision != "bf16":
-        notes.append(f"the plan runs {plan.config.precision}; traced (and predicted here) in "
-                     "bf16: torchao's low-precision linears need a GPU")  # fmt: skip
+        notes.append(
+            f"the plan runs {plan.config.precision}; traced (and predicted here) in "
+            "bf16: torchao's low-precision linears need a GPU"
+        )
     return TraceCheck(
         predicted_gib=round(p / GIB, 3),
         traced_gib=round(t / GIB, 3),
