@@ -27,18 +27,35 @@ from blackwell_sm.planner.profile import (
 from blackwell_sm.runs.calibrate_sources import csv_row, job_rows
 from blackwell_sm.spec import parse_spec
 
-FIELDS = ["id", "model", "gpu", "num_gpus", "precision", "seq_len", "micro_batch", "global_batch",
-          "activation_checkpointing", "shard_degree", "replicate_degree", "compile",
-          "tokens_per_s_per_gpu", "peak_memory_gib", "memory_kind", "stack", "notes", "source"]  # fmt: skip
+FIELDS = [
+    "id",
+    "model",
+    "gpu",
+    "num_gpus",
+    "precision",
+    "seq_len",
+    "micro_batch",
+    "global_batch",
+    "activation_checkpointing",
+    "shard_degree",
+    "replicate_degree",
+    "compile",
+    "tokens_per_s_per_gpu",
+    "peak_memory_gib",
+    "memory_kind",
+    "stack",
+    "notes",
+    "source",
+]
 
-#: The constants the synthetic rows are made with (B200 defaults: 0.58, 0.66, 0.48, 0.32, 0.06,
+#: The constants the synthetic rows are made with (B200 defaults: 0.58, 0.66, 0.48, 0.32, 0.12,
 #: 0.95, 0.7): every one moved well away from its default.
 TRUE = {
     "matmul_efficiency.bf16": 0.50,
     "matmul_efficiency.bf16+compile": 0.61,
     "matmul_efficiency.fp8+compile": 0.41,
     "attention_efficiency": 0.27,
-    "fragmentation": 0.11,
+    "fragmentation": 0.05,
     "comm_overlap": 0.70,
     "efa_efficiency": 0.55,
 }
@@ -63,13 +80,25 @@ def synthetic_csv(path: Path) -> Path:
             for prec, comp in (("bf16", "false"), ("bf16", "true"), ("fp8-tensorwise", "true")):
                 for n_gpus, mb in ((8, 1), (64, 1), (32, 2)):
                     row = {
-                        "id": f"syn-{i}", "model": model, "gpu": "B200", "num_gpus": str(n_gpus),
-                        "precision": prec, "seq_len": str(seq), "micro_batch": str(mb),
-                        "global_batch": str(mb * n_gpus), "activation_checkpointing": "full",
-                        "shard_degree": str(n_gpus), "replicate_degree": "1", "compile": comp,
-                        "memory_kind": "max_reserved", "stack": "synthetic", "notes": "",
-                        "source": "test", "tokens_per_s_per_gpu": "1", "peak_memory_gib": "1",
-                    }  # fmt: skip
+                        "id": f"syn-{i}",
+                        "model": model,
+                        "gpu": "B200",
+                        "num_gpus": str(n_gpus),
+                        "precision": prec,
+                        "seq_len": str(seq),
+                        "micro_batch": str(mb),
+                        "global_batch": str(mb * n_gpus),
+                        "activation_checkpointing": "full",
+                        "shard_degree": str(n_gpus),
+                        "replicate_degree": "1",
+                        "compile": comp,
+                        "memory_kind": "max_reserved",
+                        "stack": "synthetic",
+                        "notes": "",
+                        "source": "test",
+                        "tokens_per_s_per_gpu": "1",
+                        "peak_memory_gib": "1",
+                    }
                     p = predict(csv_row(row), true)
                     row["tokens_per_s_per_gpu"] = repr(p.tokens_per_s_per_gpu)
                     row["peak_memory_gib"] = repr(p.memory_gib)
@@ -105,13 +134,27 @@ def test_calibrate_recovers_known_constants_within_2_percent(tmp_path, capsys):
 
 
 def test_what_the_rows_cannot_identify_keeps_its_default_and_says_why():
-    row = csv_row({
-        "id": "one", "model": "llama-3.1-8b", "gpu": "B200", "num_gpus": "8",
-        "precision": "bf16", "seq_len": "8192", "micro_batch": "1", "global_batch": "8",
-        "activation_checkpointing": "full", "shard_degree": "8", "replicate_degree": "1",
-        "compile": "false", "tokens_per_s_per_gpu": "9000", "peak_memory_gib": "",
-        "memory_kind": "", "stack": "", "notes": "",
-    })  # fmt: skip
+    row = csv_row(
+        {
+            "id": "one",
+            "model": "llama-3.1-8b",
+            "gpu": "B200",
+            "num_gpus": "8",
+            "precision": "bf16",
+            "seq_len": "8192",
+            "micro_batch": "1",
+            "global_batch": "8",
+            "activation_checkpointing": "full",
+            "shard_degree": "8",
+            "replicate_degree": "1",
+            "compile": "false",
+            "tokens_per_s_per_gpu": "9000",
+            "peak_memory_gib": "",
+            "memory_kind": "",
+            "stack": "",
+            "notes": "",
+        }
+    )
     f = fit_gpu([row])
     assert list(f.fitted) == ["matmul_efficiency.bf16"]  # one figure: one constant
     assert predict(row, f.constants).tokens_per_s_per_gpu == pytest.approx(9000, rel=1e-3)
@@ -185,8 +228,13 @@ def test_precedence_flag_over_spec_over_environment(tmp_path, monkeypatch):
     bare = parse_spec(
         {"model": "llama-3.1-8b", "training": {"precision": "bf16", "pins": {"compile": False}}}
     )
-    with_spec = parse_spec({"model": "llama-3.1-8b", "training": {"precision": "bf16", "pins": {"compile": False}},
-                            "compute": {"calibration": str(spec_p)}})  # fmt: skip
+    with_spec = parse_spec(
+        {
+            "model": "llama-3.1-8b",
+            "training": {"precision": "bf16", "pins": {"compile": False}},
+            "compute": {"calibration": str(spec_p)},
+        }
+    )
     from blackwell_sm.planner.profile import profile_for
 
     monkeypatch.delenv(ENV_CALIBRATION, raising=False)
@@ -216,10 +264,17 @@ def test_a_profile_describes_a_power_capped_part_and_a_gpu_the_catalog_lacks(tmp
     assert "gpu.peak_tflops" in p.calibration.changed and "gpu.memory_gib" in p.calibration.changed
 
     new = CalibrationProfile(
-        name="x9", created="2026-12-03T00:00:00Z",
-        gpus={"X9": GpuProfile(peak_tflops={"bf16": 500.0, "fp8": 1000.0}, hbm_tb_s=2.0,
-                               memory_gib=64.0, instance_types=["ml.p6-b200.48xlarge"])},
-    )  # fmt: skip
+        name="x9",
+        created="2026-12-03T00:00:00Z",
+        gpus={
+            "X9": GpuProfile(
+                peak_tflops={"bf16": 500.0, "fp8": 1000.0},
+                hbm_tb_s=2.0,
+                memory_gib=64.0,
+                instance_types=["ml.p6-b200.48xlarge"],
+            )
+        },
+    )
     (tmp_path / "x9.yaml").write_text(new.to_yaml())
     p = make_plan(spec, calibration=resolve_profile(str(tmp_path / "x9.yaml"), None, {}))
     assert p.instance.gpu == "X9" and p.instance.peak_flops_bf16 == 500e12
@@ -231,14 +286,18 @@ def test_a_profile_describes_a_power_capped_part_and_a_gpu_the_catalog_lacks(tmp
     ("text", "field"),
     [
         ("version: 2\ncreated: x\n", "version"),
-        ("created: x\ngpus: {B200: {constants: {matmul_efficiency: {bf17: 0.5}}}}\n",
-         "gpus.B200.constants.matmul_efficiency.bf17"),
-        ("created: x\ngpus: {B200: {constants: {comm_overlap: 1.5}}}\n",
-         "gpus.B200.constants.comm_overlap"),
+        (
+            "created: x\ngpus: {B200: {constants: {matmul_efficiency: {bf17: 0.5}}}}\n",
+            "gpus.B200.constants.matmul_efficiency.bf17",
+        ),
+        (
+            "created: x\ngpus: {B200: {constants: {comm_overlap: 1.5}}}\n",
+            "gpus.B200.constants.comm_overlap",
+        ),
         ("created: x\ngpus: {B200: {speed: 1}}\n", "gpus.B200.speed"),
         ("created: x\ngpus: {Z1: {instance_types: [ml.p5.48xlarge]}}\n", "gpus.Z1.instance_types"),
     ],
-)  # fmt: skip
+)
 def test_a_bad_profile_is_exit_2_naming_the_field(tmp_path, capsys, text, field):
     bad = tmp_path / "bad.yaml"
     bad.write_text(text)
@@ -271,15 +330,25 @@ def test_a_job_without_output_is_read_from_its_step_lines(aws):
     aws.logs.create_log_group(logGroupName=LOG_GROUP)
     stream = f"{job.name}/algo-1-1700000000"
     aws.logs.create_log_stream(logGroupName=LOG_GROUP, logStreamName=stream)
-    v = dict(loss=2.0, lr=1e-4, grad_norm=1.0, mfu=0.4, step_time_s=1.0, mem_alloc_gib=1.0,
-             mem_reserved_gib=2.0)  # fmt: skip
+    v = dict(
+        loss=2.0,
+        lr=1e-4,
+        grad_norm=1.0,
+        mfu=0.4,
+        step_time_s=1.0,
+        mem_alloc_gib=1.0,
+        mem_reserved_gib=2.0,
+    )
     speeds = [500.0, 900.0, 1000.0, 1100.0, 1050.0]  # the first two are warm-up
     now = int(time.time() * 1000)
     aws.logs.put_log_events(
-        logGroupName=LOG_GROUP, logStreamName=stream,
-        logEvents=[{"timestamp": now + i, "message": format_step_line(i + 1, tok_s_gpu=s, **v)}
-                   for i, s in enumerate(speeds)],
-    )  # fmt: skip
+        logGroupName=LOG_GROUP,
+        logStreamName=stream,
+        logEvents=[
+            {"timestamp": now + i, "message": format_step_line(i + 1, tok_s_gpu=s, **v)}
+            for i, s in enumerate(speeds)
+        ],
+    )
     [row] = job_rows(job.name, aws)
     assert row.tokens_per_s_per_gpu == 1050.0  # median of the steady steps 3..5
 
@@ -296,18 +365,30 @@ def test_a_job_source_for_calibrate_and_report(aws, tmp_path):
     job = submit(spec_dict(), aws=aws)
     d = aws.sagemaker.describe_training_job(TrainingJobName=job.name)
     records = [
-        {"kind": "train", "step": s, "loss": 3.0 - 0.1 * s, "lr": 1e-4, "grad_norm": 1.0,
-         "tok_s_gpu": 1000.0 + s, "mfu": 0.4 + s / 1000, "step_time_s": 1.0,
-         "mem_alloc_gib": 10.0, "mem_reserved_gib": 12.0 + s / 10,
-         "memory_kind": "cuda_max_allocated_reserved", "time": 1_700_000_000.0 + s}
+        {
+            "kind": "train",
+            "step": s,
+            "loss": 3.0 - 0.1 * s,
+            "lr": 1e-4,
+            "grad_norm": 1.0,
+            "tok_s_gpu": 1000.0 + s,
+            "mfu": 0.4 + s / 1000,
+            "step_time_s": 1.0,
+            "mem_alloc_gib": 10.0,
+            "mem_reserved_gib": 12.0 + s / 10,
+            "memory_kind": "cuda_max_allocated_reserved",
+            "time": 1_700_000_000.0 + s,
+        }
         for s in range(1, 6)
-    ] + [{"kind": "val", "step": 5, "loss": 2.9, "time": 1_700_000_006.0}]  # fmt: skip
+    ] + [{"kind": "val", "step": 5, "loss": 2.9, "time": 1_700_000_006.0}]
     jsonl = "".join(json.dumps(r) + "\n" for r in records).encode()
     output = tar_gz({"metrics.jsonl": jsonl, "summary.json": summary_json(1234.5, 3.25).encode()})
     bucket, key = split_s3_uri(d["OutputDataConfig"]["S3OutputPath"].rstrip("/"))
     aws.s3.put_object(
-        Bucket=bucket, Key=f"{key}/{job.name}/output/output.tar.gz", Body=output,
-    )  # fmt: skip
+        Bucket=bucket,
+        Key=f"{key}/{job.name}/output/output.tar.gz",
+        Body=output,
+    )
     [row] = job_rows(job.name, aws)
     assert row.id == job.name and row.tokens_per_s_per_gpu == 1234.5
     assert row.memory_gib == 3.25 and row.memory_kind == "max_reserved"
@@ -327,9 +408,10 @@ def test_a_job_source_for_calibrate_and_report(aws, tmp_path):
 def test_a_profile_without_the_plans_gpu_changes_nothing_and_says_so(tmp_path):
     spec = parse_spec({"model": "llama-3.1-8b"})
     prof = CalibrationProfile(
-        name="cpu-only", created="2026-12-03T00:00:00Z",
+        name="cpu-only",
+        created="2026-12-03T00:00:00Z",
         gpus={"cpu": GpuProfile(constants=ProfileConstants(matmul_efficiency={"bf16": 0.1}))},
-    )  # fmt: skip
+    )
     (tmp_path / "cpu.yaml").write_text(prof.to_yaml())
     p = make_plan(spec, calibration=resolve_profile(str(tmp_path / "cpu.yaml"), None, {}))
     base = make_plan(spec)
@@ -359,9 +441,19 @@ def test_measured_figures_from_step_records_skip_warm_up_of_each_launch():
     from blackwell_sm.records import StartRecord, TrainRecord, measured_from
 
     def step(i: int, tok: float, mem: float = 1.0) -> TrainRecord:
-        return TrainRecord(step=i, loss=1.0, lr=1e-4, grad_norm=1.0, tok_s_gpu=tok, mfu=tok / 1000,
-                           step_time_s=100 / tok, mem_alloc_gib=mem, mem_reserved_gib=mem,
-                           memory_kind="cuda_max_allocated_reserved", time=1.0)  # fmt: skip
+        return TrainRecord(
+            step=i,
+            loss=1.0,
+            lr=1e-4,
+            grad_norm=1.0,
+            tok_s_gpu=tok,
+            mfu=tok / 1000,
+            step_time_s=100 / tok,
+            mem_alloc_gib=mem,
+            mem_reserved_gib=mem,
+            memory_kind="cuda_max_allocated_reserved",
+            time=1.0,
+        )
 
     warm = [step(i, 1.0) for i in range(1, WARMUP_STEPS + 1)]
     m = measured_from([*warm, step(10, 100.0), step(11, 300.0, mem=3.0)])
@@ -369,8 +461,14 @@ def test_measured_figures_from_step_records_skip_warm_up_of_each_launch():
     assert m.peak_memory_reserved_gib == 3.0 and m.memory_kind == "cuda_max_allocated_reserved"
     start = StartRecord(step=0, world_size=8, time=0.0)
     resumed = StartRecord(step=11, resumed_from_step=11, world_size=8, time=9.0)
-    two = [start, *warm, step(10, 100.0), resumed, *[step(12 + i, 1.0) for i in range(WARMUP_STEPS)],
-           step(20, 500.0)]  # fmt: skip
+    two = [
+        start,
+        *warm,
+        step(10, 100.0),
+        resumed,
+        *[step(12 + i, 1.0) for i in range(WARMUP_STEPS)],
+        step(20, 500.0),
+    ]
     assert measured_from(two).tokens_per_s_per_gpu == 300.0  # 100 and 500: warm-ups left out
     v1 = [*warm, step(10, 100.0), *[step(5 + i, 1.0) for i in range(WARMUP_STEPS)], step(9, 500.0)]
     assert measured_from(v1).tokens_per_s_per_gpu == 300.0
@@ -388,16 +486,20 @@ def test_calibration_reaches_every_preferences_plan(tmp_path, capsys):
     prof = _profile(tmp_path / "b200.yaml", "b200-fit", 0.40)
     d = spec_dict("llama-3.1-8b")
     d["training"] = {"total_tokens": 2_000_000_000, "precision": "bf16", "pins": {"compile": False}}
-    d["compute"] = {"instance_preferences": [
-        {"instance_type": "ml.p6-b200.48xlarge", "instance_count": 1},
-        {"instance_type": "ml.p5en.48xlarge", "instance_count": 1},
-    ]}  # fmt: skip
+    d["compute"] = {
+        "instance_preferences": [
+            {"instance_type": "ml.p6-b200.48xlarge", "instance_count": 1},
+            {"instance_type": "ml.p5en.48xlarge", "instance_count": 1},
+        ]
+    }
     plans = plan(d, calibration=str(prof)).plans
     assert [p.calibration.origin for p in plans] == ["flag", "flag"]
     assert plans[0].calibration.changed and not plans[1].calibration.changed
     (tmp_path / "spec.yaml").write_text(json.dumps(d))
-    code, out, _ = run(["plan", str(tmp_path / "spec.yaml"), "--calibration", str(prof),
-                        "--output", "json"], capsys)  # fmt: skip
+    code, out, _ = run(
+        ["plan", str(tmp_path / "spec.yaml"), "--calibration", str(prof), "--output", "json"],
+        capsys,
+    )
     assert code == 0
     got = json.loads(out)
     assert [p["plan"]["calibration"]["origin"] for p in got["preferences"]] == ["flag", "flag"]
