@@ -25,7 +25,9 @@ sequences, no compile, and skips fp8):
 
 One JSON line per run (benchmarks/_common.py): tokens/s/GPU, MFU, step time, peak allocated and
 reserved memory, the peak nvidia-smi memory.used, each beside the plan's prediction and the goal's
-band (tokens/s within 15 %, memory within 10 %; MFU >= 40 % on the 1B bf16 runs). `--budget-s`
+band (tokens/s within 15 %, memory within 10 %; MFU >= 40 % on the 1B bf16 runs), and, for the
+eager bf16 runs, the fake-tensor trace's peak (traced on the cuda device after the run) beside
+the allocated peak (within 5 %; benchmarks/gpu_check_trace.py). `--budget-s`
 starts no run after that many seconds (the device gives 10 minutes a call), `--results` appends
 each row to a file as it is made. Exit 0 when all goals are met (always in --cpu-dry, where the
 CPU peak is nominal and goals are not applied), 1 when one is missed, 2 when a run fails. The run
@@ -48,10 +50,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import emit, note
 from gpu_check_launch import SmiPeak, launch, load_export
 from gpu_check_runs import RunDef, plan_run, runs
+from gpu_check_trace import traced_for
 
 GOAL_MFU = 0.40
 GOAL_MEMORY_REL = 0.10
 GOAL_TOKENS_REL = 0.15
+GOAL_TRACE_REL = 0.05  # measured allocated peak against the fake-tensor trace
 
 
 def pick_gpu(name: str, override: str | None):
@@ -153,6 +157,8 @@ def launched_row(rd, plan, rundir: Path, rc: int, wall: float, smi, extra, commo
         extra["loss_vs_" + rd.compare_loss_with] = loss_match(
             rundir, rundir.parent / rd.compare_loss_with
         )
+    dry = common["mode"] == "cpu-dry"
+    traced = traced_for(plan, dry=dry)
     tok, mfu, reserved = m["tokens_per_s_per_gpu"], m["mfu"], m["peak_memory_reserved_gib"]
     mem_pred = plan.memory_gib.allocator_reserved or plan.memory_gib.total
     pred = plan.throughput
@@ -161,11 +167,13 @@ def launched_row(rd, plan, rundir: Path, rc: int, wall: float, smi, extra, commo
         "peak_reserved_gib": within(reserved, mem_pred, GOAL_MEMORY_REL),
         "mfu": (mfu is not None and mfu >= GOAL_MFU) if rd.mfu_goal else None,
     }
+    goals["peak_allocated_vs_trace"] = within(
+        m["peak_memory_allocated_gib"], traced["peak_gib"], GOAL_TRACE_REL
+    )
     if rd.ckpt:
         goals["resumed_and_exported"] = bool(
             extra["resumed_from_step"] and extra["export"].get("loaded") is not False
         )
-    dry = common["mode"] == "cpu-dry"
     ok = None if dry else all(v is not False for v in goals.values())
     smi_gib = None if smi.peak_mib is None else round(smi.peak_mib / 1024, 3)
     return emit(
@@ -190,10 +198,12 @@ def launched_row(rd, plan, rundir: Path, rc: int, wall: float, smi, extra, commo
             "allocator_reserved_gib": round(mem_pred, 3),
             "total_incl_context_gib": round(plan.memory_gib.total, 3),
         },
+        traced=traced,
         goal_band={
             "tokens_per_s_per_gpu": band(pred.tokens_per_s_per_gpu, GOAL_TOKENS_REL),
             "peak_reserved_gib": band(mem_pred, GOAL_MEMORY_REL),
             "mfu": f">= {GOAL_MFU}" if rd.mfu_goal else None,
+            "peak_allocated_vs_trace": band(traced["peak_gib"], GOAL_TRACE_REL),
         },
         goals=goals if not dry else {k: None for k in goals},
         status=s["status"],

@@ -55,7 +55,20 @@ def runs() -> list[RunDef]:
             compare_loss_with="bf16-ac-none",
         )
     )
-    out.append(RunDef("long-seq", ac="full", global_seqs=1, long_seq=True, steps=8, mfu_goal=False))
+    # Eager (compile pinned off) where memory is the point: the fake-tensor trace runs eager, so
+    # these runs' allocated peaks are held to it (gpu_check_trace.py).
+    eager = {"compile": False}
+    out.append(
+        RunDef(
+            "long-seq",
+            ac="full",
+            global_seqs=1,
+            long_seq=True,
+            steps=8,
+            mfu_goal=False,
+            pins=eager,
+        )
+    )
     out.append(
         RunDef(
             "near-limit",
@@ -64,10 +77,11 @@ def runs() -> list[RunDef]:
             global_seqs=32,
             mfu_goal=False,
             fill_memory=True,
+            pins=eager,
         )
     )
     out.append(RunDef("cp-numerics", kind="cp", mfu_goal=False))
-    out.append(RunDef("ckpt-resume-export", ckpt=True, mfu_goal=False))
+    out.append(RunDef("ckpt-resume-export", ckpt=True, mfu_goal=False, pins=eager))
     return out
 
 

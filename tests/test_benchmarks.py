@@ -69,12 +69,23 @@ def test_gpu_check_cpu_dry_runs_the_real_launcher_end_to_end(tmp_path, local_whe
     the spec they plan: the plan-only test below covers them."""
     out = tmp_path / "run"
     proc = subprocess.run(
-        ["bash", "benchmarks/gpu_check.sh", "--cpu-dry", "--out", str(out),
-         "--runs", "ckpt-resume-export,fp8,bf16-ac-none,loss-full-logits,cp-numerics",
-         "--results", str(tmp_path / "rows.jsonl")],
-        cwd=REPO, capture_output=True, text=True, timeout=400,
+        [
+            "bash",
+            "benchmarks/gpu_check.sh",
+            "--cpu-dry",
+            "--out",
+            str(out),
+            "--runs",
+            "ckpt-resume-export,fp8,bf16-ac-none,loss-full-logits,cp-numerics",
+            "--results",
+            str(tmp_path / "rows.jsonl"),
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=400,
         env={**os.environ, "BSM_GPU_CHECK_WHEELS": str(local_wheels)},
-    )  # fmt: skip
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "[bsm-bootstrap] pydantic " in proc.stderr  # the container's bootstrap ran first
     ckpt, fp8, chunked, full, cp = _rows(proc.stdout)
@@ -101,6 +112,10 @@ def test_gpu_check_cpu_dry_runs_the_real_launcher_end_to_end(tmp_path, local_whe
     assert ckpt["status"] == "completed" and math.isfinite(ckpt["final_loss"])
     assert 3 <= ckpt["stopped_at_step"] == ckpt["resumed_from_step"] < ckpt["final_step"] == 6
     assert ckpt["export"]["loaded"] is True and ckpt["export"]["params"] > 0
+    # the fake-tensor trace of the same plan, beside the measurement (the goal on a GPU only)
+    assert ckpt["traced"]["source"] == "traced now on fake cpu tensors"
+    assert ckpt["traced"]["peak_gib"] > 0
+    assert "peak_allocated_vs_trace" in ckpt["goals"]
     assert ckpt["config"]["precision"] == "bf16" and ckpt["config"]["compile"] is False
     assert fp8["run"] == "fp8" and "CUDA" in fp8["skipped"] and fp8["value"] is None
     assert "[bsm-step] step=6 " in proc.stderr  # the real launcher and worker ran
@@ -110,9 +125,12 @@ def test_gpu_check_cpu_dry_runs_the_real_launcher_end_to_end(tmp_path, local_whe
 
 def test_gpu_check_without_prepared_wheels_says_how(tmp_path):
     proc = subprocess.run(
-        ["bash", "benchmarks/gpu_check.sh", "--cpu-dry"], cwd=REPO, capture_output=True,
-        text=True, env={**os.environ, "BSM_GPU_CHECK_WHEELS": str(tmp_path / "none")},
-    )  # fmt: skip
+        ["bash", "benchmarks/gpu_check.sh", "--cpu-dry"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "BSM_GPU_CHECK_WHEELS": str(tmp_path / "none")},
+    )
     assert proc.returncode == 2 and "--prepare-wheels" in proc.stderr
 
 

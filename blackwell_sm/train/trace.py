@@ -47,9 +47,14 @@ TERM_OF = {
     "Buffer": "buffers",
 }
 TERMS = (
-    "params_fp32", "grads_fp32", "optimizer_states", "params_unsharded", "grads_unsharded",
-    "activations_and_loss", "buffers",
-)  # fmt: skip
+    "params_fp32",
+    "grads_fp32",
+    "optimizer_states",
+    "params_unsharded",
+    "grads_unsharded",
+    "activations_and_loss",
+    "buffers",
+)
 
 
 class TraceResult(BaseModel):
@@ -101,10 +106,10 @@ def fake_world(world_size: int):
         dist.destroy_process_group()
 
 
-def _env(world_size: int):
+def _env(world_size: int, device: torch.device):
     from blackwell_sm.train.distributed import Env
 
-    return Env(rank=0, world_size=world_size, local_rank=0, device=torch.device("cpu"))
+    return Env(rank=0, world_size=world_size, local_rank=0, device=device)
 
 
 def _batch(plan: Plan, device: torch.device, seq_len: int) -> tuple:
@@ -159,12 +164,16 @@ def _state_bytes(optimizer) -> int:
     )
 
 
-def trace_plan(plan: Plan, *, fake: bool = True, warmup: bool = True) -> TraceResult:
+def trace_plan(
+    plan: Plan, *, fake: bool = True, warmup: bool = True, device: str = "cpu"
+) -> TraceResult:
     """Trace the plan's step on fake tensors (see the module docstring); bytes per rank.
     `fake=False`: real (uninitialised) tensors, with the CPU allocator's own rise over the
     measured forward-backward beside the tracker's: the instrument's check, at small sizes.
     `warmup=False`: no warm-up step (half the time; tests/test_trace.py shows it changes no
-    figure)."""
+    figure). `device="cuda"` (on a GPU machine, fake tensors still): the plan's own device form
+    (fused norms, block masks, the CUDA loss policy), which is what the GPU check holds its
+    measured peak to."""
     from blackwell_sm.train.context_parallel import CpGroup
     from blackwell_sm.train.distributed import build_cp_mesh, build_mesh
 
@@ -172,16 +181,16 @@ def trace_plan(plan: Plan, *, fake: bool = True, warmup: bool = True) -> TraceRe
     # linears need a GPU (docs/planner.md "Tracing the real loop"); TraceResult says what ran.
     cfg = plan.config.model_copy(update={"compile": False, "precision": "bf16"})
     plan = plan.model_copy(update={"config": cfg})
-    device = torch.device("cpu")
+    dev = torch.device(device)
     t0 = time.perf_counter()
     gc.collect()
     with fake_world(cfg.world_size):
-        env = _env(cfg.world_size)
+        env = _env(cfg.world_size, dev)
         # The meshes before fake mode: their rank bookkeeping reads real tensors.
         mesh = build_mesh(cfg, env)
         cp_mesh = build_cp_mesh(cfg, env)
         cp = None if cp_mesh is None else CpGroup.from_mesh(cp_mesh)
-        return _trace(plan, mesh, cp, device, t0, fake, warmup)
+        return _trace(plan, mesh, cp, dev, t0, fake, warmup)
 
 
 def _tracker_class():
@@ -350,6 +359,6 @@ def _warmup_len(cfg) -> int:
     return min(cfg.seq_len, 2 * cfg.cp_degree * 64)
 
 
-def traced_peak_bytes(plan: Plan, *, warmup: bool = True) -> int:
+def traced_peak_bytes(plan: Plan, *, warmup: bool = True, device: str = "cpu") -> int:
     """Per-rank traced peak (bytes) of `plan`'s training step (`trace_plan`)."""
-    return trace_plan(plan, warmup=warmup).peak_bytes
+    return trace_plan(plan, warmup=warmup, device=device).peak_bytes
