@@ -117,6 +117,7 @@ def check_cp_saved_bytes(env) -> None:
     from torch.distributed.device_mesh import init_device_mesh
 
     from blackwell_sm.planner import memory
+    from blackwell_sm.planner.shape import shape
     from blackwell_sm.train.context_parallel import CpGroup
     from blackwell_sm.train.model import Transformer
 
@@ -132,12 +133,14 @@ def check_cp_saved_bytes(env) -> None:
     tokens = torch.randint(0, SPEC.vocab_size, (b, local), generator=g)
     for mode in ("none", "full"):
         got = _saved_bytes(model, tokens, mode)
-        want = memory.saved_activation_bytes(SPEC, b, local, mode, fused_norm=False)
+        want = memory.saved_activation_bytes(shape(SPEC), b, local, mode, fused_norm=False)
         want += (
-            memory.context_parallel_bytes(SPEC, b, seq, cp.degree, mode) if mode == "none" else 0
+            memory.context_parallel_bytes(shape(SPEC), b, seq, cp.degree, mode)
+            if mode == "none"
+            else 0
         )
         want += memory.attention_mask_bytes(
-            SPEC, b, seq, mode, packed=False, cp_degree=cp.degree, kind="cpu"
+            shape(SPEC), b, seq, mode, packed=False, cp_degree=cp.degree, kind="cpu"
         )
         want += 2 * local * SPEC.head_dim * 2  # the RoPE rows of this rank's positions (bf16)
         assert got == want, (mode, got, want, got - want)

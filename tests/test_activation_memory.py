@@ -27,6 +27,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from blackwell_sm.planner import memory  # noqa: E402
+from blackwell_sm.planner.shape import shape as model_shape  # noqa: E402
 from blackwell_sm.spec import ModelSpec  # noqa: E402
 from blackwell_sm.train.activation_checkpoint import apply_activation_checkpointing  # noqa: E402
 from blackwell_sm.train.model import Transformer  # noqa: E402
@@ -216,7 +217,7 @@ def test_activation_term_matches_real_model(shape, mode):
     model.to(torch.bfloat16)
     tokens = torch.randint(0, spec.vocab_size, (b, s))
     measured = _measure_saved_bytes(model, tokens, mode)
-    predicted = memory.saved_activation_bytes(spec, b, s, mode, 2, fused_norm=False)
+    predicted = memory.saved_activation_bytes(model_shape(spec), b, s, mode, 2, fused_norm=False)
     # Exact: the description counts every tensor the real block keeps (torch is pinned).
     assert predicted == measured, (mode, predicted, measured)
 
@@ -249,8 +250,10 @@ def test_the_recompute_working_set_is_what_a_recomputed_block_recreates(mode):
     per_block = (measured["none"] - measured[mode]) / spec.n_layers
 
     def working_set(m: str) -> float:
-        total = memory.activation_bytes(spec, b, s, m, dtype_bytes=2, fused_norm=False)
-        return total - memory.saved_activation_bytes(spec, b, s, m, 2, fused_norm=False)
+        total = memory.activation_bytes(model_shape(spec), b, s, m, dtype_bytes=2, fused_norm=False)
+        return total - memory.saved_activation_bytes(
+            model_shape(spec), b, s, m, 2, fused_norm=False
+        )
 
     assert per_block > 0
     assert working_set(mode) - working_set("none") == per_block, (mode, per_block)
@@ -274,9 +277,9 @@ def test_state_bytes_exact_after_a_real_adamw_step():
         for k, v in st.items()
         if k in ("exp_avg", "exp_avg_sq")
     )
-    assert (params, grads, states) == memory.state_bytes(spec, 1)
+    assert (params, grads, states) == memory.state_bytes(model_shape(spec), 1)
     # ... and sharding divides each exactly by the shard degree.
-    assert memory.state_bytes(spec, 4) == tuple(x / 4 for x in (params, grads, states))
+    assert memory.state_bytes(model_shape(spec), 4) == tuple(x / 4 for x in (params, grads, states))
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -297,7 +300,7 @@ def test_document_mask_bytes_match_the_real_model(mode):
     assert packed - plain == arch.document_mask_bytes(spec, b, s, mode)
     terms = [
         memory.memory_terms(
-            spec,
+            model_shape(spec),
             shard_degree=1,
             replicate_degree=1,
             micro_batch=b,

@@ -13,6 +13,7 @@ from blackwell_sm.errors import SpecError
 from blackwell_sm.hardware import CATALOG, local_instance
 from blackwell_sm.planner import memory
 from blackwell_sm.planner.api import make_plan, plan
+from blackwell_sm.planner.shape import Shape, shape
 from blackwell_sm.spec import PRESETS, ModelSpec, load_spec, parse_spec, with_overrides
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -21,11 +22,11 @@ B200 = "ml.p6-b200.48xlarge"
 
 
 @st.composite
-def model_shapes(draw) -> ModelSpec:
+def model_shapes(draw) -> Shape:
     head_dim = draw(st.sampled_from([16, 32, 64, 128]))
     kv = draw(st.integers(1, 8))
     group = draw(st.integers(1, 8))
-    return ModelSpec(
+    spec = ModelSpec(
         n_layers=draw(st.integers(1, 96)),
         d_model=head_dim * kv * group,
         n_heads=kv * group,
@@ -34,6 +35,7 @@ def model_shapes(draw) -> ModelSpec:
         vocab_size=draw(st.integers(256, 256_000)),
         tie_embeddings=draw(st.booleans()),
     )
+    return shape(spec)
 
 
 @settings(max_examples=150, deadline=None)
@@ -79,13 +81,13 @@ def test_full_le_selective_le_none(m, mb, seq, fused, compile):
 
 
 def test_no_quadratic_attention_term():
-    m = PRESETS["llama-3.1-8b"]
+    m = shape(PRESETS["llama-3.1-8b"])
     one = memory.activation_bytes_per_block(m, 1, 8192, "none")
     assert memory.activation_bytes_per_block(m, 1, 16384, "none") == pytest.approx(2 * one)
 
 
 def test_logits_term_is_the_fp32_loss():
-    m = PRESETS["llama-3.1-8b"]
+    m = shape(PRESETS["llama-3.1-8b"])
     assert memory.logits_and_loss_bytes(m, 2, 8192) == 2 * 8192 * m.vocab_size * 12
 
 
@@ -397,7 +399,7 @@ def test_packed_rows_pay_the_full_score_matrix():
     from blackwell_sm.planner import calibration as C
     from blackwell_sm.planner.step_time import compute_time_per_token
 
-    m, inst = memory.shape(PRESETS["qwen3-8b"]), get_instance("ml.p6-b200.48xlarge")
+    m, inst = shape(PRESETS["qwen3-8b"]), get_instance("ml.p6-b200.48xlarge")
     a, b = (
         compute_time_per_token(m, inst, 4096, "bf16", "selective-op", True, packed=p)
         for p in (False, True)

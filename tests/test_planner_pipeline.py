@@ -22,6 +22,7 @@ from blackwell_sm.planner.notes import NOTE_CODES, Note
 from blackwell_sm.planner.plan import Plan
 from blackwell_sm.planner.precision import choose_precision
 from blackwell_sm.planner.search import candidates, evaluate, usable_bytes
+from blackwell_sm.planner.shape import shape
 from blackwell_sm.planner.table import Table
 from blackwell_sm.runs.calibrate_sources import csv_row
 from blackwell_sm.spec import PRESETS, parse_spec
@@ -152,7 +153,7 @@ def test_more_sharding_never_needs_more_memory():
     """`Table.any_within` answers a knob set from where its most sharded layout first fits:
     total memory must not grow with the shard degree (all else equal)."""
     for name in ("llama-3.2-1b", "llama-3.1-70b", "qwen3-32b"):
-        sh = memory.shape(PRESETS[name])
+        sh = shape(PRESETS[name])
         for mode in ("none", "full"):
             for precision in ("bf16", "fp8", "mxfp8"):
                 kw = dict(
@@ -174,7 +175,7 @@ def test_more_sharding_never_needs_more_memory():
 def test_the_memory_cache_key_holds():
     """Table.memory keys HSDP layouts on (shard, replicas > 1): memory_terms must not depend on
     the replica count beyond that (if the memory model comes to, widen the key)."""
-    sh = memory.shape(PRESETS["llama-3.1-70b"])
+    sh = shape(PRESETS["llama-3.1-70b"])
     kw = dict(
         shard_degree=8,
         micro_batch=2,

@@ -8,7 +8,7 @@ import pytest
 
 from blackwell_sm.hardware import get_instance
 from blackwell_sm.planner import calibration as C
-from blackwell_sm.planner.memory import shape
+from blackwell_sm.planner.shape import shape
 from blackwell_sm.planner.step_time import compute_time_per_token, step_time
 from blackwell_sm.spec import get_preset
 

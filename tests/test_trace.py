@@ -19,6 +19,7 @@ from train_support import local_plan  # noqa: E402
 from blackwell_sm.errors import SpecError  # noqa: E402
 from blackwell_sm.planner import memory  # noqa: E402
 from blackwell_sm.planner.api import pinned_plan, plan, trace_plan  # noqa: E402
+from blackwell_sm.planner.shape import shape  # noqa: E402
 from blackwell_sm.planner.trace_check import TracedPlan, compare  # noqa: E402
 from blackwell_sm.spec import arch, long_context, parse_spec  # noqa: E402
 from blackwell_sm.spec.presets import PRESETS  # noqa: E402
@@ -133,7 +134,7 @@ def test_llama_1b_at_full_size_agrees_with_the_planner():
     for term in ("params_fp32", "optimizer_states", "params_unsharded", "grads_fp32"):
         assert rows[term].traced_gib == pytest.approx(rows[term].predicted_gib, abs=0.01), term
     assert "loss's backward" in r.peak_at  # the phase the planner picked too
-    phases = memory.phase_terms(spec.model, **_knobs(p))
+    phases = memory.phase_terms(shape(spec.model), **_knobs(p))
     assert max(phases.values(), key=lambda t: t.total).phase == "loss"
 
 

@@ -12,9 +12,9 @@ from blackwell_sm.errors import SpecError
 from blackwell_sm.hardware import InstanceType, get_instance
 from blackwell_sm.opt_ml import is_local_run
 from blackwell_sm.planner import calibration as C
-from blackwell_sm.planner.memory import Shape, shape
 from blackwell_sm.planner.notes import Note, warning
 from blackwell_sm.planner.plan import CalibrationRef
+from blackwell_sm.planner.shape import Shape, shape
 from blackwell_sm.spec import RunSpec
 from blackwell_sm.spec.job import MAX_RUNTIME_HOURS
 

@@ -15,39 +15,35 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from blackwell_sm.planner import calibration as C
-from blackwell_sm.planner.shape import Shape, shape
-from blackwell_sm.spec import ModelSpec, arch, long_context
+from blackwell_sm.planner.shape import Shape
+from blackwell_sm.spec import arch, long_context
 
 GIB = 1024**3
 
 ActivationMode = str  # one of arch.AC_MODES: "none" | "selective" | "selective-op" | "full"
 
 
-def block_linear_params(model: ModelSpec | Shape) -> int:
+def block_linear_params(model: Shape) -> int:
     """Parameters of one block's linears (everything but its RMSNorm weights)."""
-    return shape(model).linear_params
+    return model.linear_params
 
 
-def root_params(model: ModelSpec | Shape) -> int:
+def root_params(model: Shape) -> int:
     """Parameters outside the blocks (embedding, final norm, untied head): the FSDP root unit."""
     return model.n_params - model.n_layers * model.params_per_layer
 
 
-def state_bytes(model: ModelSpec | Shape, shard_degree: int) -> tuple[float, float, float]:
+def state_bytes(model: Shape, shard_degree: int) -> tuple[float, float, float]:
     """(fp32 master params, fp32 grads, AdamW exp_avg + exp_avg_sq) per GPU, sharded N ways."""
-    model = shape(model) if isinstance(model, ModelSpec) else model
     p = model.n_params / shard_degree
     return p * C.MASTER_PARAM_BYTES, p * C.GRAD_BYTES, p * C.ADAM_STATE_BYTES
 
 
-def gathered_param_bytes(
-    model: ModelSpec | Shape, precision: str, reshard_after_forward: bool
-) -> float:
+def gathered_param_bytes(model: Shape, precision: str, reshard_after_forward: bool) -> float:
     """bf16 (or fp8) unsharded parameters live in a block's backward. The root unit (embedding,
     norm, head) stays gathered for the whole step (train/parallelize.py: reshard_after_forward=False
     on the root); it is never low precision. Blocks: the running one plus FSDP2's one-block
     prefetch, or every block when kept gathered between forward and backward."""
-    model = shape(model) if isinstance(model, ModelSpec) else model
     lin = block_linear_params(model)
     block = lin * C.GATHER_BYTES[precision] + (model.params_per_layer - lin) * 2
     n_blocks = min(
@@ -56,20 +52,18 @@ def gathered_param_bytes(
     return n_blocks * block + root_params(model) * 2
 
 
-def head_grad_bytes(model: ModelSpec | Shape) -> float:
+def head_grad_bytes(model: Shape) -> float:
     """The head's bf16 gradient (the embedding's, when tied): made in the loss's backward, alive
     through the whole backward (the root unit reduce-scatters it last)."""
-    model = shape(model) if isinstance(model, ModelSpec) else model
     return float(model.vocab_size * model.d_model * 2)
 
 
-def grad_transient_bytes(model: ModelSpec | Shape, block_saved: float = 0.0) -> float:
+def grad_transient_bytes(model: Shape, block_saved: float = 0.0) -> float:
     """Unsharded gradients and reduce-scatter buffers at the peak of backward: the head's
     gradient, and a block's bf16 gradient with its fp32 reduce-scatter input and the previous
     block's reduce-scatter in flight, beyond the `block_saved` activations that block's
     backward has freed (the peak is then the next block's recompute; with more saved per block
     than its gradients, the last block's recompute, before any block gradient exists)."""
-    model = shape(model) if isinstance(model, ModelSpec) else model
     block = model.params_per_layer * C.BLOCK_GRAD_BYTES
     return head_grad_bytes(model) + max(0.0, block - block_saved)
 
@@ -78,7 +72,7 @@ norm_saved_bytes_per_elem = arch.norm_saved_bytes_per_elem
 
 
 def activation_bytes_per_block(
-    model: ModelSpec | Shape,
+    model: Shape,
     micro_batch: int,
     seq_len: int,
     mode: ActivationMode,
@@ -88,13 +82,12 @@ def activation_bytes_per_block(
 ) -> float:
     """Bytes one block keeps for backward between its forward and its backward
     (`arch.block_saved_bytes_per_token` x tokens: the description says what each mode keeps)."""
-    model = shape(model) if isinstance(model, ModelSpec) else model
     per_tok = arch.block_saved_bytes_per_token(model.spec, mode, dtype_bytes, fused_norm)
     return float(micro_batch * seq_len * per_tok)
 
 
 def outside_block_activation_bytes(
-    model: ModelSpec | Shape,
+    model: Shape,
     micro_batch: int,
     seq_len: int,
     dtype_bytes: int = 2,
@@ -102,14 +95,13 @@ def outside_block_activation_bytes(
     fused_norm: bool = True,
 ) -> float:
     """Saved outside the blocks: token ids (int64), the final norm's save and the head's input."""
-    model = shape(model) if isinstance(model, ModelSpec) else model
     h = model.d_model
     per_tok = 8 + norm_saved_bytes_per_elem(fused_norm) * h + 4 + dtype_bytes * h
     return float(micro_batch * seq_len * per_tok)
 
 
 def saved_activation_bytes(
-    model: ModelSpec | Shape,
+    model: Shape,
     micro_batch: int,
     seq_len: int,
     mode: ActivationMode,
@@ -118,7 +110,6 @@ def saved_activation_bytes(
     fused_norm: bool = True,
 ) -> float:
     """Everything kept for backward by the model's forward (all blocks + outside), no logits."""
-    model = shape(model) if isinstance(model, ModelSpec) else model
     per_block = activation_bytes_per_block(
         model, micro_batch, seq_len, mode, dtype_bytes, fused_norm=fused_norm
     )
@@ -129,7 +120,7 @@ def saved_activation_bytes(
 
 
 def activation_bytes(
-    model: ModelSpec | Shape,
+    model: Shape,
     micro_batch: int,
     seq_len: int,
     mode: ActivationMode,
@@ -144,7 +135,6 @@ def activation_bytes(
     checkpointing), and the gradients at backward's peak inside it: one of width f and one of h
     (traced: train/trace.py; the gradient flowing in and the MLP's widest one).
     """
-    model = shape(model) if isinstance(model, ModelSpec) else model
     saved = saved_activation_bytes(
         model, micro_batch, seq_len, mode, dtype_bytes, fused_norm=fused_norm
     )
@@ -163,7 +153,7 @@ def activation_bytes(
 
 
 def logits_and_loss_bytes(
-    model: ModelSpec | Shape,
+    model: Shape,
     micro_batch: int,
     seq_len: int,
     *,
@@ -175,7 +165,6 @@ def logits_and_loss_bytes(
     loop's default, train/loss.py): one chunk of logits and the head input's gradient
     (`long_context.chunked_loss_bytes`). `full-logits`: b x s x V x bytes per logit (fewer when
     the loss is compiled, which fuses the fp32 upcast and log-softmax; rows of other stacks)."""
-    model = shape(model) if isinstance(model, ModelSpec) else model
     tokens = micro_batch * seq_len
     if loss_impl == "chunked":
         return long_context.chunked_loss_bytes(model.vocab_size, model.d_model, tokens, kind=kind)
@@ -184,7 +173,7 @@ def logits_and_loss_bytes(
 
 
 def context_parallel_bytes(
-    model: ModelSpec | Shape, micro_batch: int, seq_len: int, cp_degree: int, mode: str
+    model: Shape, micro_batch: int, seq_len: int, cp_degree: int, mode: str
 ) -> float:
     """What context parallelism adds on one GPU (train/context_parallel.py): each attention holds
     the whole sequence's keys and values (b x s x 2 x kv x 2 bytes, all-gathered). Without
@@ -193,7 +182,6 @@ def context_parallel_bytes(
     gradients (before the reduce-scatter)."""
     if cp_degree == 1:
         return 0.0
-    model = shape(model) if isinstance(model, ModelSpec) else model
     kv_bytes = micro_batch * seq_len * 2 * model.kv_dim * 2
     if mode == "none":
         return model.n_layers * kv_bytes * (cp_degree - 1) / cp_degree
@@ -201,7 +189,7 @@ def context_parallel_bytes(
 
 
 def attention_mask_bytes(
-    model: ModelSpec | Shape,
+    model: Shape,
     micro_batch: int,
     seq_len: int,
     mode: str,
@@ -213,7 +201,6 @@ def attention_mask_bytes(
     """The attention mask's bytes (train/attention.py, `long_context.mask_kind`): none for the
     causal kernel; a dense mask as `arch.document_mask_bytes` (queries: this rank's share of the
     sequence); FlexAttention's block mask, a few bytes per 128 x 128 block."""
-    model = shape(model) if isinstance(model, ModelSpec) else model
     q_len = seq_len // cp_degree
     form = long_context.mask_kind(
         packed=packed,
@@ -236,10 +223,9 @@ def attention_mask_bytes(
     )
 
 
-def fp8_extra_bytes(model: ModelSpec | Shape, precision: str) -> float:
+def fp8_extra_bytes(model: Shape, precision: str) -> float:
     """Low-precision extras: the fp8 copies of the live blocks' weights (and their transposes for
     backward) made by the fp8 / mxfp8 linears; scales and amax buffers are negligible."""
-    model = shape(model) if isinstance(model, ModelSpec) else model
     if precision == "bf16":
         return 0.0
     # fp8 all-gather already delivers fp8 weights: only the transposed copy for backward is new.
@@ -304,7 +290,7 @@ PHASES = ("loss", "backward", "backward end", "optimizer")
 
 # long function: the three moments of the step, each term by term
 def phase_terms(
-    model: ModelSpec | Shape,
+    model: Shape,
     *,
     shard_degree: int,
     replicate_degree: int,
@@ -329,7 +315,6 @@ def phase_terms(
     `context_parallel_bytes`; `loss_impl`: the loss's term, `logits_and_loss_bytes`;
     `grad_accum`: with more than one, the earlier micro-batches' sharded gradients are alive).
     Each phase counts what is alive at it (traced: train/trace.py)."""
-    model = shape(model) if isinstance(model, ModelSpec) else model
     params, grads, optim = state_bytes(model, shard_degree)
     single = shard_degree * replicate_degree == 1
     # FSDP2 casts to bf16 per unit even on one rank (a no-op all-gather): same live copies.
@@ -383,6 +368,6 @@ def phase_terms(
     return out
 
 
-def memory_terms(model: ModelSpec | Shape, **knobs) -> MemoryTerms:
+def memory_terms(model: Shape, **knobs) -> MemoryTerms:
     """The terms at the peak: the largest of `phase_terms` (same arguments); others are 0."""
     return max(phase_terms(model, **knobs).values(), key=lambda t: t.total)

@@ -10,7 +10,8 @@ from typing import NamedTuple
 
 from blackwell_sm.hardware import InstanceType
 from blackwell_sm.planner import calibration as C
-from blackwell_sm.planner.memory import Shape, root_params
+from blackwell_sm.planner.memory import root_params
+from blackwell_sm.planner.shape import Shape
 from blackwell_sm.spec import arch, long_context
 
 

@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from blackwell_sm.planner import memory
 from blackwell_sm.planner.memory import GIB
 from blackwell_sm.planner.plan import Plan
+from blackwell_sm.planner.shape import shape
 from blackwell_sm.spec import long_context
 
 #: What each traced term is and why it may differ from the prediction.
@@ -80,7 +81,7 @@ def predicted_terms(plan: Plan, precision: str = "bf16") -> dict[str, float]:
     (`precision`: the one the trace ran)."""
     c, spec = plan.config, plan.spec
     phases = memory.phase_terms(
-        spec.model,
+        shape(spec.model),
         shard_degree=c.shard_degree,
         replicate_degree=c.replicate_degree,
         micro_batch=c.micro_batch_size,

@@ -15,10 +15,10 @@ from blackwell_sm.hardware import CATALOG, GpuSpec, InstanceType, get_instance, 
 from blackwell_sm.opt_ml import is_local_run
 from blackwell_sm.planner import calibration as C
 from blackwell_sm.planner.fit import Row
-from blackwell_sm.planner.memory import shape
 from blackwell_sm.planner.plan import Plan
 from blackwell_sm.planner.profile import ProfileSource
 from blackwell_sm.planner.search import Candidate, Context
+from blackwell_sm.planner.shape import shape
 from blackwell_sm.runs.read import RunFiles, read_job, read_run_dir
 from blackwell_sm.spec import PRESETS
 
