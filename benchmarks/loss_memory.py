@@ -22,29 +22,10 @@ from _common import emit, note
 
 
 def cpu_peak_bytes(fn: Callable[[], object]) -> tuple[int, int]:
-    """(peak, end) bytes the CPU allocator held above its level when `fn` started, from the
-    profiler's allocation events (each carries the allocator's running total)."""
-    from torch._C._profiler import _EventType
-    from torch.profiler import ProfilerActivity, profile
+    """(peak, end) bytes the CPU allocator held above its level when `fn` started."""
+    from blackwell_sm.train.trace import allocator_rise
 
-    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
-        fn()
-
-    def walk(nodes):
-        for n in nodes:
-            yield n
-            yield from walk(n.children)
-
-    tree = prof.profiler.kineto_results.experimental_event_tree()
-    allocs = sorted(
-        (e for e in walk(tree) if e.tag == _EventType.Allocation), key=lambda e: e.start_time_ns
-    )
-    if not allocs:
-        return 0, 0
-    first = allocs[0].extra_fields
-    base = first.total_allocated - first.alloc_size
-    peak = max(e.extra_fields.total_allocated for e in allocs)
-    return peak - base, allocs[-1].extra_fields.total_allocated - base
+    return allocator_rise(fn)
 
 
 def measure(tokens: int, d_model: int, vocab: int, dtype_name: str, seed: int = 0) -> dict:

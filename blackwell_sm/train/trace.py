@@ -228,7 +228,7 @@ def _phase(tracker, device: torch.device, fn, *, allocator: bool = False) -> _Ph
         tracker.reset_mod_stats()
         start = tracker.get_tracker_snapshot("current").get(device, {})
         if allocator:
-            alloc = _allocator_rise(fn)
+            alloc = allocator_rise(fn)[0]
         else:
             fn()
             alloc = None
@@ -247,9 +247,9 @@ def _where(peak_at: str) -> str:
     return peak_at or "start of the phase"
 
 
-def _allocator_rise(fn) -> int:
-    """The CPU allocator's peak above its level when `fn` started, from the profiler's
-    allocation events (each carries the allocator's running total)."""
+def allocator_rise(fn) -> tuple[int, int]:
+    """(peak, end) bytes the CPU allocator held above its level when `fn` started, from the
+    profiler's allocation events (each carries the allocator's running total)."""
     from torch._C._profiler import _EventType
     from torch.profiler import ProfilerActivity, profile
 
@@ -266,10 +266,11 @@ def _allocator_rise(fn) -> int:
         (e for e in walk(tree) if e.tag == _EventType.Allocation), key=lambda e: e.start_time_ns
     )
     if not allocs:
-        return 0
+        return 0, 0
     first = allocs[0].extra_fields
     base = first.total_allocated - first.alloc_size
-    return max(e.extra_fields.total_allocated for e in allocs) - base
+    peak = max(e.extra_fields.total_allocated for e in allocs)
+    return peak - base, allocs[-1].extra_fields.total_allocated - base
 
 
 # long function: one step of the loop, as train/loop.py runs it, phase by phase
