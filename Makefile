@@ -44,7 +44,7 @@ browser:
 	    else echo "make browser: no chromium and no root apt-get: install Debian's chromium"; fi; }
 
 test: lint browser
-	$(BIN)/python -m mypy  # the notebook API's types ([tool.mypy] in pyproject.toml)
+	$(BIN)/python -m mypy  # every module of the package ([tool.mypy] in pyproject.toml)
 	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
 
 # The tests that download the container's wheels (once per machine: then the cache serves them).
