@@ -21,7 +21,7 @@ install: $(STAMP)
 
 demo: $(STAMP)
 	$(BIN)/bsm plan --model llama-3.1-8b --instance-type ml.p6-b200.48xlarge
-	$(BIN)/bsm run-local blackwell_sm/templates/demo-tiny.yaml --out demo-run --nproc 2 --fresh
+	$(BIN)/bsm run-local templates/demo-tiny.yaml --out demo-run --nproc 2 --fresh
 	$(BIN)/bsm report demo-run --out demo-run/report.html
 
 lint: $(STAMP)
