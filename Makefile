@@ -21,7 +21,7 @@ install: $(STAMP)
 
 demo: $(STAMP)
 	$(BIN)/bsm plan --model llama-3.1-8b --instance-type ml.p6-b200.48xlarge
-	$(BIN)/bsm run-local blackwell_sm/templates/demo-tiny.yaml --out demo-run --nproc 2 --fresh
+	$(BIN)/bsm run-local templates/demo-tiny.yaml --out demo-run --nproc 2 --fresh
 	$(BIN)/bsm report demo-run --out demo-run/report.html
 
 lint: $(STAMP)
@@ -44,7 +44,7 @@ browser:
 	    else echo "make browser: no chromium and no root apt-get: install Debian's chromium"; fi; }
 
 test: lint browser
-	$(BIN)/python -m mypy  # the notebook API's types ([tool.mypy] in pyproject.toml)
+	$(BIN)/python -m mypy  # every module of the package ([tool.mypy] in pyproject.toml)
 	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
 
 # The tests that download the container's wheels (once per machine: then the cache serves them).

@@ -55,7 +55,7 @@ def commands() -> dict[str, list[str]]:
             *bsm,
             "submit",
             "--dry-run",
-            "blackwell_sm/templates/llama-3.1-8b.yaml",
+            "templates/llama-3.1-8b.yaml",
         ],
         "sdk_import": [sys.executable, "-c", "from sagemaker.train import ModelTrainer"],
     }

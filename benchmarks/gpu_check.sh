@@ -9,7 +9,7 @@
 # The GPU box has torch but no pydantic and no torchao, and no network. --prepare-wheels runs
 # `python -m blackwell_sm.job.wheels --target lent-h200 --torchao --out .whl` (the same download,
 # cache and manifest as a job's code bundle); every other mode first runs the container's own
-# bootstrap (blackwell_sm/entrypoints/bootstrap.py) on .whl/wheels/manifest.json, which installs offline, into
+# bootstrap (entrypoints/bootstrap.py) on .whl/wheels/manifest.json, which installs offline, into
 # a private folder, only what the image lacks. BSM_GPU_CHECK_WHEELS names another folder.
 #
 # Python: $PYTHON if set, else the repo's .venv/bin/python, else python3. The repo root goes on
@@ -35,5 +35,5 @@ if [[ ! -f "$wheels/wheels/manifest.json" ]]; then
   exit 2
 fi
 site="$(mktemp -d "${TMPDIR:-/tmp}/bsm-site.XXXXXX")"
-exec "$py" blackwell_sm/entrypoints/bootstrap.py --root "$wheels" --site "$site" -- \
+exec "$py" entrypoints/bootstrap.py --root "$wheels" --site "$site" -- \
   "$py" benchmarks/gpu_check.py "$@"

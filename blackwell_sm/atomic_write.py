@@ -92,7 +92,7 @@ def atomic_open(
     except OSError as e:
         raise _write_failed(where, e) from None
     try:
-        with os.fdopen(fd, mode, **({"encoding": "utf-8"} if mode == "w" else {})) as f:
+        with os.fdopen(fd, mode, encoding="utf-8" if mode == "w" else None) as f:
             yield f
             f.flush()
             os.fsync(f.fileno())

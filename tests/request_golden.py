@@ -22,7 +22,7 @@ from typing import Any
 
 HERE = Path(__file__).resolve().parent
 GOLDEN = HERE / "data" / "request_golden.json"
-TEMPLATES = HERE.parent / "blackwell_sm" / "templates"
+TEMPLATES = HERE.parent / "templates"
 BUNDLE_SHA = "<bundle-sha256>"
 PLAN_ARN = "arn:aws:sagemaker:us-east-1:123456789012:training-plan/bsm-test-plan"
 B200_PLAN = "arn:aws:sagemaker:us-east-1:123456789012:training-plan/b200-week"

@@ -326,7 +326,7 @@ def test_dry_run_lists_what_the_bundle_carries_why_and_its_size():
 
     from blackwell_sm.cli import cli
 
-    tpl = str(ROOT / "blackwell_sm" / "templates" / "llama-3.2-1b.yaml")
+    tpl = str(ROOT / "templates" / "llama-3.2-1b.yaml")
     text = CliRunner().invoke(cli, ["submit", tpl, "--dry-run"])
     assert text.exit_code == 0, text.output
     assert "# container requirements (wheels for sagemaker-pytorch-2.8):" in text.output

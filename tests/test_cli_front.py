@@ -125,11 +125,11 @@ def test_completion_offers_presets_instance_types_and_spec_files(tmp_path):
     assert _complete("bsm plan --model llama-3.1") == ["llama-3.1-8b", "llama-3.1-70b"]
     assert "ml.p6-b200.48xlarge" in _complete("bsm plan --instance-type ml.p6")
     assert _complete("bsm pla") == ["plan", "plans"]
-    spec = "blackwell_sm/templates/llama-3.1-8b.yaml"
-    assert spec in _complete("bsm submit blackwell_sm/templates/llama-3.1")
+    spec = "templates/llama-3.1-8b.yaml"
+    assert spec in _complete("bsm submit templates/llama-3.1")
     assert _complete("bsm init llama-3.1") == ["llama-3.1-8b", "llama-3.1-70b", "llama-3.1-8b-64k"]
     assert _complete("bsm init llama-3.2-1b-") == ["llama-3.2-1b-128k"]  # a template's name
-    assert _complete("bsm init blackwell_sm/temp") == ["blackwell_sm/templates/"]  # HF-DIR
+    assert _complete("bsm init temp") == ["templates/"]  # HF-DIR
 
 
 def test_an_unknown_command_gets_a_suggestion():

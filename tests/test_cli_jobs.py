@@ -25,7 +25,7 @@ from blackwell_sm.aws.logs import LOG_GROUP
 from blackwell_sm.cli import submit as submit_cli
 
 ROOT = Path(__file__).resolve().parents[1]
-TEMPLATES = sorted((ROOT / "blackwell_sm" / "templates").glob("*.yaml"))
+TEMPLATES = sorted((ROOT / "templates").glob("*.yaml"))
 
 
 @pytest.fixture

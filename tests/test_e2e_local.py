@@ -29,12 +29,12 @@ from blackwell_sm.spec import load_spec
 pytestmark = pytest.mark.slow
 
 REPO = Path(__file__).resolve().parents[1]
-DEMO = REPO / "blackwell_sm" / "templates" / "demo-tiny.yaml"
+DEMO = REPO / "templates" / "demo-tiny.yaml"
 
 
 @pytest.fixture(scope="module")
 def reference(tmp_path_factory: pytest.TempPathFactory) -> dict:
-    """`bsm run-local blackwell_sm/templates/demo-tiny.yaml` exactly as `make demo` runs it (JSON output)."""
+    """`bsm run-local templates/demo-tiny.yaml` exactly as `make demo` runs it (JSON output)."""
     out = tmp_path_factory.mktemp("ref") / "demo"
     proc = run_local_process(DEMO, out, timeout=240)
     assert proc.returncode == 0, proc.stderr[-4000:]

@@ -36,7 +36,7 @@ def hsdp_plan() -> Plan:
     """The planner's plan for 4 local processes pinned to HSDP 2 x 2, split over two hosts of
     two processes (the planner treats a local instance as one machine; the mesh is the same)."""
     spec = with_overrides(
-        load_spec(REPO / "blackwell_sm" / "templates" / "demo-tiny.yaml"),
+        load_spec(REPO / "templates" / "demo-tiny.yaml"),
         {
             "replicate_degree": 2,
             "shard_degree": 2,

@@ -192,7 +192,7 @@ def test_no_module_level_import_cycle():
 
 
 def test_no_function_over_120_lines_without_a_reason():
-    assert long_functions() == []
+    assert long_functions() == [] and long_functions(PKG.parent / "entrypoints") == []
 
 
 @pytest.fixture

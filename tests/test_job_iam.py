@@ -13,7 +13,7 @@ from blackwell_sm.cli import main
 from blackwell_sm.job.iam import BUY_ACTIONS, iam_policies
 
 ROLE = "arn:aws:iam::123456789012:role/bsm-test-role"
-TEMPLATE = Path(__file__).resolve().parents[1] / "blackwell_sm" / "templates" / "llama-3.1-8b.yaml"
+TEMPLATE = Path(__file__).resolve().parents[1] / "templates" / "llama-3.1-8b.yaml"
 
 
 def _statements(doc):

@@ -321,9 +321,7 @@ def test_plan_must_fit_the_spec():
         build_job_request(no_job, plan_for(no_job))
 
 
-TEMPLATES = sorted(
-    p for p in (ROOT / "blackwell_sm" / "templates").glob("*.yaml") if "job:" in p.read_text()
-)
+TEMPLATES = sorted(p for p in (ROOT / "templates").glob("*.yaml") if "job:" in p.read_text())
 
 
 @pytest.mark.parametrize("path", TEMPLATES, ids=[p.stem for p in TEMPLATES])

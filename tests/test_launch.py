@@ -42,7 +42,7 @@ CONTRACT_KEYS = {
 @cache
 def cluster_plan(instance_type: str, count: int) -> Plan:
     spec = with_overrides(
-        load_spec(REPO / "blackwell_sm" / "templates" / "llama-3.1-8b.yaml"),
+        load_spec(REPO / "templates" / "llama-3.1-8b.yaml"),
         {"compute.instance_type": instance_type, "compute.instance_count": count},
     )
     plan = make_plan(spec)
@@ -52,7 +52,7 @@ def cluster_plan(instance_type: str, count: int) -> Plan:
 
 @cache
 def local_plan(nproc: int = 2) -> Plan:
-    spec = load_spec(REPO / "blackwell_sm" / "templates" / "demo-tiny.yaml")
+    spec = load_spec(REPO / "templates" / "demo-tiny.yaml")
     return make_plan(spec, instance=local_instance(nproc=nproc))
 
 
@@ -220,8 +220,16 @@ def test_cuda_plan_needs_visible_gpus(tmp_path: Path) -> None:
 
 
 def test_dry_run_via_the_bundle_entrypoint(tmp_path: Path) -> None:
-    """`python blackwell_sm/entrypoints/launch.py --dry-run` from another directory, no PYTHONPATH: the
+    """`python blackwell_sm/entrypoints/launch.py --dry-run` in a bundle's layout (the package's
+    files where the code bundle puts them), from another directory, no PYTHONPATH: the
     entrypoint finds its bundle's package and prints the contract's JSON."""
+    from blackwell_sm.job.bundle import ENTRYPOINT_SCRIPT
+    from blackwell_sm.job.package_files import package_files
+
+    code = tmp_path / "code"
+    for f in package_files().files:
+        (code / f.arcname).parent.mkdir(parents=True, exist_ok=True)
+        (code / f.arcname).write_bytes(f.path.read_bytes())
     plan = cluster_plan("ml.p6-b200.48xlarge", 2)
     root = host_dir(tmp_path, plan, "algo-2", host_names(2))
     env = {k: v for k, v in launcher_env(master_port=29500).items() if k != "PYTHONPATH"}
@@ -229,7 +237,7 @@ def test_dry_run_via_the_bundle_entrypoint(tmp_path: Path) -> None:
     out = subprocess.run(
         [
             sys.executable,
-            str(REPO / "blackwell_sm" / "entrypoints" / "launch.py"),
+            str(code / ENTRYPOINT_SCRIPT),
             "--plan",
             "plan.json",
             "--dry-run",

@@ -1,4 +1,6 @@
-"""The layer rules as a test: every module under `blackwell_sm/` belongs to exactly one layer, and
+"""The layer rules as a test: every module of the package (under `blackwell_sm/`, and in the
+top-level `entrypoints/` and `templates/` it ships as `blackwell_sm.entrypoints` and
+`blackwell_sm.templates`) belongs to exactly one layer, and
 imports (at the top, inside functions, and the lazy `"blackwell_sm.x:attr"` strings of the CLI
 and the notebook API) only what its layer may.
 
@@ -63,7 +65,7 @@ LAYERS: dict[str, Layer] = {
         TRAINING_STACK | AWS_STACK,
     ),
     "spec": Layer(
-        ("spec",),
+        ("spec", "templates"),
         "the user's words as validated data; presets",
         _l("errors", "safe_load"),
         TRAINING_STACK | AWS_STACK,
@@ -258,11 +260,24 @@ def layer_of(module: str) -> str | None:
     return best[1] if best else None
 
 
-def _module_name(root: Path, path: Path) -> str:
-    parts = list(path.relative_to(root).with_suffix("").parts)
-    if parts[-1] == "__init__" and len(parts) > 1:
-        parts.pop()
-    return ".".join(parts)
+def package_modules(root: Path) -> list[tuple[str, Path]]:
+    """(module, file) of every `.py` under `root/blackwell_sm` and in the folders outside it that
+    `root/pyproject.toml` maps into the package (`entrypoints/` is `blackwell_sm.entrypoints`)."""
+    folders = {PKG: root / PKG}
+    if (root / "pyproject.toml").is_file():
+        from blackwell_sm.job.package_files import source_folders
+
+        for pkg, folder in source_folders(root / "pyproject.toml").items():
+            if not folder.is_relative_to(root / PKG):
+                folders[pkg] = folder
+    out = []
+    for pkg, folder in folders.items():
+        for path in sorted(folder.rglob("*.py")):
+            parts = [*pkg.split("."), *path.relative_to(folder).with_suffix("").parts]
+            if parts[-1] == "__init__" and len(parts) > 1:
+                parts.pop()
+            out.append((".".join(parts), path))
+    return out
 
 
 _LAZY_REF = re.compile(rf"^({PKG}(?:\.\w+)+):\w+$")
@@ -329,10 +344,9 @@ def check_module(module: str, source: str, *, is_package: bool = False) -> list[
 
 
 def violations(root: Path) -> list[str]:
-    """Every rule break under `root/blackwell_sm`."""
+    """Every rule break in the package's modules under `root`."""
     out: list[str] = []
-    for path in sorted((root / PKG).rglob("*.py")):
-        module = _module_name(root, path)
+    for module, path in package_modules(root):
         out += check_module(module, path.read_text(), is_package=path.name == "__init__.py")
     return out
 
@@ -340,8 +354,10 @@ def violations(root: Path) -> list[str]:
 def render_table() -> str:
     """docs/layout.md's layer table, from LAYERS."""
 
+    packages = {module for module, path in package_modules(REPO) if path.name == "__init__.py"}
+
     def show(m: str) -> str:
-        return f"`{m}/`" if (REPO / PKG / m).is_dir() else f"`{m.replace('.', '/')}.py`"
+        return f"`{m}/`" if f"{PKG}.{m}" in packages else f"`{m.replace('.', '/')}.py`"
 
     rows = [
         "| layer | modules | job | may import | never imports |",
@@ -438,10 +454,9 @@ def test_no_module_is_over_400_lines_unless_it_says_why():
     one piece (issue 9)."""
     import ast
 
-    pkg = Path(__file__).resolve().parents[1] / "blackwell_sm"
     long = []
-    for path in sorted(pkg.rglob("*.py")):
+    for _, path in package_modules(REPO):
         text = path.read_text()
         if text.count("\n") > 400 and "one piece" not in (ast.get_docstring(ast.parse(text)) or ""):
-            long.append(f"{path.relative_to(pkg.parent)}: {text.count(chr(10))} lines")
+            long.append(f"{path.relative_to(REPO)}: {text.count(chr(10))} lines")
     assert long == []

@@ -58,7 +58,7 @@ def test_a_failed_run_with_gloo_style_brackets_is_reported_verbatim(tmp_path: Pa
     shards.mkdir()
     spec = tmp_path / "channel.yaml"
     spec.write_text(
-        (REPO / "blackwell_sm" / "templates" / "demo-tiny.yaml")
+        (REPO / "templates" / "demo-tiny.yaml")
         .read_text()
         .replace("data: {source: synthetic}", "data: {source: channel, train_channel: train}")
         .replace("total_steps: 40", "total_steps: 6")

@@ -33,7 +33,7 @@ def test_missing_spec_is_bad_input(tmp_path: Path, capsys: pytest.CaptureFixture
 
 
 def test_bad_channel_and_nproc(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    demo = str(REPO / "blackwell_sm" / "templates" / "demo-tiny.yaml")
+    demo = str(REPO / "templates" / "demo-tiny.yaml")
     code, err = run([demo, "--out", str(tmp_path / "o"), "--channel", "train"], capsys)
     assert code == 2 and "NAME=PATH" in err
     code, err = run([demo, "--channel", f"train={tmp_path / 'missing'}"], capsys)
@@ -45,7 +45,7 @@ def test_bad_channel_and_nproc(tmp_path: Path, capsys: pytest.CaptureFixture[str
 def test_model_too_big_for_this_machine_is_infeasible(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    spec = REPO / "blackwell_sm" / "templates" / "llama-3.1-70b.yaml"
+    spec = REPO / "templates" / "llama-3.1-70b.yaml"
     code, err = run([str(spec), "--out", str(tmp_path / "o"), "--nproc", "2"], capsys)
     assert code == 3, err
     assert "local CPU process" in err
@@ -73,9 +73,7 @@ def test_the_local_plan_uses_the_measured_matmul_rate():
 def test_channel_with_a_synthetic_source_is_refused(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    demo = str(
-        REPO / "blackwell_sm" / "templates" / "demo-tiny.yaml"
-    )  # training.data.source: synthetic
+    demo = str(REPO / "templates" / "demo-tiny.yaml")  # training.data.source: synthetic
     code, err = run([demo, "--out", str(tmp_path / "o"), "--channel", f"train={tmp_path}"], capsys)
     assert code == 2 and "--channel train" in err and "training.data.source" in err
     assert not (tmp_path / "o").exists()
@@ -117,7 +115,7 @@ def test_run_local_owns_its_run(tmp_path: Path) -> None:
     (out / "output" / "failure").write_text("rank 1: an earlier run's reason\n")
     spec = tmp_path / "long.yaml"
     spec.write_text(
-        (REPO / "blackwell_sm" / "templates" / "demo-tiny.yaml")
+        (REPO / "templates" / "demo-tiny.yaml")
         .read_text()
         .replace("total_steps: 40", "total_steps: 100000")
         .replace("interval_steps: 10", "interval_steps: 50000")

@@ -10,7 +10,7 @@ import pytest
 from cli_support import run
 
 ROOT = Path(__file__).resolve().parents[1]
-TEMPLATES = sorted((ROOT / "blackwell_sm" / "templates").glob("*.yaml"))
+TEMPLATES = sorted((ROOT / "templates").glob("*.yaml"))
 
 
 def _plan(*args: str) -> dict:

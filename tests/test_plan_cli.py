@@ -156,9 +156,7 @@ def test_json_shape_is_stable(capsys):
 
 
 def test_verbose_table_shows_config_memory_speed_cost_and_runner_ups(capsys):
-    code, out, _ = run(
-        ["plan", str(ROOT / "blackwell_sm" / "templates" / "llama-64b.yaml"), "-v"], capsys
-    )
+    code, out, _ = run(["plan", str(ROOT / "templates" / "llama-64b.yaml"), "-v"], capsys)
     out = " ".join(out.split())
     assert code == 0
     for words in (
@@ -330,7 +328,7 @@ def test_a_run_longer_than_one_job_is_never_a_bare_fits(capsys, tokens):
 
 
 SUMMARY_SPECS = [["--model", name] for name in PRESETS] + [
-    [str(p)] for p in sorted((ROOT / "blackwell_sm" / "templates").glob("*.yaml"))
+    [str(p)] for p in sorted((ROOT / "templates").glob("*.yaml"))
 ]
 
 

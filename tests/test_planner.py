@@ -17,7 +17,7 @@ from blackwell_sm.planner.shape import Shape, shape
 from blackwell_sm.spec import PRESETS, ModelSpec, load_spec, parse_spec, with_overrides
 
 ROOT = Path(__file__).resolve().parents[1]
-TEMPLATES = sorted((ROOT / "blackwell_sm" / "templates").glob("*.yaml"))
+TEMPLATES = sorted((ROOT / "templates").glob("*.yaml"))
 B200 = "ml.p6-b200.48xlarge"
 
 
@@ -249,7 +249,7 @@ def test_every_template_plans(path):
 
 
 def test_local_demo_plan():
-    spec = load_spec(ROOT / "blackwell_sm" / "templates" / "demo-tiny.yaml")
+    spec = load_spec(ROOT / "templates" / "demo-tiny.yaml")
     p = make_plan(spec, instance=local_instance(nproc=2))
     c = p.config
     assert p.feasible and p.instance.count == 1 and p.instance.gpus_per_instance == 2
@@ -365,7 +365,7 @@ def test_communication_bound_and_near_miss_advice():
     """The 70B template on 4 x p5 (H100) at micro-batch 1: full shard across nodes is EFA-bound
     (a warning says what would help). llama-3.1-70b at seq 3072 on one p6-b200: a faster layout
     misses the usable limit by a little (advice says what would make it fit)."""
-    spec = load_spec(ROOT / "blackwell_sm" / "templates" / "llama-3.1-70b.yaml")
+    spec = load_spec(ROOT / "templates" / "llama-3.1-70b.yaml")
     p = make_plan(
         with_overrides(
             spec,

@@ -173,7 +173,7 @@ def test_every_shipped_template_validates_against_the_schema():
 
     schema = spec_json_schema()
     jsonschema.Draft202012Validator.check_schema(schema)
-    templates = sorted((ROOT / "blackwell_sm" / "templates").glob("*.yaml"))
+    templates = sorted((ROOT / "templates").glob("*.yaml"))
     assert len(templates) >= 8
     for path in templates:
         jsonschema.validate(load_mapping(path), schema)
@@ -233,7 +233,7 @@ def test_bsm_schema_json_and_table(capsys):
 
 def test_spec_yaml_round_trip_of_templates_is_unchanged_by_the_loader():
     """The new loader reads every template exactly as PyYAML's safe_load did."""
-    for path in sorted((ROOT / "blackwell_sm" / "templates").glob("*.yaml")):
+    for path in sorted((ROOT / "templates").glob("*.yaml")):
         assert load_mapping(path) == yaml.safe_load(path.read_text()), path
 
 

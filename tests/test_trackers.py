@@ -30,7 +30,7 @@ from train_support import local_plan
 from blackwell_sm.records import TrainRecord, read_metrics
 
 pytestmark = pytest.mark.slow
-DEMO = REPO / "blackwell_sm" / "templates" / "demo-tiny.yaml"
+DEMO = REPO / "templates" / "demo-tiny.yaml"
 
 
 def tracker_spec(tmp: Path, **training) -> Path:

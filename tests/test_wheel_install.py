@@ -1,6 +1,6 @@
 """A wheel install submits exactly like a clone (issue 29).
 
-The wheel is built from a copy of this checkout's package (with a key, a notebook and a log
+The wheel is built from a copy of this checkout's package folders (with a key, a notebook, a log
 planted in it, which neither the wheel nor the bundle may hold), installed offline
 (`--no-index --no-deps`) into a fresh virtual environment that sees this venv's dependencies
 through a `.pth` file but not the clone, and `bsm` runs from an empty folder: `submit --dry-run`
@@ -39,12 +39,11 @@ def wheel(tmp_path_factory) -> Path:
     src = tmp_path_factory.mktemp("src")
     shutil.copy(REPO / "pyproject.toml", src)
     shutil.copy(REPO / "README.md", src)
-    shutil.copytree(
-        REPO / "blackwell_sm", src / "blackwell_sm", ignore=shutil.ignore_patterns("__pycache__")
-    )
-    for junk in JUNK:
-        (src / "blackwell_sm" / junk).parent.mkdir(parents=True, exist_ok=True)
-        (src / "blackwell_sm" / junk).write_text("AWS_SECRET_ACCESS_KEY=planted\n")
+    for folder in ("blackwell_sm", "entrypoints", "templates"):  # the last two: package-dir
+        shutil.copytree(REPO / folder, src / folder, ignore=shutil.ignore_patterns("__pycache__"))
+        for junk in JUNK:
+            (src / folder / junk).parent.mkdir(parents=True, exist_ok=True)
+            (src / folder / junk).write_text("AWS_SECRET_ACCESS_KEY=planted\n")
     dist = src / "dist"
     out = subprocess.run(
         [
@@ -235,3 +234,19 @@ def test_a_wheel_install_inits_and_plans_without_a_clone(venv, tmp_path):
     assert json.loads(plan.stdout)["model"]["name"] == "llama-3.1-70b"
     presets = _bsm(venv, ["presets", "-o", "json"], empty, env)
     assert presets.returncode == 0 and "llama-3.1-70b" in presets.stdout
+
+
+def test_a_package_folder_the_build_does_not_list_is_refused(tmp_path):
+    """A new subpackage left out of `[tool.setuptools] packages` would be missing from the wheel
+    (the packages are listed, not found): the bundle rule refuses that checkout, naming it."""
+    from blackwell_sm.errors import BsmError
+    from blackwell_sm.job.package_files import package_files
+
+    shutil.copy(REPO / "pyproject.toml", tmp_path)
+    for folder in ("blackwell_sm", "entrypoints", "templates"):
+        shutil.copytree(REPO / folder, tmp_path / folder, ignore=shutil.ignore_patterns("*.pyc"))
+    assert len(package_files(tmp_path / "blackwell_sm").files) > 100  # as listed: accepted
+    (tmp_path / "blackwell_sm" / "newpkg").mkdir()
+    (tmp_path / "blackwell_sm" / "newpkg" / "__init__.py").write_text("")
+    with pytest.raises(BsmError, match=r"packages does not list \(blackwell_sm\.newpkg\)"):
+        package_files(tmp_path / "blackwell_sm")

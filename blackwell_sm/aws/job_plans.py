@@ -136,7 +136,7 @@ def resolve_training_plan(
     ref = spec.compute.training_plan
     assert ref is not None
     sm = aws.plans
-    kw = dict(
+    kw: dict[str, Any] = dict(
         instance_type=plan.instance.type,
         instance_count=plan.instance.count,
         run_hours=plan.run.pessimistic_hours,  # capacity is sized from the range's high end

@@ -101,10 +101,10 @@ def check_settings() -> None:
                     hint=f"set {var} to e.g. https://host:port, or unset it",
                 )
     for var in ("AWS_REGION", "AWS_DEFAULT_REGION"):
-        value = os.environ.get(var)
-        if value and not re.match(REGION_RE_TEXT, value):
+        region = os.environ.get(var)
+        if region and not re.match(REGION_RE_TEXT, region):
             raise SpecError(
-                f"{var}={value!r} is not an AWS region",
+                f"{var}={region!r} is not an AWS region",
                 field=var,
                 code="bad_setting",
                 hint=f"set {var} to a region such as us-east-1",
@@ -317,12 +317,12 @@ class AwsContext:
                 hint="check AWS_PROFILE (or --profile) against ~/.aws/config",
             ) from None
         self.region_choice = choose_region(region, session=self.session, flag_name="the caller")
-        self.region = self.region_choice.region
-        if self.region is None:
+        if self.region_choice.region is None:
             raise AwsError(
                 "no AWS region: set job.region in the spec, AWS_REGION, or a region in the profile",
                 code="no_region",
             )
+        self.region: str = self.region_choice.region
 
     def region_source_for(self, spec_region: str | None) -> str:
         """Where this region came from, told as a dry run tells it: the spec's `job.region` or

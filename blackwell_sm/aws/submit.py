@@ -79,7 +79,7 @@ def prepare(
     from blackwell_sm.spec.run import with_overrides
 
     rs = as_spec(spec)
-    run = {"run_index": run_index, "done_steps": done_steps}
+    run: dict[str, Any] = {"run_index": run_index, "done_steps": done_steps}
     if training_plan is not None:
         rs = with_overrides(rs, {"compute.training_plan": training_plan})
     from blackwell_sm.spec.hf_files import check_init_from
@@ -164,7 +164,7 @@ def submit(
         )
 
 
-def _rebuild(rs: RunSpec, plans: PlanSet, jr: JobRequest, *, new: bool, run: dict[str, int]) -> Any:
+def _rebuild(rs: RunSpec, plans: PlanSet, jr: JobRequest, *, new: bool, run: dict[str, Any]) -> Any:
     """The request again, with what the AWS layer resolved (plan ARNs)."""
     from blackwell_sm.job.request import build_job_request
 

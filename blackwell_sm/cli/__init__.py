@@ -135,7 +135,7 @@ def _show_warning(message: Any, category: type[Warning], *args: Any, **kw: Any) 
 _PY_SHOWWARNING = warnings.showwarning
 
 
-def _fail(args: list[str], e: Exception) -> None:
+def _fail(args: list[str], e: BaseException) -> None:
     """Print the failure for people (stderr) and, under `--output json`, as one object on
     stdout; exit with its code."""
     from blackwell_sm.cli.output import emit_json, err_console, text, wants_json

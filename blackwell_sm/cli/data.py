@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -160,7 +161,7 @@ def verify(directory: Path, vocab_size: int | None, no_sha256: bool, output: str
 
     ch = open_channel(directory, vocab_size=vocab_size, verify_sha256=not no_sha256)
     tokens = sum(len(s.tokens) for s in ch.shards)
-    result = {
+    result: dict[str, Any] = {
         "directory": str(directory),
         "manifest_version": ch.manifest.manifest_version if ch.manifest else None,
         "shards": len(ch.shards),

@@ -88,7 +88,7 @@ def extend_once(aws: Any, ref: str, intent: Any, spec: Any, *, yes: bool, output
 
         def fits(end: Any, at: Any) -> bool:
             longer = info.model_copy(update={"end_time": end})
-            return check_plan(longer, now=at, **kw).fits  # type: ignore[arg-type]
+            return check_plan(longer, now=at, **kw).fits
 
     done = buy_once(
         aws.plans, info, intent, consent=True if yes else consent_prompt(), say=say, fits=fits

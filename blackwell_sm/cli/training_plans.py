@@ -64,13 +64,13 @@ def capacity_for(
     missing = [
         flag for flag, v in (("--instance-type", instance_type), ("--hours", hours)) if v is None
     ]
-    if missing:
+    if missing or instance_type is None or hours is None:  # (the same test, for mypy)
         raise SpecError(
             f"give SPEC.yaml or {' and '.join(missing)}",
             field=missing[0],
             hint="e.g. --instance-type ml.p6-b200.48xlarge --count 2 --hours 72",
         )
-    return instance_type, count or 1, float(hours), region  # type: ignore[return-value]
+    return instance_type, count or 1, float(hours), region
 
 
 @click.group("plans")

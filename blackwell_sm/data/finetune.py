@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, Literal, NamedTuple
+from typing import Any, Literal, NamedTuple, cast
 
 import numpy as np
 
@@ -29,6 +29,8 @@ from blackwell_sm.data.manifest import (
     MANIFEST_FILE,
     MANIFEST_VERSION,
     FinetuneManifest,
+    ShardInfo,
+    TokenDtype,
 )
 from blackwell_sm.data.prepare import DEFAULT_SHARD_TOKENS, TOKENIZER_DIR, shard_info
 from blackwell_sm.data.shards import FLAG_LOSS, FLAG_START, ShardWriter, token_dtype
@@ -119,7 +121,7 @@ def prompt_completion_sample(tok, prompt: str, completion: str) -> Sample:
 
 
 def _chat_record(where: str, obj: dict[str, Any]) -> list[dict[str, str]]:
-    msgs = obj.get("messages")
+    msgs: Any = obj.get("messages")  # JSON, checked below
     ok = (
         isinstance(msgs, list)
         and msgs
@@ -270,7 +272,7 @@ def prepare_finetune(
     fmt: Format,
     tokenizer: Path,
     seq_len: int,
-    packing: str = "pack",
+    packing: Literal["pack", "pad"] = "pack",
     shard_tokens: int = DEFAULT_SHARD_TOKENS,
     overwrite: bool = False,
     notify: Callable[[str], None] | None = None,
@@ -291,7 +293,7 @@ def prepare_finetune(
     counts: dict[str, int] = {}
     cut: list[str] = []
     with staged_dir(out_dir, overwrite=overwrite) as tmp:
-        shards = []
+        shards: list[ShardInfo] = []
         writer: ShardWriter | None = None
         # Streamed row by row: at 128k tokens a row is 1 MiB; the data set is never in memory.
         try:
@@ -326,7 +328,7 @@ def prepare_finetune(
             tokenizer_dir=TOKENIZER_DIR,
             vocab_size=vocab,
             eos_id=tok.eos_token_id,
-            dtype=dtype.name,
+            dtype=cast(TokenDtype, dtype.name),
             documents=st.samples,
             tokens=sum(s.tokens for s in shards),
             shards=shards,

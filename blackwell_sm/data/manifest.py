@@ -26,6 +26,7 @@ MAX_MANIFEST_BYTES = 64 << 20  # ~400k shards; the safe loader's 1 MiB default i
 MAX_COUNT = 1 << 62  # tokens, bytes, documents: far above any real dataset, below int64's end
 MAX_SHARDS = 1_000_000
 MAX_SEQ_LEN = 1 << 24
+TokenDtype = Literal["uint16", "uint32"]
 SHA256 = r"^[0-9a-f]{64}$"
 
 
@@ -80,7 +81,7 @@ class Manifest(BaseModel):
     )
     vocab_size: int = Field(ge=1, le=1 << 32, description="Token ids are below this.")
     eos_id: int | None = Field(ge=0, description="The end-of-document token, below vocab_size.")
-    dtype: Literal["uint16", "uint32"]
+    dtype: TokenDtype
     documents: int = Field(ge=0, le=MAX_COUNT)
     tokens: int = Field(ge=0, le=MAX_COUNT, description="The shards' tokens, summed.")
     shards: list[ShardInfo] = Field(max_length=MAX_SHARDS)

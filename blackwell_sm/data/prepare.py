@@ -15,6 +15,7 @@ import json
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
+from typing import cast
 
 import numpy as np
 
@@ -27,7 +28,13 @@ from blackwell_sm.data.inputs import (
     jsonl_records,
     read_text_file,
 )
-from blackwell_sm.data.manifest import MANIFEST_FILE, MANIFEST_VERSION, Manifest, ShardInfo
+from blackwell_sm.data.manifest import (
+    MANIFEST_FILE,
+    MANIFEST_VERSION,
+    Manifest,
+    ShardInfo,
+    TokenDtype,
+)
 from blackwell_sm.data.shards import ShardWriter, token_dtype
 from blackwell_sm.data.staging import check_out, staged_dir
 from blackwell_sm.data.tokenizer_files import TOKENIZER_FILES, tokenizer_sha256
@@ -183,7 +190,7 @@ def prepare(
             tokenizer_dir=tok_dir,
             vocab_size=tok.vocab_size,
             eos_id=tok.eos_id,
-            dtype=dtype.name,
+            dtype=cast(TokenDtype, dtype.name),
             documents=docs,
             tokens=sum(s.tokens for s in shards),
             shards=shards,

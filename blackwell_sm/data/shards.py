@@ -27,13 +27,15 @@ Client (`bsm data prepare`) and container (`train/data.py`) both use this module
 from __future__ import annotations
 
 import struct
+from contextlib import AbstractContextManager
 from pathlib import Path
+from typing import IO, Final
 
 import numpy as np
 
 from blackwell_sm.errors import DataError
 
-FORMAT_NAME = "bsm-tokens-v1"
+FORMAT_NAME: Final = "bsm-tokens-v1"
 MAGIC = b"BSMTOKS\0"
 VERSION = 1
 VERSION_FLAGS = 2
@@ -41,7 +43,7 @@ FLAG_LOSS = 1  # this token counts as a target
 FLAG_START = 2  # this token begins a sample (or a padding run)
 HEADER = struct.Struct("<8sIIQQ")
 HEADER_BYTES = HEADER.size  # 32
-_DTYPES = {2: np.dtype("<u2"), 4: np.dtype("<u4")}
+_DTYPES: dict[int, np.dtype] = {2: np.dtype("<u2"), 4: np.dtype("<u4")}
 
 
 def token_dtype(vocab_size: int) -> np.dtype:
@@ -71,13 +73,17 @@ class ShardWriter:
     (version 2) to a side file; on a clean exit the header gets the count, the flags follow the
     tokens, and the file is renamed into place. On an error nothing is left at `path`."""
 
+    _open: AbstractContextManager[IO[bytes]]  # set by __enter__, with _f
+    _f: IO[bytes]
+    _flags: IO[bytes] | None
+
     def __init__(self, path: str | Path, dtype: np.dtype, *, flags: bool = False) -> None:
         dtype = np.dtype(dtype)
         if dtype.itemsize not in _DTYPES:
             raise ValueError(f"token dtype must be uint16 or uint32, not {dtype}")
         self.path, self.dtype, self.count = Path(path), _DTYPES[dtype.itemsize], 0
         self.flags_tmp = self.path.with_name(f".{self.path.name}.flags.tmp") if flags else None
-        self._f = self._flags = self._open = None
+        self._flags = None
 
     def __enter__(self) -> ShardWriter:
         from blackwell_sm.atomic_write import atomic_open
@@ -98,7 +104,7 @@ class ShardWriter:
         if tokens.size and int(tokens.max()) >= 2 ** (8 * self.dtype.itemsize):
             raise ValueError(f"token id {int(tokens.max())} does not fit in {self.dtype}")
         self._f.write(np.ascontiguousarray(tokens, dtype=self.dtype).tobytes())
-        if flags is not None:
+        if flags is not None and self._flags is not None:
             self._flags.write(np.ascontiguousarray(flags, dtype=np.uint8).tobytes())
         self.count += int(tokens.size)
 
@@ -117,7 +123,7 @@ class ShardWriter:
             exc_type, exc, tb = type(e), e, e.__traceback__
             raise
         finally:
-            if fl is not None:
+            if fl is not None and self.flags_tmp is not None:
                 fl.close()
                 self.flags_tmp.unlink(missing_ok=True)
             self._open.__exit__(exc_type, exc, tb)  # renamed into place, or removed

@@ -18,6 +18,7 @@ import io
 import json
 import tarfile
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -101,7 +102,7 @@ def build_bundle(
     extra = [(PLAN_FILE, plan_json.encode())]
     extra += [(path, text.encode()) for path, text in sorted((plans or {}).items())]
     for arcname, data in extra:
-        members.append((arcname, len(data), lambda d=data: d))
+        members.append((arcname, len(data), partial(bytes, data)))
     if wheelhouse is not None:
         for w in wheelhouse.wheels:
             path = Path(w.path)
@@ -121,7 +122,6 @@ def build_bundle(
     with gzip.GzipFile(filename="", mode="wb", fileobj=gz, mtime=0, compresslevel=6) as f:
         f.write(raw.getvalue())
     data = gz.getvalue()
-    house = wheelhouse or Wheelhouse.model_construct(target=None, requirements=[], wheels=[])
     return CodeBundle(
         data=data,
         sha256=sha256_hex(data),
@@ -130,9 +130,9 @@ def build_bundle(
         sizes=[m[1] for m in members],
         package_source=package.source,
         target=wheelhouse.target.name if wheelhouse else None,
-        requirements=house.requirements,
-        carried=house.wheels,
-        wheels_bytes=house.size_bytes,
+        requirements=wheelhouse.requirements if wheelhouse else [],
+        carried=wheelhouse.wheels if wheelhouse else [],
+        wheels_bytes=wheelhouse.size_bytes if wheelhouse else 0,
     )
 
 

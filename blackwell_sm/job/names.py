@@ -62,7 +62,7 @@ def job_identity(spec_data: dict[str, Any], plan: Any, others: Any = ()) -> dict
     data.get("training", {}).get("data", {}).pop("accept_changed_data", None)
     for key in TRACKER_FIELDS:  # where the run reports is not what it trains
         data.get("training", {}).pop(key, None)
-    payload = {
+    payload: dict[str, Any] = {
         "spec": data,
         "capacity": capacity_identity(compute, plan),
         "plan": {

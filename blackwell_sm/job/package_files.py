@@ -6,12 +6,14 @@ Two sources, one answer, never a walk of whatever lies in the folder:
   with a sha256. Those files are the members, each checked against its RECORD hash (a file
   edited after the install is refused, naming it);
 * a source checkout (or an editable install of one) has no such list, so the build's own
-  configuration in its `pyproject.toml` is applied as setuptools applies it: the packages that
-  `[tool.setuptools.packages.find]` selects (folders with an `__init__.py`, `namespaces =
-  false`), their `*.py` modules, and the `[tool.setuptools.package-data]` patterns
-  (`include-package-data = false`, so nothing else can slip in). A key, a notebook, a log or a
-  200 MB file left in the tree is never a member; a stray `.py` file inside a package is, as it
-  would be in a wheel built from that tree.
+  configuration in its `pyproject.toml` is applied as setuptools applies it: the packages
+  `[tool.setuptools] packages` lists, each from its `package-dir` folder (the repository's
+  top-level `entrypoints/` and `templates/` are `blackwell_sm/entrypoints/` and
+  `blackwell_sm/templates/` in the wheel and the bundle), their `*.py` modules, and the
+  `[tool.setuptools.package-data]` patterns (`include-package-data = false`, so nothing else can
+  slip in). A key, a notebook, a log or a 200 MB file left in the tree is never a member; a stray
+  `.py` file inside a package is, as it would be in a wheel built from that tree; a package
+  folder the list leaves out is refused (a wheel would silently lack it).
 
 `tests/test_wheel_install.py` builds the wheel and checks that both sources give the same list.
 """
@@ -19,7 +21,6 @@ Two sources, one answer, never a walk of whatever lies in the folder:
 from __future__ import annotations
 
 import base64
-import fnmatch
 import hashlib
 import importlib.metadata as md
 import tomllib
@@ -32,7 +33,6 @@ from blackwell_sm.errors import BsmError
 DIST = "blackwell-sm"
 PACKAGE = "blackwell_sm"
 PACKAGE_DIR = Path(blackwell_sm.__file__).resolve().parent
-_ALWAYS_EXCLUDE = ("ez_setup", "*__pycache__")  # setuptools' PackageFinder.ALWAYS_EXCLUDE
 
 
 class PackageFile(NamedTuple):
@@ -104,66 +104,62 @@ def _from_record(dist: Any, package_dir: Path) -> PackageFiles:
 
 
 # -- a source checkout ------------------------------------------------------------------------
-def _config(pyproject: Path) -> tuple[list[str], list[str], dict[str, list[str]]]:
-    """(include, exclude, package-data) from pyproject.toml; refuses what is not mirrored."""
-    tool = tomllib.loads(pyproject.read_text(encoding="utf-8")).get("tool", {})
-    st = tool.get("setuptools", {})
-    find = st.get("packages", {}).get("find") if isinstance(st.get("packages"), dict) else None
+def source_folders(pyproject: Path) -> dict[str, Path]:
+    """{package: its folder} as `[tool.setuptools]` in `pyproject` builds them: the listed
+    `packages`, each in its `package-dir` folder (the longest mapped prefix, as setuptools
+    resolves it), else under its parent's. Refuses a configuration it does not mirror, a listed
+    package without a folder, and a package folder (one with an `__init__.py`) left unlisted,
+    which a wheel would silently leave out."""
+    st = tomllib.loads(pyproject.read_text(encoding="utf-8")).get("tool", {}).get("setuptools", {})
+    packages, dirs = st.get("packages"), st.get("package-dir", {})
     problems = []
-    if find is None:
-        problems.append("[tool.setuptools.packages.find] is missing")
-    else:
-        if find.get("namespaces", True) is not False:
-            problems.append("packages.find needs namespaces = false")
-        if find.get("where", ["."]) != ["."]:
-            problems.append("packages.find 'where' must be ['.']")
+    if not (isinstance(packages, list) and all(isinstance(p, str) for p in packages)):
+        problems.append("[tool.setuptools] packages must be a list of package names")
+        packages = []
     if st.get("include-package-data", True) is not False:
         problems.append("include-package-data must be false")
+    folders = {pkg: _folder(pyproject.parent, pkg, dirs) for pkg in packages}
+    for pkg, folder in folders.items():
+        if not (folder / "__init__.py").is_file():
+            problems.append(f"package {pkg}: no {folder}/__init__.py")
+            continue
+        for d in sorted(p for p in folder.iterdir() if p.is_dir()):
+            name = f"{pkg}.{d.name}"
+            if (d / "__init__.py").is_file() and "." not in d.name and name not in folders:
+                problems.append(f"{d} is a package that packages does not list ({name})")
     if problems:
         raise BsmError(
             f"{pyproject}: the bundle rule mirrors only a plain setuptools layout: "
             + "; ".join(problems),
             code="bundle",
         )
-    assert find is not None
-    return (
-        list(find.get("include", ["*"])),
-        list(find.get("exclude", [])),
-        st.get("package-data", {}),
-    )
+    return folders
 
 
-def _packages(root: Path, include: list[str], exclude: list[str]) -> list[str]:
-    """setuptools' find_packages: descend only into folders with an __init__.py."""
-    found, stack = [], [root]
-    while stack:
-        here = stack.pop()
-        for d in sorted(p for p in here.iterdir() if p.is_dir()):
-            name = ".".join(d.relative_to(root).parts)
-            if "." in d.name or not (d / "__init__.py").is_file():
-                continue
-            if any(fnmatch.fnmatchcase(name, p) for p in include) and not any(
-                fnmatch.fnmatchcase(name, p) for p in [*exclude, *_ALWAYS_EXCLUDE]
-            ):
-                found.append(name)
-            stack.append(d)
-    return sorted(found)
+def _folder(root: Path, pkg: str, dirs: dict[str, str]) -> Path:
+    parts = pkg.split(".")
+    for i in range(len(parts), -1, -1):
+        mapped = dirs.get(".".join(parts[:i]))
+        if mapped is not None:
+            return root.joinpath(mapped, *parts[i:])
+    return root.joinpath(*parts)
 
 
 def _from_pyproject(pyproject: Path, package_dir: Path) -> PackageFiles:
-    root = pyproject.parent
-    include, exclude, data = _config(pyproject)
-    names = set()
-    for pkg in _packages(root, include, exclude):
+    data = tomllib.loads(pyproject.read_text(encoding="utf-8")).get("tool", {})
+    data = data.get("setuptools", {}).get("package-data", {})
+    members: dict[str, Path] = {}  # arcname (its place in the wheel) -> file
+    for pkg, folder in source_folders(pyproject).items():
         if pkg != PACKAGE and not pkg.startswith(PACKAGE + "."):
             continue
-        folder = root.joinpath(*pkg.split("."))
-        names |= {p for p in folder.glob("*.py") if p.is_file()}
+        names = {p for p in folder.glob("*.py") if p.is_file()}
         for pattern in [*data.get(pkg, []), *data.get("*", [])]:
             names |= {p for p in folder.glob(pattern) if p.is_file()}
+        prefix = pkg.replace(".", "/")
+        members |= {f"{prefix}/{p.relative_to(folder).as_posix()}": p for p in names}
     files = [
-        PackageFile(p.relative_to(root).as_posix(), p, p.stat().st_size)
-        for p in sorted(names)
+        PackageFile(arcname, p, p.stat().st_size)
+        for arcname, p in sorted(members.items())
         if not p.is_symlink()
     ]
     return PackageFiles(files, f"what a wheel built from {pyproject} holds")

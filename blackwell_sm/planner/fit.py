@@ -24,7 +24,7 @@ from __future__ import annotations
 import math
 import statistics
 from collections.abc import Sequence
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from blackwell_sm.planner import calibration as C
 from blackwell_sm.planner.memory import GIB
@@ -149,7 +149,7 @@ def get_param(k: C.Constants, name: str) -> float:
 
 def set_params(k: C.Constants, names: Sequence[str], values: Sequence[float]) -> C.Constants:
     mm = dict(k.matmul_efficiency)
-    upd: dict[str, float | dict] = {}
+    upd: dict[str, Any] = {}  # Constants fields by name
     for name, v in zip(names, values, strict=True):
         if name.startswith("matmul_efficiency."):
             mm[_mm_key(name)] = v

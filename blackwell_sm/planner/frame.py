@@ -6,6 +6,7 @@ problem, never the spec; the ModelSpec becomes a `memory.Shape` here, once.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, NamedTuple
 
 from blackwell_sm.errors import SpecError
@@ -58,7 +59,8 @@ class Context(NamedTuple):
     loss_impl: str = "full-logits"  # the loop's is the spec's (chunked); other stacks' rows full
 
 
-class Problem(NamedTuple):
+@dataclass(frozen=True)  # not a NamedTuple: its `count` would shadow tuple.count
+class Problem:
     """What the pipeline plans: a context, pins, the counts and the objective."""
 
     ctx: Context
@@ -177,6 +179,7 @@ def context(
                     f"holds {', '.join(held) or 'none'}): the default constants are used",
                 )
             )
+    total_tokens: int | None
     if tr.total_steps is None and tr.total_tokens is None:
         total_tokens = DEFAULT_TOKENS_PER_PARAM * model.n_params
         notes.append(

@@ -139,7 +139,7 @@ def activation_bytes(
         model, micro_batch, seq_len, mode, dtype_bytes, fused_norm=fused_norm
     )
     tokens = micro_batch * seq_len
-    work = tokens * dtype_bytes * (model.ffn_dim + model.d_model)
+    work: float = tokens * dtype_bytes * (model.ffn_dim + model.d_model)
     if mode != "none":
         none = activation_bytes_per_block(
             model, micro_batch, seq_len, "none", dtype_bytes, fused_norm=fused_norm

@@ -18,7 +18,7 @@ With a fixed count only steps 1 and 2 choose; the other objective would pick the
 from __future__ import annotations
 
 import math
-from typing import NamedTuple
+from dataclasses import dataclass
 
 from blackwell_sm.planner import calibration as C
 from blackwell_sm.planner.frame import Problem
@@ -73,7 +73,8 @@ def best_of(ok: list[Evaluation], usable: float) -> tuple[Evaluation, Note | Non
     )
 
 
-class CountChoice(NamedTuple):
+@dataclass(frozen=True)  # not a NamedTuple: its `count` would shadow tuple.count
+class CountChoice:
     """Steps 1 and 2 on one instance count where something fits."""
 
     count: int
@@ -115,7 +116,8 @@ def precision_step(table: Table, bests: dict[str, Evaluation | None]) -> tuple[s
     return choose_precision(table.ctx.model.spec, table.ctx.instance.gpu, bests)
 
 
-class Choice(NamedTuple):
+@dataclass(frozen=True)
+class Choice:
     """What the pick step hands on: the chosen configuration, whether it stands, and why."""
 
     objective: str

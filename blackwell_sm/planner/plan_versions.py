@@ -19,7 +19,7 @@ def from_v1(data: dict[str, Any]) -> None:
         for kind, key in (("warning", "warnings"), ("reason", "reasons"), ("advice", "advice"))
         for text in data.get(key) or []
     ]
-    spec = data.get("spec")
+    spec: Any = data.get("spec")  # raw input: a mapping, a model or missing
     training = _get(spec, "training")
     if isinstance(training, dict) and "seq_len" in training:
         training = dict(training)
@@ -36,7 +36,7 @@ def from_v1(data: dict[str, Any]) -> None:
 def seq_len_into_spec(data: dict[str, Any]) -> None:
     """`spec.training.seq_len` from `config.seq_len`; a plan that states it twice is refused."""
     seq = _get(data.get("config"), "seq_len")
-    spec = data.get("spec")
+    spec: Any = data.get("spec")
     training = _get(spec, "training")
     if seq is None or training is None:
         return  # pydantic names what is missing

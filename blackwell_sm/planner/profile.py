@@ -22,7 +22,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -30,7 +30,7 @@ from blackwell_sm.errors import SpecError
 from blackwell_sm.hardware import CATALOG, InstanceType
 from blackwell_sm.planner import calibration as C
 
-PROFILE_VERSION = 1
+PROFILE_VERSION: Final = 1
 ENV_CALIBRATION = "BSM_CALIBRATION"
 #: Where a profile came from, as its messages name it.
 ORIGINS = {
@@ -268,7 +268,7 @@ def resolve_profile(
     ):
         if value:
             prof = load_profile(value, field=field, origin=origin)
-            return AppliedProfile(profile=prof, path=str(value), origin=origin)  # type: ignore[arg-type]
+            return AppliedProfile(profile=prof, path=str(value), origin=origin)
     return None
 
 

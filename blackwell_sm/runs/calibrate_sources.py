@@ -265,7 +265,7 @@ def load_rows(sources: list[str], aws: Any = None) -> tuple[list[Row], list[Prof
             got = job_rows(src, aws)
         ref = str(Path(src).resolve()) if kind != "job" else src
         rows.extend(got)
-        recorded.append(ProfileSource(kind=kind, ref=ref, rows=len(got)))  # type: ignore[arg-type]
+        recorded.append(ProfileSource(kind=kind, ref=ref, rows=len(got)))
     if not rows:
         raise SpecError("no measured rows in the sources", field="SOURCE")
     return rows, recorded

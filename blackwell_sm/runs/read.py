@@ -10,6 +10,7 @@ from __future__ import annotations
 import io
 import tarfile
 import zlib
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -80,7 +81,7 @@ def read_run_dir(run_dir: Path, *, field: str = "SOURCE") -> RunFiles:
 # ---------------------------------------------------------------------------------------------
 
 
-def tar_members(data: bytes, names: dict[str, tuple[str, ...]], where: str) -> dict[str, bytes]:
+def tar_members(data: bytes, names: Mapping[str, tuple[str, ...]], where: str) -> dict[str, bytes]:
     """{key: bytes} of the first member named as each `names[key]` lists (a `./` prefix
     allowed), each at most MAX_METRICS_BYTES; a corrupt or truncated archive is SpecError."""
     out: dict[str, bytes] = {}

@@ -45,7 +45,7 @@ def span(runs: Sequence[RunData]) -> tuple[float, float]:
 
 def above_view(handle: Any, top: float) -> bool:
     """A line wholly above the view (a far usable limit): the legend leaves it out."""
-    ys = getattr(handle, "get_ydata", lambda: [])()
+    ys: Any = getattr(handle, "get_ydata", lambda: [])()  # matplotlib's array
     return len(ys) > 0 and min(float(y) for y in ys) > top
 
 
@@ -77,7 +77,7 @@ def far_ratio(measured: Sequence[float], predicted: float | None) -> float | Non
     return ratio if med > 0 and (ratio > FAR_RATIO or ratio < 1 / FAR_RATIO) else None
 
 
-def log_if_far(ax: Any, pairs: list[tuple[list[float], float | None]], title: str) -> None:
+def log_if_far(ax: Any, pairs: Sequence[tuple[list[float], float | None]], title: str) -> None:
     """A log axis when any run's measured figures are far from its prediction."""
     ratios = [r for m, p in pairs if (r := far_ratio(m, p)) is not None]
     if ratios:

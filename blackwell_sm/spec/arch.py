@@ -103,6 +103,7 @@ def block_norms(spec: ModelSpec) -> tuple[Norm, ...]:
     """The block's RMSNorms in forward order."""
     norms = [Norm("input_layernorm", spec.d_model, 1)]
     if FAMILIES[spec.family].qk_norm:
+        assert spec.head_dim is not None  # resolved by ModelSpec's validator
         norms.append(Norm("self_attn.q_norm", spec.head_dim, spec.n_heads))
         norms.append(Norm("self_attn.k_norm", spec.head_dim, spec.n_kv_heads))
     norms.append(Norm("post_attention_layernorm", spec.d_model, 1))

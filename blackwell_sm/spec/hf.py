@@ -63,7 +63,7 @@ def _strict(cfg: dict[str, Any], where: str, key: str, kind: str, *, required: b
     return v
 
 
-def read_hf_config(path: str | Path) -> tuple[dict[str, Any], Path]:
+def read_hf_config(path: object) -> tuple[dict[str, Any], Path]:
     """The parsed config.json at `path` (a folder or the file), and the file it came from,
     through the project's safe loader (a regular UTF-8 file of at most 1 MiB, a JSON object)."""
     from blackwell_sm.safe_load import load_mapping
@@ -96,6 +96,7 @@ def _rope(cfg: dict[str, Any], where: str) -> tuple[float, dict[str, Any] | None
         return float(theta or DEFAULTS["rope_theta"]), None
     if kind != "llama3":
         raise _refuse(where, "rope_type", kind, "only Llama 3 RoPE scaling is supported")
+    assert isinstance(scaling, dict)  # kind came from it
     keys = ("factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings")
     missing = [k for k in keys if k not in scaling]
     if missing:

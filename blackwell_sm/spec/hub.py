@@ -15,6 +15,7 @@ from __future__ import annotations
 import os
 import re
 from pathlib import Path
+from typing import Any
 
 from blackwell_sm.errors import SpecError
 
@@ -82,7 +83,7 @@ def resolve(value: str) -> tuple[Path, str]:
     assert parsed is not None
     repo, revision = parsed
     offline = _offline()
-    kw = {
+    kw: dict[str, Any] = {
         "revision": revision,
         "cache_dir": os.environ.get("HF_HUB_CACHE") or None,
         "local_files_only": offline,

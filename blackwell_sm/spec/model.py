@@ -125,6 +125,7 @@ class ModelSpec(BaseModel):
                 f"n_kv_heads ({self.n_kv_heads}) must divide n_heads ({self.n_heads}); "
                 f"allowed n_kv_heads: divisors of {self.n_heads}"
             )
+        assert self.head_dim is not None
         if self.head_dim % 2:
             raise ValueError(f"head_dim {self.head_dim} must be even for RoPE")
         return self
@@ -132,11 +133,13 @@ class ModelSpec(BaseModel):
     @property
     def q_dim(self) -> int:
         """Width of the Q projection (and of the attention output): n_heads * head_dim."""
+        assert self.head_dim is not None  # resolved by _check_shape
         return self.n_heads * self.head_dim
 
     @property
     def kv_dim(self) -> int:
         """Width of the K (or V) projection: n_kv_heads * head_dim."""
+        assert self.head_dim is not None  # resolved by _check_shape
         return self.n_kv_heads * self.head_dim
 
     @property

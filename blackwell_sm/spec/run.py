@@ -71,6 +71,7 @@ class RunSpec(BaseModel):
             cfg, where = read_hf_config(source)
             base = {"name": name or where.parent.name or "hf", **from_hf_config(cfg, str(where))}
             base.update(v)
+            assert isinstance(source, (str, Path))  # read_hf_config refuses anything else
             _check_hf_folder(base, source)
             return base
         return v

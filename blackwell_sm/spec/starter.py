@@ -1,4 +1,4 @@
-"""`bsm init`'s spec text, from the templates shipped as package data (`blackwell_sm/templates/`).
+"""`bsm init`'s spec text, from the templates shipped as package data (`blackwell_sm.templates`).
 
 A template that matches the preset and task is written as it is. Any other preset (or a Hugging
 Face folder) gets its task's base template retargeted: the header, `model:`, a `seq_len` the
@@ -27,7 +27,7 @@ TOKENS_PER_PARAM = 20
 
 def template_names() -> list[str]:
     """The shipped templates' names (file stems), sorted."""
-    folder = files("blackwell_sm") / "templates"
+    folder = files("blackwell_sm.templates")
     return sorted(
         p.name.removesuffix(".yaml") for p in folder.iterdir() if p.name.endswith(".yaml")
     )
@@ -35,7 +35,7 @@ def template_names() -> list[str]:
 
 def template_text(name: str) -> str:
     """The text of the shipped template `name`."""
-    return (files("blackwell_sm") / "templates" / f"{name}.yaml").read_text(encoding="utf-8")
+    return (files("blackwell_sm.templates") / f"{name}.yaml").read_text(encoding="utf-8")
 
 
 def _model_and_task(text: str) -> tuple[str, str]:

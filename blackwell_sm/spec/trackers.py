@@ -103,7 +103,7 @@ class WandbSpec(_Strict):
 
 
 def check_trackers(
-    report_to: list[str], mlflow: MlflowSpec | None, wandb: WandbSpec | None
+    report_to: list[Tracker], mlflow: MlflowSpec | None, wandb: WandbSpec | None
 ) -> None:
     """Each tracker named once, with its settings (ValueError otherwise)."""
     dupes = sorted({t for t in report_to if report_to.count(t) > 1})
@@ -118,7 +118,9 @@ def check_trackers(
         raise ValueError("report_to has wandb but training.wandb is unset: add its project")
 
 
-def tracker_packages(report_to: list[str], mlflow: MlflowSpec | None) -> list[tuple[str, str, str]]:
+def tracker_packages(
+    report_to: list[Tracker], mlflow: MlflowSpec | None
+) -> list[tuple[str, str, str]]:
     """(package, version spec, why) for each package these trackers need in the container."""
     out = []
     for tracker in report_to:

@@ -57,7 +57,7 @@ def build_mask(
     dkv = None if doc_ids is None else doc_ids[:, kv_pos]
     if kind == "dense":
         mask = (kv_pos[None, :] <= q_pos[:, None])[None]
-        if dq is not None:
+        if dq is not None and dkv is not None:
             mask = mask & (dq[:, :, None] == dkv[:, None, :])
         return AttnMask("dense", dense=mask[:, None])
     return AttnMask("block", block=block_mask(q_pos, kv_pos, dq, dkv))
@@ -164,7 +164,7 @@ def block_mask(
 
     def mask_mod(bi, h, qi, ki):
         seen = kp[ki] <= qp[qi]
-        if dq is None:
+        if dq is None or dk is None:
             return seen
         return seen & (dq[bi, qi] == dk[bi, ki])
 

@@ -74,7 +74,9 @@ class ShardDataset:
         """The flags of `sequence(index)` (version 2 shards)."""
         shard = int(np.searchsorted(self.offsets, index, side="right") - 1)
         start = (index - int(self.offsets[shard])) * self.seq_len
-        return np.asarray(self.flags[shard][start : start + self.seq_len + 1])
+        flags = self.flags[shard]
+        assert flags is not None, "row_flags reads version 2 shards only"
+        return np.asarray(flags[start : start + self.seq_len + 1])
 
     def batch(self, positions: np.ndarray, seed: int):
         """(len(positions), seq_len + 1) tokens for stream positions under seed's order; for

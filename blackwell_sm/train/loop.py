@@ -47,7 +47,7 @@ def _datasets(plan: Plan, paths: OptMl):
     d, spec, seq = plan.spec.training.data, plan.spec.model, plan.config.seq_len
     seed = plan.spec.training.seed
     if d.source == "synthetic":
-        train = SyntheticDataset(seq, spec.vocab_size, seed)
+        train: SyntheticDataset | ShardDataset = SyntheticDataset(seq, spec.vocab_size, seed)
         return train, (train if d.validation_interval_steps else None)
     train = ShardDataset(paths.channel(d.train_channel), seq, spec.vocab_size)
     val = None
@@ -132,7 +132,9 @@ class Trainer:
             None if docs is None else self._tensor(docs),
         )
 
-    def _micro_batches(self, step: int) -> list[tuple]:
+    def _micro_batches(
+        self, step: int
+    ) -> list[tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]]:
         return [
             self._rows(
                 self.train_data.batch(self.layout.positions(step, m, self.dp_rank), self.tr.seed)

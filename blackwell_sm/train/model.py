@@ -10,6 +10,7 @@ come from its tables; `tests/test_arch.py` checks the parameter names and shapes
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -89,7 +90,7 @@ class Attention(nn.Module):
         q = self.q_proj(x).view(b, s, self.n_heads, self.head_dim)
         k = self.k_proj(x).view(b, s, self.n_kv_heads, self.head_dim)
         v = self.v_proj(x).view(b, s, self.n_kv_heads, self.head_dim).transpose(1, 2)
-        if self.q_norm is not None:
+        if self.q_norm is not None and self.k_norm is not None:
             q, k = self.q_norm(q), self.k_norm(k)
         q, k = apply_rope(q.transpose(1, 2), rope), apply_rope(k.transpose(1, 2), rope)
         if self.cp is not None:  # context parallelism: every rank's keys and values
@@ -129,7 +130,7 @@ class Block(nn.Module):
             return self._forward(x, rope, mask)
         from torch.utils.checkpoint import checkpoint
 
-        kwargs = {"context_fn": self.ac_context_fn} if self.ac_context_fn else {}
+        kwargs: dict[str, Any] = {"context_fn": self.ac_context_fn} if self.ac_context_fn else {}
         return checkpoint(
             self._checkpointed, x, rope, mask.dense, mask, use_reentrant=False, **kwargs
         )
@@ -142,6 +143,8 @@ class Block(nn.Module):
 
 class Transformer(nn.Module):
     """The decoder. Parameter names are `arch.param_table(spec)`'s (HF's, see `arch.hf_key`)."""
+
+    rope: torch.Tensor  # a buffer (register_buffer below)
 
     def __init__(self, spec: ModelSpec, max_seq_len: int | None = None) -> None:
         super().__init__()

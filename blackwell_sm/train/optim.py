@@ -12,7 +12,8 @@ from blackwell_sm.spec.training import OptimizerSpec, ScheduleSpec
 
 def build_optimizer(model: nn.Module, spec: OptimizerSpec, device: torch.device):
     """AdamW, fused on CUDA. Weight decay on matrices only (not norms)."""
-    decay, no_decay = [], []
+    decay: list[nn.Parameter] = []
+    no_decay: list[nn.Parameter] = []
     for p in model.parameters():
         if p.requires_grad:
             (decay if p.ndim >= 2 else no_decay).append(p)

@@ -25,7 +25,7 @@ from blackwell_sm.safe_load import load_mapping
 from blackwell_sm.spec import RunSpec, parse_spec
 
 ROOT = Path(__file__).resolve().parents[2]
-BASE: dict[str, Any] = load_mapping(ROOT / "blackwell_sm" / "templates" / "llama-3.1-8b.yaml")
+BASE: dict[str, Any] = load_mapping(ROOT / "templates" / "llama-3.1-8b.yaml")
 DELETE = object()
 
 
@@ -156,7 +156,7 @@ FLAG_CASES: list[tuple[str, list[str], str]] = [
     ("plan-missing-spec", ["plan", "/nonexistent/spec.yaml"], "spec"),
     (
         "plan-spec-and-model",
-        ["plan", "blackwell_sm/templates/llama-3.1-8b.yaml", "--model", "tiny"],
+        ["plan", "templates/llama-3.1-8b.yaml", "--model", "tiny"],
         "model",
     ),
     ("unknown-command", ["plna"], "No such command"),
@@ -782,7 +782,7 @@ def test_same_set_twice_with_one_value_is_fine(capsys):
 @pytest.mark.parametrize("mode", ["table", "json"])
 @pytest.mark.parametrize("flag", ["--wait", "--logs"])
 def test_dry_run_conflicts_with_wait_and_logs(flag, mode, capsys):
-    spec = str(ROOT / "blackwell_sm" / "templates" / "llama-3.1-8b.yaml")
+    spec = str(ROOT / "templates" / "llama-3.1-8b.yaml")
     _check_refused(["submit", spec, "--dry-run", flag], mode, "--dry-run", flag, capsys)
 
 
@@ -898,9 +898,7 @@ def test_long_mode_fuzz_python_api():
     from blackwell_sm.spec import load_spec
 
     rng = random.Random(11)
-    templates = [
-        load_mapping(p) for p in sorted((ROOT / "blackwell_sm" / "templates").glob("*.yaml"))
-    ]
+    templates = [load_mapping(p) for p in sorted((ROOT / "templates").glob("*.yaml"))]
     nasty: list[Any] = [
         None,
         True,

@@ -90,10 +90,10 @@ def _cli(args: list[str], capsys) -> tuple[int, str]:
 def test_cli_output_never_shows_credentials(planted, capsys):
     outputs = []
     for args in (
-        ["plan", "blackwell_sm/templates/llama-3.1-8b.yaml", "--output", "json"],
-        ["plan", "blackwell_sm/templates/llama-3.1-8b.yaml"],
-        ["submit", "blackwell_sm/templates/llama-3.1-8b.yaml", "--dry-run", "--output", "json"],
-        ["submit", "blackwell_sm/templates/llama-3.1-8b.yaml", "--dry-run"],
+        ["plan", "templates/llama-3.1-8b.yaml", "--output", "json"],
+        ["plan", "templates/llama-3.1-8b.yaml"],
+        ["submit", "templates/llama-3.1-8b.yaml", "--dry-run", "--output", "json"],
+        ["submit", "templates/llama-3.1-8b.yaml", "--dry-run"],
         ["iam-policy", "--output", "json"],
     ):
         code, text = _cli(args, capsys)
@@ -216,13 +216,21 @@ def test_the_bundle_holds_only_what_a_wheel_holds(monkeypatch, tmp_path):
     real = package_files.PACKAGE_DIR
     shutil.copytree(real, pkg, ignore=shutil.ignore_patterns("__pycache__"))
     shutil.copy(ROOT / "pyproject.toml", checkout / "pyproject.toml")
+    for folder in ("entrypoints", "templates"):  # shipped inside the package (package-dir)
+        shutil.copytree(
+            ROOT / folder, checkout / folder, ignore=shutil.ignore_patterns("__pycache__")
+        )
     # what a developer's checkout and home hold next to the code
     junks = [".env", ".git/config", ".aws/credentials", "tests/test_x.py", ".DS_Store"]
     junks += ["__pycache__/m.cpython-311.pyc", "x.egg-info/PKG-INFO", "credentials.json"]
-    junks += ["tls/server.key", "notes.ipynb", "logs/tracker.log", "entrypoints/.env"]
-    for junk in [*junks, "templates/secret.txt"]:
-        (pkg / junk).parent.mkdir(parents=True, exist_ok=True)
-        (pkg / junk).write_text(f"AWS_SECRET_ACCESS_KEY={ENV_SECRET}\n")
+    junks += ["tls/server.key", "notes.ipynb", "logs/tracker.log"]
+    planted = [pkg / j for j in junks] + [
+        checkout / "entrypoints/.env",
+        checkout / "templates/x.txt",
+    ]
+    for junk in planted:
+        junk.parent.mkdir(parents=True, exist_ok=True)
+        junk.write_text(f"AWS_SECRET_ACCESS_KEY={ENV_SECRET}\n")
     home_aws = tmp_path / "home" / ".aws"
     home_aws.mkdir(parents=True)
     (home_aws / "credentials").write_text(f"aws_secret_access_key = {FILE_SECRET}\n")
@@ -243,4 +251,5 @@ def test_the_bundle_holds_only_what_a_wheel_holds(monkeypatch, tmp_path):
     assert all(leaks(d) == [] for d in members.values())
     # and every .py of the real package is there (nothing wanted was dropped)
     expected = {"blackwell_sm/" + p.relative_to(real).as_posix() for p in real.rglob("*.py")}
+    expected |= {f"blackwell_sm/entrypoints/{p.name}" for p in (ROOT / "entrypoints").glob("*.py")}
     assert expected <= set(members)

@@ -2,7 +2,7 @@
 
 A finished run used to be reported failed about 3 % of the time: a worker aborted in interpreter
 teardown (`terminate called without an active exception`) after summary.json was written. Each
-run here is `blackwell_sm/templates/demo-tiny.yaml` shortened to 6 steps, in a fresh directory, through the
+run here is `templates/demo-tiny.yaml` shortened to 6 steps, in a fresh directory, through the
 real CLI, launcher and torchrun.
 
 Fast mode (default, in `make test`): 2 runs. Long mode: `BSM_LONG=1` runs 20 (or `BSM_SOAK=N`)
@@ -32,7 +32,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(0 if LONG else 600)]
 
 
 def _spec(tmp: Path) -> Path:
-    text = (REPO / "blackwell_sm" / "templates" / "demo-tiny.yaml").read_text()
+    text = (REPO / "templates" / "demo-tiny.yaml").read_text()
     text = text.replace("total_steps: 40", "total_steps: 6").replace(
         "interval_steps: 10", "interval_steps: 3"
     )

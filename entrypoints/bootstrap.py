@@ -173,9 +173,9 @@ def install(manifest: dict, todo: list[dict], wheels: Path, site: Path) -> None:
     out = subprocess.run(cmd, capture_output=True, text=True, check=False)
     if out.returncode != 0:
         tail = " ".join((out.stderr or out.stdout).split())[-500:]
-        carried = ", ".join(f"{w['project']} {w['version']}" for w in manifest["wheels"])
+        listed = ", ".join(f"{w['project']} {w['version']}" for w in manifest["wheels"])
         raise BootstrapError(
-            f"pip could not install {names} from the carried wheels ({carried or 'none'}): {tail}"
+            f"pip could not install {names} from the carried wheels ({listed or 'none'}): {tail}"
         )
     if (site / "torch").exists():
         raise BootstrapError(f"installing {names} pulled in torch; the image's torch is kept")
