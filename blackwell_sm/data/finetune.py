@@ -278,7 +278,7 @@ def prepare_finetune(
     """JSONL samples -> version 2 shards of whole rows under `out_dir`, and its manifest;
     `out_dir` appears only when all is written (refused when not empty, unless `overwrite`)."""
     check_inputs(inputs)
-    check_out(out_dir, overwrite=overwrite)  # before the work, not after it
+    check_out(out_dir, overwrite=overwrite, inputs=[*inputs, tokenizer])  # before the work
     for path in inputs:  # every line read and checked before any tokenising
         for _ in iter_records(path, fmt):
             pass
