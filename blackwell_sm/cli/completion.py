@@ -55,7 +55,7 @@ def check_protocol(env: Mapping[str, str]) -> None:
     shell, what = instruction.split("_")
     if what == "source":
         return
-    from click.parser import split_arg_string
+    from click.shell_completion import split_arg_string
 
     words = split_arg_string(_text(env, "COMP_WORDS"))
     cword = _text(env, "COMP_CWORD")

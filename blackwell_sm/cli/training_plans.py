@@ -11,21 +11,18 @@ from typing import Any
 
 import click
 
+from blackwell_sm.cli import params as p
 from blackwell_sm.cli import submit as submit_cli
 from blackwell_sm.cli.output import OUTPUT_OPTION, emit_json
 from blackwell_sm.cli.params import (
     EXTENSION_ID,
-    FUTURE_TIME,
-    INSTANCE_COUNT,
     INSTANCE_TYPE,
     ISO_TIME,
     OFFERING_ID,
-    PLAN_HOURS,
     PLAN_NAME,
     PLAN_REF,
     REGION,
     SPEC_FILE,
-    check_window,
     parse_iso,
 )
 from blackwell_sm.cli.submit import consent_prompt, say
@@ -89,8 +86,8 @@ def _capacity_options(f: Any) -> Any:
             click.option(
                 "--instance-type", type=INSTANCE_TYPE, metavar="TYPE", help="Default: the spec's."
             ),
-            click.option("--count", type=INSTANCE_COUNT, help="Instances."),
-            click.option("--hours", type=PLAN_HOURS, help="Duration; default: predicted run."),
+            click.option("--count", type=p.INSTANCE_COUNT, help="Instances."),
+            click.option("--hours", type=p.PLAN_HOURS, help="Duration; default: predicted run."),
             REGION_OPTION,
         ]
     ):
@@ -101,7 +98,7 @@ def _capacity_options(f: Any) -> Any:
 @plans.command("search")
 @_capacity_options
 @click.option("--start-after", type=ISO_TIME, metavar="ISO", help="Earliest start (default: now).")
-@click.option("--end-before", type=FUTURE_TIME, metavar="ISO", help="Latest end.")
+@click.option("--end-before", type=p.FUTURE_TIME, metavar="ISO", help="Latest end.")
 @OUTPUT_OPTION
 def search(
     spec_path: str | None,
@@ -117,7 +114,7 @@ def search(
     from blackwell_sm.aws.training_plans import search_offerings, utcnow
 
     itype, n, h, region = capacity_for(spec_path, instance_type, count, hours, region)
-    check_window(_when(start_after, "--start-after"), _when(end_before, "--end-before"), hours=h)
+    p.check_window(_when(start_after, "--start-after"), _when(end_before, "--end-before"), hours=h)
     aws = submit_cli.aws_context(region)
     offers = search_offerings(
         aws.plans,
@@ -201,9 +198,7 @@ def reserve(
 
 @plans.command("extend")
 @click.argument("ref", metavar="PLAN", type=PLAN_REF)
-@click.option(
-    "--until", type=FUTURE_TIME, metavar="ISO", help="Until the plan ends at or after it."
-)
+@click.option("--until", type=p.FUTURE_TIME, metavar="ISO", help="Until the plan ends by then.")
 @click.option(
     "--to-fit",
     "to_fit",

@@ -136,14 +136,20 @@ def resolve(value: str) -> tuple[Path, str]:
     repo, revision = parsed
     check_hub_id(repo, revision)
     offline = _offline()
-    kw = {
-        "revision": revision,
-        "cache_dir": os.environ.get("HF_HUB_CACHE") or None,
-        "local_files_only": offline,
-    }
+    cache_dir = os.environ.get("HF_HUB_CACHE") or None
+
+    def download(name: str) -> Path:
+        return Path(
+            str(
+                hf_hub_download(
+                    repo, name, revision=revision, cache_dir=cache_dir, local_files_only=offline
+                )
+            )
+        )
+
     at = f"{repo}@{revision}" if revision else repo
     try:
-        config = Path(hf_hub_download(repo, "config.json", **kw))
+        config = download("config.json")
     except LocalEntryNotFoundError:
         where = "the local cache" + (" (HF_HUB_OFFLINE is set)" if offline else "")
         has_repo, has_revision = _cached(repo, revision)
@@ -181,7 +187,7 @@ def resolve(value: str) -> tuple[Path, str]:
         raise _refuse(f"{at} has no config.json", "model.hf needs a transformers model") from None
     for name in TOKENIZER_FILES:  # best effort: a model without a tokenizer still plans
         try:
-            hf_hub_download(repo, name, **kw)
+            download(name)
         except (EntryNotFoundError, LocalEntryNotFoundError):
             continue
     return config.parent, repo.split("/", 1)[1].lower()
