@@ -178,3 +178,15 @@ def check_file_output(
     path = check_out_path(out, flag=flag)
     file_mark(path, mark, command=command, flag=flag)
     return Path(out)
+
+
+def read_files(path: str | Path | None) -> list[Path]:
+    """The inputs a command reads from `path`: the file itself, or a folder's own files (a
+    tokenizer folder: an output may lie in it, never over or around the files it holds)."""
+    if path is None:
+        return []
+    p = Path(path)
+    try:
+        return sorted(c for c in p.iterdir() if c.is_file()) if p.is_dir() else [p]
+    except OSError:  # unreadable: the command's own reading refuses it, naming it
+        return [p]

@@ -32,6 +32,7 @@ from blackwell_sm.data.shards import ShardWriter, token_dtype
 from blackwell_sm.data.staging import check_out, staged_dir
 from blackwell_sm.data.tokenizer_files import TOKENIZER_FILES, tokenizer_sha256
 from blackwell_sm.errors import SpecError
+from blackwell_sm.output_place import read_files
 
 __all__ = ["DEFAULT_SHARD_TOKENS", "TOKENIZER_DIR", "Manifest", "ShardInfo", "prepare"]
 
@@ -153,7 +154,7 @@ def prepare(
     """Tokenize `inputs` into shards of at most `shard_tokens` tokens; `out_dir` appears only
     when all is written (`data/staging.py`: a non-empty one is refused unless `overwrite`)."""
     check_inputs(inputs)
-    check_out(out_dir, overwrite=overwrite, inputs=[*inputs, *([tokenizer] if tokenizer else [])])
+    check_out(out_dir, overwrite=overwrite, inputs=[*inputs, *read_files(tokenizer)])
     tok = HFTokenizer(tokenizer) if tokenizer else ByteTokenizer()
     for path in inputs:  # every input read and checked before any tokenising
         for _ in iter_documents(path):

@@ -253,3 +253,19 @@ def test_one_atomic_writer():
             ):
                 found.append(f"{path.relative_to(REPO)}:{node.lineno}")
     assert found == []
+
+
+def test_run_local_never_writes_into_or_around_a_channel(tmp_path):
+    shards = tmp_path / "shards"
+    shards.mkdir()
+    (shards / "shard-00000.bin").write_bytes(b"\0" * 64)
+    spec = tmp_path / "spec.yaml"
+    spec.write_text("model: tiny\ntraining:\n  total_steps: 2\n  data: {source: channel}\n")
+    for out in (shards, shards / "run", tmp_path):
+        before = snapshot(tmp_path)
+        refused(
+            ["run-local", str(spec), "--out", str(out), "--channel", f"train={shards}", "--fresh"],
+            "--out",
+            str(shards),
+        )
+        assert snapshot(tmp_path) == before
