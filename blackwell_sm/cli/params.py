@@ -194,6 +194,24 @@ class IsoTime(click.ParamType):
         return parse_iso(value, flag_of(param), future=self.future)
 
 
+class Seconds(click.ParamType):
+    """A finite number of seconds, at least 1 (NaN and inf refused: a NaN timeout never ends)."""
+
+    name = "seconds"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        import math
+
+        flag, text = flag_of(param), str(value).strip()
+        try:
+            num = float(text) if len(text) <= 40 else math.nan
+        except ValueError:
+            num = math.nan
+        if not (math.isfinite(num) and num >= 1):
+            raise SpecError(f"{flag} {text[:40]!r} is not a number of seconds >= 1", field=flag)
+        return num
+
+
 class ApiNumber(click.ParamType):
     """A number the SageMaker API takes as `shape`: finite, whole where `integer`, and within
     the model's min..max (raised to `floor` where the command needs more)."""
@@ -284,6 +302,7 @@ PLAN_OR_AUTO = PlanRef(auto=True)
 REGION = Region()
 ISO_TIME = IsoTime()
 FUTURE_TIME = IsoTime(future=True)
+SECONDS = Seconds()
 INSTANCE_COUNT = ApiNumber("ReservedCapacityInstanceCount", "instance count", integer=True, floor=1)
 PLAN_HOURS = ApiNumber("TrainingPlanDurationHoursInput", "hours", integer=False)
 SPEC_FILE = SpecFile()

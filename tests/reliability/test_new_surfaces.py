@@ -253,6 +253,8 @@ BOUNDS = {
         ],
         "--end-before",
     ),
+    "logs-timeout-nan": (["logs", "some-job", "--follow", "--timeout", "nan"], "--timeout"),
+    "logs-timeout-inf": (["logs", "some-job", "--follow", "--timeout", "inf"], "--timeout"),
 }
 
 
