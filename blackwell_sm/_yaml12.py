@@ -43,6 +43,13 @@ class SafeYamlLoader(yaml.SafeLoader):
             seen: dict[Any, Any] = {}
             for key_node, _ in node.value:
                 key = self.construct_object(key_node, deep=True)
+                if key is None:
+                    raise yaml.constructor.ConstructorError(
+                        "while constructing a mapping",
+                        node.start_mark,
+                        "found a null key (~, null or an empty key): every key needs a name",
+                        key_node.start_mark,
+                    )
                 try:
                     hash(key)
                 except TypeError:
@@ -122,11 +129,27 @@ for _tag in ("timestamp", "set", "binary", "omap", "pairs"):
     )
 
 
+class RecursiveAlias(yaml.YAMLError):
+    """An anchor used inside itself (`a: &a {b: *a}`): a document without end."""
+
+    def __init__(self, mark: Any) -> None:
+        super().__init__()
+        self.problem = "an alias refers to its own anchor (a recursive structure)"
+        self.problem_mark = mark
+
+
+_ACTIVE = -1  # memo value of a node being counted: meeting it again is recursion
+
+
 def count_nodes(node: Any, memo: dict[int, int], depth: int = 0) -> int:
-    """Nodes in `node` with every alias expanded (memoised, so a bomb is counted, not built)."""
+    """Nodes in `node` with every alias expanded (memoised, so a bomb is counted, not built);
+    RecursiveAlias for an anchor used inside itself."""
     key = id(node)
     if key in memo:
+        if memo[key] == _ACTIVE:
+            raise RecursiveAlias(node.start_mark)
         return memo[key]
+    memo[key] = _ACTIVE
     if isinstance(node, yaml.MappingNode):
         n = 1 + sum(count_nodes(k, memo) + count_nodes(v, memo) for k, v in node.value)
     elif isinstance(node, yaml.SequenceNode):

@@ -92,7 +92,8 @@ def atomic_open(
     except OSError as e:
         raise _write_failed(where, e) from None
     try:
-        with os.fdopen(fd, mode, encoding="utf-8" if mode == "w" else None) as f:
+        f: IO[Any] = os.fdopen(fd, "wb") if mode == "wb" else os.fdopen(fd, "w", encoding="utf-8")
+        with f:
             yield f
             f.flush()
             os.fsync(f.fileno())

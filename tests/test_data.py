@@ -13,6 +13,7 @@ from click.testing import CliRunner
 from blackwell_sm.cli import cli
 from blackwell_sm.data.shards import HEADER_BYTES, MAGIC, read_shard, write_shard
 from blackwell_sm.errors import BsmError, SpecError
+from blackwell_sm.output_place import RECORD
 from blackwell_sm.train.data import ShardDataset
 
 
@@ -155,7 +156,7 @@ def test_prepare_refuses_a_non_empty_out_unless_overwrite(tmp_path):
     r = _prepare(tmp_path, out, "--overwrite")
     assert r.exit_code == 0, r.output
     # the old shards are gone with the old folder: nothing stale to train on
-    assert sorted(p.name for p in out.iterdir()) == ["manifest.json", "shard-00000.bin"]
+    assert sorted(p.name for p in out.iterdir()) == [RECORD, "manifest.json", "shard-00000.bin"]
     assert set(read_shard(out / "shard-00000.bin").tolist()) == {ord("y"), 0}
     # an empty folder is fine without --overwrite, and a file is refused
     (tmp_path / "empty").mkdir()

@@ -59,8 +59,8 @@ LAYERS: dict[str, Layer] = {
         TRAINING_STACK | AWS_STACK,
     ),
     "safe_load": Layer(
-        ("safe_load", "_yaml12", "atomic_write"),
-        "one guarded reader for every file: specs, plans, manifests, profiles (PyYAML only in _yaml12, loaded for YAML files); one atomic writer for every output",
+        ("safe_load", "_yaml12", "atomic_write", "output_place", "state_files"),
+        "one guarded reader for every file: specs, plans, manifests, profiles (PyYAML only in _yaml12, loaded for YAML files); one atomic writer for every output; where an output may go (output_place); one opener for state and lock files (state_files)",
         _l("errors"),
         TRAINING_STACK | AWS_STACK,
     ),

@@ -77,10 +77,15 @@ def state_dir() -> Path:
     return Path(base) / "blackwell_sm"
 
 
+def _state_var() -> str | None:
+    """The variable naming the state folder, when one does (an error's field)."""
+    return "BSM_STATE_DIR" if os.environ.get("BSM_STATE_DIR") else None
+
+
 def _folder(name: str) -> Path:
     """state_dir()/name, made if missing; SpecError (exit 2) when it cannot be."""
     folder = state_dir() / name
-    var = "BSM_STATE_DIR" if os.environ.get("BSM_STATE_DIR") else None
+    var = _state_var()
     try:
         folder.mkdir(parents=True, exist_ok=True)
         probe = folder / f".probe-{os.getpid()}"
@@ -114,8 +119,10 @@ def intent_lock(
             say(f"note: no lock on this system; another process may act on {resource} too")
         yield
         return
+    from blackwell_sm.state_files import open_state
+
     path = _folder("locks") / f"{_safe(resource)}.lock"
-    with path.open("a+") as f:
+    with open_state(path, "a+", field=_state_var()) as f:  # never through a symlink
         waited, told = 0.0, False
         while True:
             try:
@@ -153,10 +160,12 @@ def record_purchase(purchase: Purchase, *, say: Notify | None = None) -> Purchas
     """Write the purchase's JSON record (atomically) and return it with `record` set. The money
     is spent already: a record that cannot be written is said, never raised."""
     from blackwell_sm.atomic_write import write_text
+    from blackwell_sm.state_files import check_state_entry
 
     name = f"{purchase.bought_at.astimezone(UTC):%Y%m%dT%H%M%S}-{purchase.key}.json"
     try:
         path = _folder("purchases") / name
+        check_state_entry(path, field=_state_var())  # never written through a link
         out = purchase.model_copy(update={"record": str(path)})
         write_text(path, out.model_dump_json(indent=2) + "\n", flag=None)
         return out
@@ -174,9 +183,11 @@ def purchases(key: str | None = None) -> list[Purchase]:
     from pydantic import ValidationError
 
     from blackwell_sm.safe_load import load_mapping
+    from blackwell_sm.state_files import check_state_entry
 
     found = []
     for path in sorted(folder.glob(f"*-{key}.json" if key else "*.json")):
         with contextlib.suppress(SpecError, ValidationError):  # not ours, or damaged: skipped
+            check_state_entry(path)  # a link, FIFO or folder is not read through
             found.append(Purchase.model_validate(load_mapping(path, field="purchase record")))
     return found

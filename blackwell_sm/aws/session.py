@@ -52,13 +52,19 @@ TIMEOUT_ENV = {
 }
 
 
+#: The most any BSM_AWS_* / AWS_MAX_ATTEMPTS setting may be: a day, in seconds (or attempts).
+MAX_SETTING = 86_400
+
+
 def _positive(var: str, text: str, *, integer: bool = False) -> float:
     try:
         value = int(text) if integer else float(text)
     except ValueError:
         value = -1
-    if not value > 0 or value != value or value == float("inf"):
-        kind = "a whole number ≥ 1" if integer else "a positive number"
+    if not 0 < value <= MAX_SETTING:  # NaN and inf fail too; 1e300 s would overflow the clock
+        kind = ("a whole number ≥ 1" if integer else "a positive number") + (
+            f" up to {MAX_SETTING:,}"
+        )
         raise SpecError(
             f"{var}={text!r} is not {kind}",
             field=var,

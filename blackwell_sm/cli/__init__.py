@@ -112,6 +112,10 @@ def main(argv: list[str] | None = None) -> None:
     with warnings.catch_warnings():
         warnings.showwarning = _show_warning
         try:
+            if "_BSM_COMPLETE" in os.environ:  # the completion protocol, checked first
+                from blackwell_sm.cli.completion import check_protocol
+
+                check_protocol(os.environ)
             rv = cli.main(args=args, prog_name="bsm", standalone_mode=False)
         except BrokenPipeError:  # `bsm list | head`: the reader left; nothing more to say
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())

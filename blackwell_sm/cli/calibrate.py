@@ -36,7 +36,8 @@ def _median(before: float | None, after: float | None, figure: str, exact: list[
     metavar="FILE",
     default="calibration.yaml",
     show_default=True,
-    help="Where to write the profile (YAML).",
+    help="Where to write the profile (YAML): never a source, nor an existing file that is "
+    "not a profile bsm calibrate wrote.",
 )
 @click.option("--name", default="calibration", show_default=True, help="The profile's name.")
 @click.option(
@@ -52,21 +53,20 @@ def calibrate(
     """Fit the planner's efficiency constants per GPU kind to SOURCEs (run directories,
     measurements CSVs, job names), print each row's error before and after, and write the
     profile to --out. Apply it with `bsm plan --calibration FILE`."""
-    from blackwell_sm.atomic_write import check_out_path
     from blackwell_sm.planner.fit import require_scipy
     from blackwell_sm.runs.calibrate import calibrate as run_calibration
-    from blackwell_sm.runs.calibrate import write_profile
+    from blackwell_sm.runs.calibrate import check_profile_out, write_profile
     from blackwell_sm.runs.calibrate_sources import classify
 
     require_scipy()  # before any source is read or AWS is set up
-    check_out_path(out, flag="--out")  # before the fit: a bad --out is refused at once
+    check_profile_out(out, sources)  # before the fit: a bad --out is refused at once
     aws = None
     if any(classify(s) == "job" for s in sources):
         from blackwell_sm.cli.submit import aws_context
 
         aws = aws_context(region)
     result = run_calibration(list(sources), name=name, aws=aws)
-    path = write_profile(result.profile, out)
+    path = write_profile(result.profile, out, sources)
     result = result.model_copy(update={"out": str(path)})
     if output == "json":
         emit_json(result)

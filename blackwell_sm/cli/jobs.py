@@ -9,7 +9,7 @@ import click
 from blackwell_sm.aws.views import hours_of
 from blackwell_sm.cli import submit as submit_cli
 from blackwell_sm.cli.output import OUTPUT_OPTION, emit_json, snake_keys
-from blackwell_sm.cli.params import JOB_NAME, JOB_STATUS, NAME_CONTAINS, REGION
+from blackwell_sm.cli.params import JOB_NAME, JOB_STATUS, NAME_CONTAINS, REGION, SECONDS
 from blackwell_sm.cli.progress import ProgressDisplay, wait_poller
 from blackwell_sm.cli.submit import Interrupted, print_log_event, reattach_hint, say
 from blackwell_sm.errors import AwsError
@@ -128,7 +128,7 @@ def show_run(run: Any) -> None:
 @click.option("--follow", "-f", is_flag=True, help="Keep printing until the job ends.")
 @click.option(
     "--timeout",
-    type=click.FloatRange(min=1),
+    type=SECONDS,
     metavar="SECONDS",
     help="Stop following after this long (default: the job's max runtime + 1 h).",
 )

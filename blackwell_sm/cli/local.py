@@ -111,6 +111,11 @@ def run_local(
             "on the directory, name a channel the spec reads, or drop --channel",
             field="--channel",
         )
+    from blackwell_sm.output_place import check_against_inputs
+
+    init = spec.training.init_from
+    reads = [*channels.values(), *([Path(init)] if init and "://" not in init else [])]
+    check_against_inputs(out, reads, flag="--out")  # --fresh must never delete an input
     info(f"run-local: {spec.model.name} on {nproc} local process(es), directory {out}")
     # JSON mode: stdout carries only the result, so the training log goes to stderr.
     result = run(

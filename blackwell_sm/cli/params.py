@@ -118,30 +118,137 @@ class Region(click.ParamType):
         return str(value)
 
 
-def parse_iso(value: Any, flag: str) -> Any:
-    """An ISO date or date-time (a datetime passes through; None stays None); UTC when it
-    carries no zone; SpecError naming `flag` otherwise."""
-    from datetime import UTC, datetime
+def _refuse_time(flag: str, value: Any, why: str) -> SpecError:
+    return SpecError(
+        f"{flag} {why}, got {value!r}",
+        field=flag,
+        hint="an ISO date or date-time such as 2026-12-24 or 2026-12-24T08:00 (UTC unless it "
+        "names a zone)",
+    )
 
-    if value is None or isinstance(value, datetime):
-        return value
-    try:
-        ts = datetime.fromisoformat(str(value))
-    except ValueError:
+
+def parse_iso(value: Any, flag: str, *, future: bool = False) -> Any:
+    """An ISO date or date-time (a datetime passes through; None stays None); UTC when it
+    carries no zone; no further ahead than the API's longest plan (`horizon_hours`); with
+    `future`, not in the past. SpecError naming `flag` otherwise."""
+    from datetime import UTC, datetime, timedelta
+
+    if value is None:
+        return None
+    if isinstance(value, datetime):
+        ts = value
+    else:
+        try:
+            ts = datetime.fromisoformat(str(value).strip())
+        except ValueError:
+            raise _refuse_time(
+                flag, value, "takes an ISO date/time such as 2026-12-24 or 2026-12-24T08:00"
+            ) from None
+    ts = ts if ts.tzinfo else ts.replace(tzinfo=UTC)
+    now = datetime.now(UTC)
+    if future and ts <= now:
+        raise _refuse_time(flag, value, f"is in the past (now is {now:%Y-%m-%dT%H:%M} UTC)")
+    horizon = horizon_hours()
+    if ts - now > timedelta(hours=horizon):
+        raise _refuse_time(
+            flag, value, f"is more than {horizon:,} h ahead (the API's longest training plan)"
+        )
+    return ts
+
+
+def horizon_hours() -> int:
+    """The longest training plan the API sells, in hours (botocore's model)."""
+    return int(api_shape("TrainingPlanDurationHoursInput")["max"])
+
+
+def check_window(start: Any, end: Any, *, hours: float | None = None) -> None:
+    """A search window (`--start-after`, `--end-before`) that is not reversed and can hold
+    `hours`; SpecError naming `--end-before` otherwise."""
+    if start is None or end is None:
+        return
+    span = (end - start).total_seconds() / 3600
+    if span <= 0:
         raise SpecError(
-            f"{flag} takes an ISO date/time such as 2026-12-24 or 2026-12-24T08:00, got {value!r}",
-            field=flag,
-        ) from None
-    return ts if ts.tzinfo else ts.replace(tzinfo=UTC)
+            f"--end-before {end:%Y-%m-%dT%H:%M} is not after --start-after "
+            f"{start:%Y-%m-%dT%H:%M}: the window is reversed",
+            field="--end-before",
+        )
+    if hours is not None and span < hours:
+        raise SpecError(
+            f"the window from --start-after to --end-before is {span:,.1f} h, shorter than "
+            f"the {hours:,.1f} h asked for",
+            field="--end-before",
+            hint="widen the window or ask for fewer hours",
+        )
 
 
 class IsoTime(click.ParamType):
-    """An ISO date or date-time (`parse_iso`)."""
+    """An ISO date or date-time (`parse_iso`); with `future`, not in the past."""
 
     name = "ISO time"
 
+    def __init__(self, *, future: bool = False) -> None:
+        self.future = future
+
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
-        return parse_iso(value, flag_of(param))
+        return parse_iso(value, flag_of(param), future=self.future)
+
+
+class Seconds(click.ParamType):
+    """A finite number of seconds, at least 1 (NaN and inf refused: a NaN timeout never ends)."""
+
+    name = "seconds"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        import math
+
+        flag, text = flag_of(param), str(value).strip()
+        try:
+            num = float(text) if len(text) <= 40 else math.nan
+        except ValueError:
+            num = math.nan
+        if not (math.isfinite(num) and num >= 1):
+            raise SpecError(f"{flag} {text[:40]!r} is not a number of seconds >= 1", field=flag)
+        return num
+
+
+class ApiNumber(click.ParamType):
+    """A number the SageMaker API takes as `shape`: finite, whole where `integer`, and within
+    the model's min..max (raised to `floor` where the command needs more)."""
+
+    def __init__(self, shape: str, what: str, *, integer: bool, floor: float | None = None) -> None:
+        self.shape, self.name, self.integer, self.floor = shape, what, integer, floor
+
+    def bounds(self) -> tuple[float | None, float | None]:
+        rule = api_shape(self.shape)
+        lo, hi = rule.get("min"), rule.get("max")
+        if self.floor is not None:
+            lo = self.floor if lo is None else max(lo, self.floor)
+        return lo, hi
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        import math
+
+        flag, text = flag_of(param), str(value).strip()
+        lo, hi = self.bounds()
+        allowed = f"{'a whole number' if self.integer else 'a number'} from {lo:g} to {hi:g}"
+        try:
+            num = float(text) if len(text) <= 40 else math.nan
+        except ValueError:
+            num = math.nan
+        problem = None
+        if not math.isfinite(num):
+            problem = "is not a finite number"
+        elif self.integer and not num.is_integer():
+            problem = "is not a whole number"
+        elif (lo is not None and num < lo) or (hi is not None and num > hi):
+            problem = "is outside the API's limits"
+        if problem:
+            raise SpecError(
+                f"{flag} {text[:40]!r} {problem}: {allowed} ({self.shape}, botocore's model)",
+                field=flag,
+            )
+        return int(num) if self.integer else num
 
 
 class SpecFile(click.ParamType):
@@ -194,6 +301,10 @@ PLAN_REF = PlanRef()
 PLAN_OR_AUTO = PlanRef(auto=True)
 REGION = Region()
 ISO_TIME = IsoTime()
+FUTURE_TIME = IsoTime(future=True)
+SECONDS = Seconds()
+INSTANCE_COUNT = ApiNumber("ReservedCapacityInstanceCount", "instance count", integer=True, floor=1)
+PLAN_HOURS = ApiNumber("TrainingPlanDurationHoursInput", "hours", integer=False)
 SPEC_FILE = SpecFile()
 RUN_OR_JOB = RunOrJob()
 SOURCE = RunOrJob(csv=True)

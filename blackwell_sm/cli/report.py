@@ -16,7 +16,8 @@ from blackwell_sm.cli.params import REGION, RUN_OR_JOB
     "out",
     metavar="FILE",
     help="Where to write the HTML (default: RUN_DIR/report.html, or JOB-report.html; "
-    "compare-report.html for several runs).",
+    "compare-report.html for several runs). Never a run's own file, nor an existing file "
+    "bsm report did not write.",
 )
 @click.option(
     "--region", type=REGION, metavar="REGION", help="For a job: default AWS_REGION / the profile's."
@@ -29,11 +30,9 @@ def report(runs: tuple[str, ...], out: str | None, region: str | None, output: s
     against predicted."""
     from pathlib import Path
 
-    from blackwell_sm.atomic_write import check_out_path
-    from blackwell_sm.runs.report import write_report
+    from blackwell_sm.runs.report import check_report_out, write_report
 
-    if out is not None:
-        check_out_path(out, flag="--out")  # before drawing: a bad --out is refused at once
+    check_report_out(runs, out)  # before any AWS or drawing: a bad --out is refused at once
     aws = None
     if any(not Path(r).is_dir() and "/" not in r for r in runs):
         from blackwell_sm.cli.submit import aws_context

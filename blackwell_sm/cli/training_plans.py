@@ -11,6 +11,7 @@ from typing import Any
 
 import click
 
+from blackwell_sm.cli import params as p
 from blackwell_sm.cli import submit as submit_cli
 from blackwell_sm.cli.output import OUTPUT_OPTION, emit_json
 from blackwell_sm.cli.params import (
@@ -85,10 +86,8 @@ def _capacity_options(f: Any) -> Any:
             click.option(
                 "--instance-type", type=INSTANCE_TYPE, metavar="TYPE", help="Default: the spec's."
             ),
-            click.option("--count", type=click.IntRange(min=1), help="Instances."),
-            click.option(
-                "--hours", type=click.FloatRange(min=1), help="Duration; default: predicted run."
-            ),
+            click.option("--count", type=p.INSTANCE_COUNT, help="Instances."),
+            click.option("--hours", type=p.PLAN_HOURS, help="Duration; default: predicted run."),
             REGION_OPTION,
         ]
     ):
@@ -99,7 +98,7 @@ def _capacity_options(f: Any) -> Any:
 @plans.command("search")
 @_capacity_options
 @click.option("--start-after", type=ISO_TIME, metavar="ISO", help="Earliest start (default: now).")
-@click.option("--end-before", type=ISO_TIME, metavar="ISO", help="Latest end.")
+@click.option("--end-before", type=p.FUTURE_TIME, metavar="ISO", help="Latest end.")
 @OUTPUT_OPTION
 def search(
     spec_path: str | None,
@@ -115,6 +114,7 @@ def search(
     from blackwell_sm.aws.training_plans import search_offerings, utcnow
 
     itype, n, h, region = capacity_for(spec_path, instance_type, count, hours, region)
+    p.check_window(_when(start_after, "--start-after"), _when(end_before, "--end-before"), hours=h)
     aws = submit_cli.aws_context(region)
     offers = search_offerings(
         aws.plans,
@@ -198,7 +198,7 @@ def reserve(
 
 @plans.command("extend")
 @click.argument("ref", metavar="PLAN", type=PLAN_REF)
-@click.option("--until", type=ISO_TIME, metavar="ISO", help="Until the plan ends at or after it.")
+@click.option("--until", type=p.FUTURE_TIME, metavar="ISO", help="Until the plan ends by then.")
 @click.option(
     "--to-fit",
     "to_fit",

@@ -37,6 +37,7 @@ from blackwell_sm.data.shards import FLAG_LOSS, FLAG_START, ShardWriter, token_d
 from blackwell_sm.data.staging import check_out, staged_dir
 from blackwell_sm.data.tokenizer_files import tokenizer_files, tokenizer_sha256
 from blackwell_sm.errors import SpecError
+from blackwell_sm.output_place import read_files
 
 FORMAT_NAME = FINETUNE_FORMAT_NAME
 Format = Literal["chat", "prompt-completion"]
@@ -280,7 +281,7 @@ def prepare_finetune(
     """JSONL samples -> version 2 shards of whole rows under `out_dir`, and its manifest;
     `out_dir` appears only when all is written (refused when not empty, unless `overwrite`)."""
     check_inputs(inputs)
-    check_out(out_dir, overwrite=overwrite)  # before the work, not after it
+    check_out(out_dir, overwrite=overwrite, inputs=[*inputs, *read_files(tokenizer)])
     for path in inputs:  # every line read and checked before any tokenising
         for _ in iter_records(path, fmt):
             pass

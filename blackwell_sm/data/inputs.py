@@ -48,6 +48,9 @@ def check_inputs(paths: list[Path]) -> None:
             bad.append(e.message)
     if bad:
         raise SpecError("; ".join(bad), field="INPUT")
+    from blackwell_sm.output_place import distinct_inputs
+
+    distinct_inputs(paths)
 
 
 def _utf8(path: Path, n: int, raw: bytes) -> str:
@@ -63,7 +66,17 @@ def _utf8(path: Path, n: int, raw: bytes) -> str:
 
 
 def check_text(where: str, text: str) -> str:
-    """`text` of one document, refused if it holds a NUL byte."""
+    """`text` of one document, refused if it holds a NUL byte or a lone surrogate (a JSON
+    `\\ud800` escape: no character, not encodable as UTF-8)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as e:
+        raise SpecError(
+            f"{where}: a lone surrogate (U+{ord(text[e.start]):04X}) at character {e.start + 1} "
+            "is not a character",
+            field="INPUT",
+            hint="write the character itself, or a valid surrogate pair (\\ud83d\\ude00)",
+        ) from None
     i = text.find("\0")
     if i >= 0:
         raise SpecError(

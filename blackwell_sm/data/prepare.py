@@ -39,6 +39,7 @@ from blackwell_sm.data.shards import ShardWriter, token_dtype
 from blackwell_sm.data.staging import check_out, staged_dir
 from blackwell_sm.data.tokenizer_files import TOKENIZER_FILES, tokenizer_sha256
 from blackwell_sm.errors import SpecError
+from blackwell_sm.output_place import read_files
 
 __all__ = ["DEFAULT_SHARD_TOKENS", "TOKENIZER_DIR", "Manifest", "ShardInfo", "prepare"]
 
@@ -104,18 +105,42 @@ class HFTokenizer:
             )
 
 
+#: Tabular or binary formats that are not text documents (refused rather than tokenized whole).
+NOT_TEXT = frozenset({".csv", ".tsv", ".parquet", ".arrow", ".json", ".xlsx", ".gz", ".zip"})
+
+
 def iter_documents(path: Path) -> Iterator[str]:
     """Documents of a file: one per JSONL line (its `text` field), or the whole text file; each
     checked (`data/inputs.py`: UTF-8, strict JSON, no NUL), errors naming `file:line`."""
-    if path.suffix in (".jsonl", ".ndjson"):
+    suffix = path.suffix.lower()
+    if suffix in NOT_TEXT:
+        raise SpecError(
+            f"{path}: a {suffix} file is not text; it would be tokenized as one document, "
+            "separators and all",
+            field="INPUT",
+            hint="export the text column as .txt (one document per file) or .jsonl (a 'text' "
+            "field per line)",
+        )
+    found = False
+    if suffix in (".jsonl", ".ndjson"):
         for where, obj in jsonl_records(path):
             if not isinstance(obj.get("text"), str):
                 raise SpecError(
                     f"{where}: each JSONL line needs a string field 'text'", field="INPUT"
                 )
+            found = True
             yield check_text(where, obj["text"])
     else:
-        yield read_text_file(path)
+        text = read_text_file(path)
+        found = bool(text.strip())
+        if found:
+            yield text
+    if not found:
+        raise SpecError(
+            f"{path} holds no text (it is empty or blank)",
+            field="INPUT",
+            hint="drop it from the inputs, or check that it is the file you meant",
+        )
 
 
 def shard_info(path: Path, tokens: int) -> ShardInfo:
@@ -136,7 +161,7 @@ def prepare(
     """Tokenize `inputs` into shards of at most `shard_tokens` tokens; `out_dir` appears only
     when all is written (`data/staging.py`: a non-empty one is refused unless `overwrite`)."""
     check_inputs(inputs)
-    check_out(out_dir, overwrite=overwrite)  # before the work, not after it
+    check_out(out_dir, overwrite=overwrite, inputs=[*inputs, *read_files(tokenizer)])
     tok = HFTokenizer(tokenizer) if tokenizer else ByteTokenizer()
     for path in inputs:  # every input read and checked before any tokenising
         for _ in iter_documents(path):

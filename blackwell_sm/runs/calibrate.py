@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import datetime as dt
 import statistics
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -198,7 +199,23 @@ def calibrate_rows(
     return CalibrationResult(profile=profile, rows=reports, constants=consts)
 
 
-def write_profile(profile: CalibrationProfile, out: str | Path) -> Path:
+#: The first line of every profile: an existing file without it is never overwritten.
+PROFILE_MARK = "# blackwell_sm calibration profile"
+
+
+def check_profile_out(out: str | Path, sources: Sequence[str] = ()) -> Path:
+    """`out` checked: not one of `sources` nor holding one, and an existing file only when
+    it is a profile bsm calibrate wrote (`output_place.check_file_output`)."""
+    from blackwell_sm.output_place import check_file_output
+
+    return check_file_output(out, sources, mark=PROFILE_MARK, command="bsm calibrate")
+
+
+def write_profile(
+    profile: CalibrationProfile, out: str | Path, sources: Sequence[str] = ()
+) -> Path:
+    """Write `profile` to `out` (checked first: `check_profile_out`)."""
     from blackwell_sm.atomic_write import write_text  # atomic: a reader never sees half a file
 
+    check_profile_out(out, sources)
     return write_text(out, profile.to_yaml(), flag="--out")

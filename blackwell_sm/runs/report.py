@@ -32,6 +32,9 @@ RUN_FIELD = "RUN_DIR|JOB"
 PLOT_DATA_ID = "bsm-plot-data"
 MAX_RUNS = 10  # matplotlib's default colour cycle: one colour per run
 
+#: In every report's head: an existing file without it is not a report, never overwritten.
+REPORT_MARK = "<title>bsm report: "
+
 
 class RunData(NamedTuple):
     """What a report is drawn from: one run, with the label its lines carry when overlaid."""
@@ -218,7 +221,7 @@ def render_html(runs: Sequence[RunData], figs: dict[str, Any]) -> str:
     return (
         '<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">'
         '<meta name="viewport" content="width=device-width, initial-scale=1">'
-        f"<title>bsm report: {e(what)}</title><style>{_CSS}</style></head><body>"
+        f"{REPORT_MARK}{e(what)}</title><style>{_CSS}</style></head><body>"
         f"{head}{sections}{body}"
         f'<script type="application/json" id="{PLOT_DATA_ID}">{data_json}</script>'
         '<p class="dim">Made by bsm report. The plotted arrays are embedded above as JSON '
@@ -239,6 +242,15 @@ def default_out(sources: Sequence[str]) -> Path:
     return p / "report.html" if p.is_dir() else Path(f"{sources[0]}-report.html")
 
 
+def check_report_out(sources: Sequence[str], out: str | Path | None) -> Path:
+    """The report's path (`out`, else `default_out`), checked: not a run's own file, not
+    another file bsm report did not write (`output_place.check_file_output`)."""
+    from blackwell_sm.output_place import check_file_output
+
+    target = out if out is not None else default_out(sources)
+    return check_file_output(target, sources, mark=REPORT_MARK, command="bsm report")
+
+
 def write_report(
     source: str | Sequence[str], out: str | Path | None = None, *, aws: Any = None
 ) -> ReportResult:
@@ -251,11 +263,13 @@ def write_report(
             "bsm report needs matplotlib", hint="pip install 'blackwell-sm[report]'"
         ) from None
     sources = [source] if isinstance(source, str) else list(source)
+    target = check_report_out(sources, out)  # before drawing; again below, right before writing
     runs = load_runs(sources, aws)
     doc = render_html(runs, figures(runs))
     from blackwell_sm.atomic_write import write_text  # atomic: a reader never sees half a file
 
-    path = write_text(out if out is not None else default_out(sources), doc, flag="--out")
+    check_report_out(sources, target)
+    path = write_text(target, doc, flag="--out")
     if len(runs) == 1:
         return ReportResult(path, summary_line(runs[0]))
     return ReportResult(path, " | ".join(f"{r.label}: {summary_line(r)}" for r in runs))

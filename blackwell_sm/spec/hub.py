@@ -5,8 +5,9 @@ never the weights. With `HF_HUB_OFFLINE=1`, or no network, only the local cache 
 (`HF_HUB_CACHE`, else huggingface_hub's default); a gated repository needs `HF_TOKEN` in the
 environment (never a spec field). A local path that exists always wins over a hub id.
 
-Refused with exit 2 and `model.hf`: a repository the hub (or, offline, the cache) does not
-know, a revision it does not have, a gated repository without a token, a repository without a
+Refused with exit 2 and `model.hf`: an id the hub's own validator refuses (huggingface_hub's
+`validate_repo_id`) or a revision git would refuse, before any download; a repository the hub
+(or, offline, the cache) does not know, a revision it does not have, a gated repository without a token, a repository without a
 config.json; an architecture outside the families is refused by `spec/hf.py` as for a folder.
 """
 
@@ -15,7 +16,6 @@ from __future__ import annotations
 import os
 import re
 from pathlib import Path
-from typing import Any
 
 from blackwell_sm.errors import SpecError
 
@@ -40,6 +40,58 @@ def parse_hub_id(value: str) -> tuple[str, str | None] | None:
     if m is None or Path(value).expanduser().exists():
         return None
     return m["repo"], m["revision"]
+
+
+def revision_problem(revision: str) -> str | None:
+    """Why git (and so the hub) would refuse `revision` as a branch, tag or commit
+    (git check-ref-format's rules for the characters HUB_ID_RE lets through), or None."""
+    parts = revision.split("/")
+    if ".." in revision or "//" in revision or revision.endswith("/"):
+        return "it holds '..' or an empty path part"
+    if any(p.startswith(".") or p.endswith(".lock") for p in parts) or revision.endswith("."):
+        return "a part starts with '.', ends with '.lock', or the name ends with '.'"
+    return None
+
+
+def check_hub_id(repo: str, revision: str | None) -> None:
+    """Refuse (SpecError, `model.hf`) a repo id the hub's own validator refuses
+    (huggingface_hub.utils.validate_repo_id: no '--' or '..', no leading or trailing '-' or
+    '.', no '.git' at the end, 96 characters at most) or a revision git would refuse."""
+    from huggingface_hub.utils import HFValidationError, validate_repo_id
+
+    try:
+        validate_repo_id(repo)
+    except HFValidationError as e:
+        raise _refuse(
+            f"model.hf {repo!r} is not a Hugging Face repository id: {e}",
+            "ORG/NAME as the hub shows it, e.g. Qwen/Qwen3-14B",
+        ) from None
+    problem = revision_problem(revision) if revision is not None else None
+    if problem:
+        raise _refuse(
+            f"model.hf revision {revision!r} is not a branch, tag or commit name: {problem}",
+            "a branch (main), a tag (v1.0) or a commit hash",
+        )
+
+
+#: URI schemes `training.init_from` takes: only s3:// (a hub id there is not built yet).
+INIT_SCHEMES = ("s3",)
+_SCHEME_RE = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*):(//)?")
+
+
+def init_from_problem(value: str) -> str | None:
+    """Why `training.init_from` refuses `value` for its scheme (hf://, file:, http://...), or
+    None for a local path or an s3:// URI."""
+    m = _SCHEME_RE.match(value)
+    if m is None or (m[2] is None and m[1].lower() != "file") or m[1] in INIT_SCHEMES:
+        return None
+    if m[1].lower() == "hf":
+        return (
+            "hf:// ids are not accepted yet (docs/hub-ids.md): download the snapshot "
+            "(huggingface-cli download ORG/NAME --revision COMMIT --local-dir DIR) and give DIR "
+            "or its s3:// copy"
+        )
+    return f"the scheme {m[1]}: is not taken; give a local folder or an s3:// prefix"
 
 
 def _offline() -> bool:
@@ -82,15 +134,22 @@ def resolve(value: str) -> tuple[Path, str]:
     parsed = parse_hub_id(value)
     assert parsed is not None
     repo, revision = parsed
+    check_hub_id(repo, revision)
     offline = _offline()
-    kw: dict[str, Any] = {
-        "revision": revision,
-        "cache_dir": os.environ.get("HF_HUB_CACHE") or None,
-        "local_files_only": offline,
-    }
+    cache_dir = os.environ.get("HF_HUB_CACHE") or None
+
+    def download(name: str) -> Path:
+        return Path(
+            str(
+                hf_hub_download(
+                    repo, name, revision=revision, cache_dir=cache_dir, local_files_only=offline
+                )
+            )
+        )
+
     at = f"{repo}@{revision}" if revision else repo
     try:
-        config = Path(hf_hub_download(repo, "config.json", **kw))
+        config = download("config.json")
     except LocalEntryNotFoundError:
         where = "the local cache" + (" (HF_HUB_OFFLINE is set)" if offline else "")
         has_repo, has_revision = _cached(repo, revision)
@@ -128,7 +187,7 @@ def resolve(value: str) -> tuple[Path, str]:
         raise _refuse(f"{at} has no config.json", "model.hf needs a transformers model") from None
     for name in TOKENIZER_FILES:  # best effort: a model without a tokenizer still plans
         try:
-            hf_hub_download(repo, name, **kw)
+            download(name)
         except (EntryNotFoundError, LocalEntryNotFoundError):
             continue
     return config.parent, repo.split("/", 1)[1].lower()

@@ -229,6 +229,11 @@ class TrainingSpec(_Strict):
     @field_validator("init_from")
     @classmethod
     def _init_from(cls, v: str | None) -> str | None:
+        from blackwell_sm.spec.hub import init_from_problem
+
+        problem = init_from_problem(v) if v is not None else None
+        if problem:
+            raise ValueError(problem)
         if v is not None and v.startswith("s3://"):
             from blackwell_sm.spec.job import check_s3_uri
 

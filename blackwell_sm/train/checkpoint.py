@@ -31,6 +31,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from blackwell_sm.atomic_write import write_text
 from blackwell_sm.errors import BsmError
 from blackwell_sm.train.checkpoint_dirs import (
     MARKER,
@@ -39,7 +40,6 @@ from blackwell_sm.train.checkpoint_dirs import (
     prune,
     set_aside,
     step_dir_name,
-    write_atomic,
 )
 from blackwell_sm.train.checkpoint_files import (
     FileSum,
@@ -228,7 +228,7 @@ class Checkpointer:
                 "history": self.history,
                 "files": files if self.checksums else None,
             }
-            write_atomic(final / MARKER, json.dumps(marker))
+            write_text(final / MARKER, json.dumps(marker), flag=None)  # the one atomic writer
             prune(self.root, self.keep_last)
         dist.barrier()
 

@@ -21,13 +21,14 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import re
 import shutil
 import time
 from collections.abc import Callable
 from pathlib import Path
 
+from blackwell_sm.atomic_write import write_text
+from blackwell_sm.errors import BsmError
 from blackwell_sm.opt_ml import COMPLETE_MARKER
 
 MARKER = COMPLETE_MARKER
@@ -87,9 +88,11 @@ def set_aside(path: Path, step: int, reason: str) -> Path:
         if aside.exists():  # an earlier set-aside of the same step (seeded from S3)
             shutil.rmtree(aside)
         path.rename(aside)
-    with contextlib.suppress(OSError):
-        write_atomic(
-            aside / SET_ASIDE, json.dumps({"step": step, "reason": reason, "time": time.time()})
+    with contextlib.suppress(OSError, BsmError):
+        write_text(
+            aside / SET_ASIDE,
+            json.dumps({"step": step, "reason": reason, "time": time.time()}),
+            flag=None,
         )
     return aside
 
@@ -107,13 +110,3 @@ def prune(root: Path, keep_last: int) -> list[Path]:
     for p in gone:
         shutil.rmtree(p, ignore_errors=True)
     return gone
-
-
-def write_atomic(path: Path, text: str) -> None:
-    """Write `text` to `path` through a temporary file, synced, then renamed over it."""
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "w") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-    tmp.replace(path)

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import torch
 
+from blackwell_sm.atomic_write import write_text
 from blackwell_sm.opt_ml import METRICS_FILE, SUMMARY_FILE, OptMl
 from blackwell_sm.planner.plan import Plan
 from blackwell_sm.records import (
@@ -247,10 +248,8 @@ class MetricsLog:
         )
 
     def write_summary(self, summary: Summary) -> None:
-        """summary.json, whole or not at all (a temporary file renamed over it)."""
-        tmp = self.summary_path.with_suffix(".json.tmp")
-        tmp.write_text(to_json(summary, indent=2) + "\n")
-        os.replace(tmp, self.summary_path)
+        """summary.json, whole or not at all (`atomic_write`: the one atomic writer)."""
+        write_text(self.summary_path, to_json(summary, indent=2) + "\n", flag=None)
         if self.trackers is not None:
             self.trackers.close(summary.status)
             self.trackers = None
