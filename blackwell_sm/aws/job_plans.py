@@ -14,8 +14,9 @@ from typing import TYPE_CHECKING, Any
 from blackwell_sm.errors import AwsError, InfeasiblePlanError, SpecError
 
 if TYPE_CHECKING:
+    from blackwell_sm.aws.plan_fit import PlanFit
     from blackwell_sm.aws.session import AwsContext
-    from blackwell_sm.aws.training_plans import Consent, PlanFit, TrainingPlanInfo
+    from blackwell_sm.aws.training_plans import Consent, TrainingPlanInfo
     from blackwell_sm.job.request import JobRequest
     from blackwell_sm.planner.plan import Plan
     from blackwell_sm.planner.preferences import PlanSet, PreferencePlans
@@ -46,6 +47,7 @@ def take_capacity(
     rebuild: Rebuild,
     *,
     run_index: int,
+    done_steps: int = 0,
     consent: Consent,
     allow_partial: bool,
     say: Notify,
@@ -54,7 +56,9 @@ def take_capacity(
     preference's, or `compute.training_plan` resolved or reserved). Returns the request (with
     the plan ARN), the one-type job's plan and fit, and the warnings so far."""
     if plans.preferences is not None:
-        fits = check_preference_fits(infos, plans.preferences, allow_partial=allow_partial)
+        fits = check_preference_fits(
+            infos, plans.preferences, allow_partial=allow_partial, done_steps=done_steps
+        )
         return jr, None, None, list(jr.warnings) + [w for f in fits for w in f.warnings]
     if spec.compute.training_plan is None:
         return jr, None, None, list(jr.warnings)
@@ -64,6 +68,7 @@ def take_capacity(
         plans.primary,
         base_name=jr.base_job_name,
         run_index=run_index,
+        done_steps=done_steps,
         consent=consent,
         allow_partial=allow_partial,
         say=say,
@@ -91,24 +96,27 @@ def resolve_preference_plans(
 
 
 def check_preference_fits(
-    infos: dict[int, TrainingPlanInfo], preferences: PreferencePlans, *, allow_partial: bool
+    infos: dict[int, TrainingPlanInfo],
+    preferences: PreferencePlans,
+    *,
+    allow_partial: bool,
+    done_steps: int = 0,
 ) -> list[PlanFit]:
     """Each preference's plan can take that preference's run (type, count, status, window)."""
-    from blackwell_sm.aws import training_plans as tp
-    from blackwell_sm.job.request import STARTUP_HOURS
+    from blackwell_sm.aws.plan_fit import check_plan, require_fit
+    from blackwell_sm.job.capacity_need import capacity_need
 
     fits = []
     for index, info in sorted(infos.items()):
         pp = preferences.preferences[index]
-        fit = tp.check_plan(
+        fit = check_plan(
             info,
             instance_type=pp.instance_type,
             instance_count=pp.instance_count,
-            run_hours=pp.plan.run.pessimistic_hours,  # the range's high end, as for one type
-            startup_hours=STARTUP_HOURS,
+            need=capacity_need(pp.plan, done_steps=done_steps),
         )
         try:
-            tp.require_fit(fit, allow_partial=allow_partial)
+            require_fit(fit, allow_partial=allow_partial)
         except (SpecError, InfeasiblePlanError) as e:
             e.message = f"instance_preferences[{index}] ({pp.instance_type}): {e.message}"
             if isinstance(e, SpecError):
@@ -125,28 +133,27 @@ def resolve_training_plan(
     *,
     base_name: str,
     run_index: int = 1,
+    done_steps: int = 0,
     consent: Consent,
     allow_partial: bool,
     say: Notify,
 ) -> tuple[TrainingPlanInfo, PlanFit]:
     """compute.training_plan (ARN, name or 'auto') → a checked plan the run can use."""
-    from blackwell_sm.aws import training_plans as tp
-    from blackwell_sm.job.request import STARTUP_HOURS
+    from blackwell_sm.aws.plan_fit import check_plan, require_fit
+    from blackwell_sm.aws.training_plans import describe_plan
+    from blackwell_sm.job.capacity_need import capacity_need
 
     ref = spec.compute.training_plan
     assert ref is not None
     sm = aws.plans
-    kw = dict(
-        instance_type=plan.instance.type,
-        instance_count=plan.instance.count,
-        run_hours=plan.run.pessimistic_hours,  # capacity is sized from the range's high end
-        startup_hours=STARTUP_HOURS,
-    )
+    need = capacity_need(plan, done_steps=done_steps)
     if ref != "auto":
-        info = tp.describe_plan(sm, ref)
-        fit = tp.check_plan(info, **kw)
+        info = describe_plan(sm, ref)
+        fit = check_plan(
+            info, instance_type=plan.instance.type, instance_count=plan.instance.count, need=need
+        )
         try:
-            tp.require_fit(fit, allow_partial=allow_partial)
+            require_fit(fit, allow_partial=allow_partial)
         except InfeasiblePlanError as e:
             e.hint = extension_advice(sm, info, fit) or e.hint
             raise
@@ -163,7 +170,7 @@ def resolve_training_plan(
         consent=consent,
         allow_partial=allow_partial,
         say=say,
-        fit_kw=kw,
+        need=need,
     )
 
 

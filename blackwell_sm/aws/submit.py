@@ -241,6 +241,7 @@ def _submit_locked(
         infos,
         _rebuild(rs, plans, jr, new=new, run=run),
         run_index=run["run_index"],
+        done_steps=run["done_steps"],
         consent=True if yes else confirm,
         allow_partial=allow_partial,
         say=say,

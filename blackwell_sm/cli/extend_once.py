@@ -66,29 +66,30 @@ def load_flag_spec(path: str, flag: str) -> Any:
 
 
 def extend_once(aws: Any, ref: str, intent: Any, spec: Any, *, yes: bool, output: str) -> None:
+    from blackwell_sm.api.capacity import capacity_need, fit, plan_on_training_plan
     from blackwell_sm.aws.extend_once import extend_once as buy_once
-    from blackwell_sm.aws.training_plans import check_plan, describe_plan
+    from blackwell_sm.aws.training_plans import describe_plan
     from blackwell_sm.cli.submit import consent_prompt
-    from blackwell_sm.cli.training_plans import _plan_on as plan_on
-    from blackwell_sm.job.request import STARTUP_HOURS
 
     info = describe_plan(aws.plans, ref)
     fits = None
     if spec is not None:
-        plan = plan_on(spec, info)
-        kw = dict(
-            instance_type=plan.instance.type,
-            instance_count=plan.instance.count,
-            run_hours=plan.run.pessimistic_hours,
-            startup_hours=STARTUP_HOURS,
-        )
+        plan = plan_on_training_plan(spec, info)
+        need = capacity_need(plan)
+        say(f"the run needs {need.describe()}")
         intent = intent.model_copy(
-            update={"to_fit": {**kw, "run_hours": round(kw["run_hours"], 3)}}
+            update={
+                "to_fit": {
+                    "instance_type": plan.instance.type,
+                    "instance_count": plan.instance.count,
+                    "run_hours": round(need.run_hours, 3),
+                    "startup_hours": need.startup_hours,
+                }
+            }
         )
 
         def fits(end: Any, at: Any) -> bool:
-            longer = info.model_copy(update={"end_time": end})
-            return check_plan(longer, now=at, **kw).fits  # type: ignore[arg-type]
+            return fit(info, plan, end=end, now=at).fits
 
     done = buy_once(
         aws.plans, info, intent, consent=True if yes else consent_prompt(), say=say, fits=fits

@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from blackwell_sm.errors import SpecError
 from blackwell_sm.job.bundle import BUNDLE_FILE, CodeBundle, build_bundle
 from blackwell_sm.job.capacity import capacity_for, check_plan_set, instance_types, plan_files
+from blackwell_sm.job.capacity_need import STARTUP_HOURS
 from blackwell_sm.job.limits import MAX_RUNTIME_S
 from blackwell_sm.job.names import (
     base_job_name,
@@ -63,7 +64,6 @@ __all__ = [
 
 # Synced to CheckpointConfig.S3Uri: `step-XXXXXXXX/COMPLETE` marks a whole checkpoint (aws/run.py)
 CHECKPOINT_MARKER = COMPLETE_MARKER
-STARTUP_HOURS = 0.5  # image pull, channel download, checkpoint load and final save
 
 
 class JobRequest(BaseModel):
