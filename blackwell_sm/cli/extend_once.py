@@ -65,7 +65,24 @@ def load_flag_spec(path: str, flag: str) -> Any:
         raise
 
 
-def extend_once(aws: Any, ref: str, intent: Any, spec: Any, *, yes: bool, output: str) -> None:
+def shared_intents(aws: Any, spec: Any) -> Any:
+    """Where every machine's claim on a purchase meets: `<job.s3_prefix>/purchase-intents` of
+    the spec this plan serves (`--to-fit` or `--spec`); None (said) without one."""
+    from blackwell_sm.aws.purchase_intents import SharedIntents, intents_uri
+
+    if spec is None or spec.job is None:
+        say(
+            "note: no spec (--to-fit or --spec SPEC) names an S3 prefix for the shared purchase "
+            "intent: only this machine's lock guards this purchase, so another machine running "
+            "the same command at the same time could buy too (docs/spending.md)"
+        )
+        return None
+    return SharedIntents(aws.s3, intents_uri(spec.job.s3_prefix))
+
+
+def extend_once(
+    aws: Any, ref: str, intent: Any, spec: Any, *, yes: bool, output: str, shared_spec: Any = None
+) -> None:
     from blackwell_sm.api.capacity import capacity_need, fit, plan_on_training_plan
     from blackwell_sm.aws.extend_once import extend_once as buy_once
     from blackwell_sm.aws.training_plans import describe_plan
@@ -92,7 +109,13 @@ def extend_once(aws: Any, ref: str, intent: Any, spec: Any, *, yes: bool, output
             return fit(info, plan, end=end, now=at).fits
 
     done = buy_once(
-        aws.plans, info, intent, consent=True if yes else consent_prompt(), say=say, fits=fits
+        aws.plans,
+        info,
+        intent,
+        consent=True if yes else consent_prompt(),
+        say=say,
+        fits=fits,
+        shared=shared_intents(aws, spec or shared_spec),
     )
     for w in done.warnings:
         say(f"warning: {w}")
@@ -109,3 +132,5 @@ def extend_once(aws: Any, ref: str, intent: Any, spec: Any, *, yes: bool, output
     click.echo(f"{done.bought.describe()}; the plan now ends {fmt_time(done.ends_after)}")
     if done.bought.record:
         click.echo(f"recorded: {done.bought.record}")
+    if done.intent_record:
+        click.echo(f"claimed for every machine: {done.intent_record}")

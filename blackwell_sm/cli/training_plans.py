@@ -212,7 +212,13 @@ def reserve(
     help="With --days/--offering: buy although the plan was extended in the last 24 h, naming "
     "that latest extension (its offering id).",
 )
-@click.option("--spec", "spec_path", type=SPEC_FILE, help="Say whether SPEC's run fits.")
+@click.option(
+    "--spec",
+    "spec_path",
+    type=SPEC_FILE,
+    help="Say whether SPEC's run fits; when buying, claim the purchase under SPEC's "
+    "job.s3_prefix so that no other machine buys it too (as --to-fit does).",
+)
 @click.option("--yes", "-y", is_flag=True, help="Agree to the upfront fee without a prompt.")
 @REGION_OPTION
 @OUTPUT_OPTION
@@ -245,7 +251,8 @@ def extend(
         region = ref.split(":")[3]
     aws = submit_cli.aws_context(region)
     if intent is not None:
-        extend_once(aws, ref, intent, to_fit_spec, yes=yes, output=output)
+        named = load_flag_spec(spec_path, "--spec") if spec_path and not to_fit_spec else None
+        extend_once(aws, ref, intent, to_fit_spec, yes=yes, output=output, shared_spec=named)
         return
     info = describe_plan(aws.plans, ref)
     offers = ext.search_extensions(aws.plans, info)

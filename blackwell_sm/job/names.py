@@ -22,6 +22,8 @@ from typing import Any
 from blackwell_sm.spec.trackers import TRACKER_FIELDS
 
 JOB_NAME_PREFIX = "bsm-"
+# <job.s3_prefix>/purchase-intents/: the purchase claims every machine shares (aws/purchase_intents.py)
+PURCHASE_INTENTS_FOLDER = "purchase-intents"
 MAX_JOB_NAME = 63  # botocore model TrainingJobName max; checked again against the model
 HASH_CHARS = 12
 
