@@ -115,7 +115,7 @@ COMMAND_CALLS: dict[str, tuple[Call, ...]] = {
     ),
     "logs": _LOGS,
     "stop": (_DESCRIBE_JOB, _STOP_JOB),
-    "list": (_LIST_JOBS, _LIST_TAGS),
+    "list": (_LIST_JOBS,),  # a job is known by its name's shape: no ListTags per job
     "plans search": (_SEARCH_OFFERINGS,),
     "plans reserve": (_SEARCH_OFFERINGS, _CREATE_PLAN, _DESCRIBE_PLAN),
     "plans list": (Call("sagemaker:ListTrainingPlans", "sagemaker:ListTrainingPlans", "any"),),

@@ -122,6 +122,19 @@ def run_job_name(base: str, index: int) -> str:
     return base if index == 1 else f"{base}-r{index}"
 
 
+_TOOLKIT_NAME = re.compile(
+    rf"^{JOB_NAME_PREFIX}(?P<stem>[a-zA-Z0-9]+(?:-[a-zA-Z0-9]+)*)-(?P<hash>[0-9a-f]{{{HASH_CHARS}}})"
+    r"(?:-r(?:[2-9]|[1-9][0-9])|-[0-9]{12}[0-9a-f]{4})?$"
+)
+
+
+def toolkit_name_parts(name: str) -> tuple[str, str] | None:
+    """(model stem, spec hash) of a job name this toolkit makes (`base_job_name`, with a run's
+    `-rN` or a `--new` suffix), or None for any other name: what `bsm list` reads, no call."""
+    m = _TOOLKIT_NAME.match(name)
+    return (m["stem"], m["hash"]) if m else None
+
+
 def split_run_name(name: str) -> tuple[str, int]:
     """(base, index) of a run's job name (`x-r3` -> ('x', 3); `x` -> ('x', 1))."""
     m = _RUN_SUFFIX.match(name)
