@@ -2,8 +2,9 @@
 `compute.training_plan` (an ARN, a name, or 'auto', which reserves the spec's own plan at most
 once: `aws/reserve.py`) or each instance preference's plan, resolved and checked against the run
 (status, type, count, window); a plan too short names the `bsm plans extend` command that would
-make it fit. `resolve_plan_names` and `take_capacity` are submit's two capacity steps, for
-either plan shape.
+make it fit. `find_preference_plans` (describe only, before the reattach check) and
+`take_capacity` (after consent; may reserve) are submit's two capacity steps, for either plan
+shape; neither builds the request.
 """
 
 from __future__ import annotations
@@ -11,70 +12,80 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from pydantic import BaseModel, ConfigDict, Field
+
+from blackwell_sm.aws.plan_fit import PlanFit
+from blackwell_sm.aws.training_plans import Consent, TrainingPlanInfo
 from blackwell_sm.errors import AwsError, InfeasiblePlanError, SpecError
 
 if TYPE_CHECKING:
-    from blackwell_sm.aws.plan_fit import PlanFit
     from blackwell_sm.aws.session import AwsContext
-    from blackwell_sm.aws.training_plans import Consent, TrainingPlanInfo
-    from blackwell_sm.job.request import JobRequest
     from blackwell_sm.planner.plan import Plan
     from blackwell_sm.planner.preferences import PlanSet, PreferencePlans
     from blackwell_sm.spec.run import RunSpec
 
 Notify = Callable[[str], None]
-Rebuild = Callable[..., "JobRequest"]  # build_job_request with the submit's own arguments
 
 
-def resolve_plan_names(
-    aws: AwsContext, plans: PlanSet, jr: JobRequest, rebuild: Rebuild
-) -> tuple[JobRequest, dict[int, TrainingPlanInfo]]:
-    """Before the reattach check: each instance preference's plan name becomes its ARN
-    (describe only) and the request is rebuilt with them, so a reattach compares the very list.
-    A one-type job's plan is taken later (`take_capacity`: 'auto' may reserve)."""
+class CapacityChoice(BaseModel):
+    """Submit's capacity step: what the request is built with, and what it rests on."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    training_plan_arn: str | None = None
+    preference_arns: dict[int, str] = Field(default_factory=dict)
+    info: TrainingPlanInfo | None = Field(None, description="The one-type job's plan, if any.")
+    fit: PlanFit | None = Field(None, description="Whether the run fits it.")
+    warnings: list[str] = Field(default_factory=list)
+
+
+def find_preference_plans(aws: AwsContext, plans: PlanSet) -> dict[int, TrainingPlanInfo]:
+    """Before the reattach check: each instance preference's plan, described (no purchase), so
+    that a reattach compares the very list of ARNs. A one-type job's plan is taken later
+    (`take_capacity`: 'auto' may reserve)."""
     if plans.preferences is None:
-        return jr, {}
-    infos = resolve_preference_plans(aws, plans.preferences)
-    return rebuild(preference_arns={i: info.arn for i, info in infos.items()}), infos
+        return {}
+    return resolve_preference_plans(aws, plans.preferences)
 
 
 def take_capacity(
     aws: AwsContext,
     spec: RunSpec,
     plans: PlanSet,
-    jr: JobRequest,
     infos: dict[int, TrainingPlanInfo],
-    rebuild: Rebuild,
     *,
+    base_name: str,
     run_index: int,
     done_steps: int = 0,
     consent: Consent,
     allow_partial: bool,
     say: Notify,
-) -> tuple[JobRequest, TrainingPlanInfo | None, PlanFit | None, list[str]]:
+) -> CapacityChoice:
     """After consent: the training plans the job runs on, checked against the run (each
-    preference's, or `compute.training_plan` resolved or reserved). Returns the request (with
-    the plan ARN), the one-type job's plan and fit, and the warnings so far."""
+    preference's, or `compute.training_plan` resolved or reserved), sized by
+    `job/capacity_need.py`."""
     if plans.preferences is not None:
         fits = check_preference_fits(
             infos, plans.preferences, allow_partial=allow_partial, done_steps=done_steps
         )
-        return jr, None, None, list(jr.warnings) + [w for f in fits for w in f.warnings]
+        return CapacityChoice(
+            preference_arns={i: info.arn for i, info in infos.items()},
+            warnings=[w for f in fits for w in f.warnings],
+        )
     if spec.compute.training_plan is None:
-        return jr, None, None, list(jr.warnings)
+        return CapacityChoice()
     info, fit = resolve_training_plan(
         aws,
         spec,
         plans.primary,
-        base_name=jr.base_job_name,
+        base_name=base_name,
         run_index=run_index,
         done_steps=done_steps,
         consent=consent,
         allow_partial=allow_partial,
         say=say,
     )
-    jr = rebuild(training_plan_arn=info.arn)
-    return jr, info, fit, list(jr.warnings) + fit.warnings
+    return CapacityChoice(training_plan_arn=info.arn, info=info, fit=fit, warnings=fit.warnings)
 
 
 def resolve_preference_plans(
