@@ -93,7 +93,7 @@ def _race(server, info, intent, *, shared: bool, machines: int = 2) -> list:
                 say=lambda _m: None,
                 shared=pi.SharedIntents(s3, FOLDER) if shared else None,
             )
-        except Exception as e:  # noqa: BLE001 - the test reads it
+        except Exception as e:  # the test reads it
             results[i] = e
 
     threads = [threading.Thread(target=machine, args=(i,)) for i in range(machines)]
