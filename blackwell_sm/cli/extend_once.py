@@ -77,6 +77,13 @@ def shared_intents(aws: Any, spec: Any) -> Any:
             "the same command at the same time could buy too (docs/spending.md)"
         )
         return None
+    if "job.s3_prefix" in spec.job.placeholders():
+        raise SpecError(
+            "job.s3_prefix is a REPLACE-ME placeholder: the shared purchase intent lives under "
+            "it; nothing was bought",
+            field="job.s3_prefix",
+            hint="set job.s3_prefix to the spec's s3://bucket/prefix",
+        )
     return SharedIntents(aws.s3, intents_uri(spec.job.s3_prefix))
 
 
@@ -88,6 +95,7 @@ def extend_once(
     from blackwell_sm.aws.training_plans import describe_plan
     from blackwell_sm.cli.submit import consent_prompt
 
+    shared = shared_intents(aws, spec or shared_spec)  # before any call: a bad prefix is exit 2
     info = describe_plan(aws.plans, ref)
     fits = None
     if spec is not None:
@@ -115,7 +123,7 @@ def extend_once(
         consent=True if yes else consent_prompt(),
         say=say,
         fits=fits,
-        shared=shared_intents(aws, spec or shared_spec),
+        shared=shared,
     )
     for w in done.warnings:
         say(f"warning: {w}")
