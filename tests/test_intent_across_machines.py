@@ -168,7 +168,7 @@ def test_an_open_claim_of_another_machine_is_waited_for_then_named():
             pi.wait_settled(s3, again.uri, wait_s=1.0, poll_s=0.5, sleep=slept.append)
         assert e.value.code == "intent_claimed" and again.uri in e.value.hint
         assert slept == [0.5, 0.5]
-        pi.release(s3, first.uri)
+        pi.release(s3, first.uri, say=print)
         assert pi.wait_settled(s3, again.uri, sleep=slept.append) is None
         assert pi.claim(s3, FOLDER, "extension-k", "s0", "extend P").won
 

@@ -302,7 +302,7 @@ def extend_once(
             bought = extend_plan(sm, info, offer, consent=consent)
         except BaseException:
             if claimed is not None and shared is not None:
-                release(shared.s3, claimed.uri)
+                release(shared.s3, claimed.uri, say=say)
             raise
         at = next((e.extended_at for e in bought if e.extended_at), None) or now()
         purchase = record_purchase(
@@ -324,7 +324,7 @@ def extend_once(
             say=say,
         )
         if claimed is not None and claimed.claim is not None and shared is not None:
-            settle(shared.s3, claimed.uri, claimed.claim, purchase)
+            settle(shared.s3, claimed.uri, claimed.claim, purchase, say=say)
         after = extension_history(sm, info)
     warnings = [
         f"another extension of {info.name} appeared meanwhile (another machine?): {e.describe()}"

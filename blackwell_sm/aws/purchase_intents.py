@@ -135,20 +135,34 @@ def claim(
     )
 
 
-def settle(s3: Any, uri: str, mine: IntentClaim, purchase: Purchase) -> None:
-    """Mark this process's claim bought (the purchase is made: a failure here is raised by
-    the caller's choice, never hidden)."""
+def settle(
+    s3: Any, uri: str, mine: IntentClaim, purchase: Purchase, *, say: Callable[[str], None]
+) -> None:
+    """Mark this process's claim bought. The money is spent by then: a claim that cannot be
+    marked is said, never raised (the other machines then wait for it and name it)."""
+    from blackwell_sm.errors import AwsError
+
     bucket, obj = _split(uri)
     done = mine.model_copy(update={"status": "bought", "purchase": purchase})
-    with translate(f"recording the purchase in {uri}", service="s3"):
-        s3.put_object(Bucket=bucket, Key=obj, Body=done.model_dump_json(indent=2).encode())
+    try:
+        with translate(f"recording the purchase in {uri}", service="s3"):
+            s3.put_object(Bucket=bucket, Key=obj, Body=done.model_dump_json(indent=2).encode())
+    except AwsError as e:
+        say(f"warning: the purchase was made but its claim {uri} could not be marked: {e}")
 
 
-def release(s3: Any, uri: str) -> None:
-    """Delete this process's own claim (nothing was bought), so the intent is free again."""
+def release(s3: Any, uri: str, *, say: Callable[[str], None]) -> None:
+    """Delete this process's own claim (nothing was bought), so the intent is free again; a
+    claim that cannot be deleted is said (the error that stopped the purchase is the one
+    raised)."""
+    from blackwell_sm.errors import AwsError
+
     bucket, obj = _split(uri)
-    with translate(f"releasing the purchase intent {uri}", service="s3"):
-        s3.delete_object(Bucket=bucket, Key=obj)
+    try:
+        with translate(f"releasing the purchase intent {uri}", service="s3"):
+            s3.delete_object(Bucket=bucket, Key=obj)
+    except AwsError as e:
+        say(f"warning: nothing was bought, but the claim {uri} could not be deleted: {e}")
 
 
 def wait_settled(
