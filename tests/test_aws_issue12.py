@@ -326,30 +326,42 @@ def test_dry_run_and_status_print_the_region_and_its_source(aws, monkeypatch, tm
     assert "region us-east-1 (from --region)" in err.getvalue()
 
 
-def test_list_tags_only_the_toolkits_jobs(aws):
-    """2. `bsm list` asks the server for bsm- names and reads tags of those only."""
+def test_list_knows_the_toolkits_jobs_by_name_with_no_call_per_job(aws):
+    """2. `bsm list` asks the server for bsm- names and knows its jobs by their name's shape
+    (issue 32: it made one ListTags call per listed job, 1,100 calls for --limit 1000)."""
     from blackwell_sm.aws.jobs import list_jobs
+    from blackwell_sm.job.names import base_job_name, run_job_name, unique_suffix
 
     ours = submit(spec_dict(), aws=aws)
     d = aws.sagemaker.describe_training_job(TrainingJobName=ours.name)
-    for i in range(5):
+    for i in range(8):
         aws.sagemaker.create_training_job(
-            TrainingJobName=f"other-team-{i}",
+            TrainingJobName=f"other-team-{i}" if i < 5 else f"bsm-other-team-{i}",
             AlgorithmSpecification=d["AlgorithmSpecification"],
             RoleArn=d["RoleArn"],
             OutputDataConfig=d["OutputDataConfig"],
             ResourceConfig=d["ResourceConfig"],
             StoppingCondition=d["StoppingCondition"],
         )
-    tagged: list[str] = []
+    made = [ours.name]
+    for i in range(120):  # more of the toolkit's names: runs' -rN jobs and --new jobs
+        base = base_job_name(f"model-{i}", f"{i:012x}")
+        made.append(run_job_name(base, 2) if i % 2 else base + unique_suffix())
+        aws.sagemaker.create_training_job(
+            TrainingJobName=made[-1],
+            **{k: d[k] for k in ("AlgorithmSpecification", "RoleArn", "OutputDataConfig")},
+            ResourceConfig=d["ResourceConfig"],
+            StoppingCondition=d["StoppingCondition"],
+        )
+    ops: list[str] = []
     aws.sagemaker.meta.events.register(
-        "provide-client-params.sagemaker.ListTags",
-        lambda params, **_: tagged.append(params["ResourceArn"]),
+        "provide-client-params.sagemaker.*", lambda model, **_: ops.append(model.name)
     )
-    rows = list_jobs(aws.sagemaker)
-    assert [r["TrainingJobName"] for r in rows] == [ours.name]
-    assert len(tagged) == 1 and ours.name in tagged[0]
-    assert rows[0]["SpecHash"] == ours.job_request.spec_hash
+    rows = list_jobs(aws.sagemaker, limit=1000)
+    assert sorted(r["TrainingJobName"] for r in rows) == sorted(made)
+    assert set(ops) == {"ListTrainingJobs"} and len(ops) <= 2  # a page per 100 jobs, no tags
+    mine = next(r for r in rows if r["TrainingJobName"] == ours.name)
+    assert mine["SpecHash"] == ours.job_request.spec_hash and mine["ModelStem"] == "tiny"
     assert SPEC_HASH_TAG and BUCKET  # the fixture's bucket holds the bundle
 
 

@@ -252,3 +252,22 @@ def test_a_metric_line_that_does_not_read_is_a_note_not_a_zero(aws):
     assert p.total_steps == 1000 and p.check["check:mfu"] == 0.4  # the earlier check line
     assert any("tok_s_gpu" in n and "not read" in n for n in p.notes)
     assert any("mfu" in n and "not read" in n for n in p.notes)
+
+
+def test_a_run_that_ends_after_the_plans_instances_are_reclaimed_does_not_end_in_time(aws):
+    """Issue 32: the plan's instances go 30 minutes before its end (job/capacity_need.py), so a
+    run projected to end 20 minutes before the end does not end in time."""
+    _rs, _plan, jr = prepare(make_spec())
+    write_run(aws, jr.job_name, last_step=40, eta=600.0)  # ends in about 10 minutes
+    rc = {**jr.request["ResourceConfig"], "TrainingPlanArn": PLAN_ARN}
+    with Stubber(aws.sagemaker) as sm:
+        stub_job(sm, jr.request, ResourceConfig=rc, **running(jr))
+        end = NOW + timedelta(minutes=30)  # 20 minutes after the run's projected end
+        sm.add_response(
+            "describe_training_plan",
+            plan_response(start=end - timedelta(hours=3), hours=3),
+            {"TrainingPlanName": PLAN_NAME},
+        )
+        p = TrainingJob(jr.job_name, aws=aws).progress()
+    assert p.projected_end < p.training_plan_end and p.ends_before_plan_end is False
+    assert any("does not end in time" in n for n in p.notes)

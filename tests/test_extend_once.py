@@ -304,3 +304,20 @@ def test_reserve_that_loses_the_race_on_another_machine_uses_the_winners_plan(pl
     assert code == 0, err
     doc = json.loads(out)
     assert doc["bought"] is None and "reserved by another process at the same time" in doc["reason"]
+
+
+def test_a_placeholder_s3_prefix_for_the_shared_claim_is_exit_2_before_any_call(plans, tmp_path):
+    """Issue 32: `--spec SPEC` names where the machines' shared purchase claim lives
+    (`<job.s3_prefix>/purchase-intents`); a REPLACE-ME prefix is refused before any AWS call."""
+    import yaml
+
+    spec = spec_dict()
+    spec["job"]["s3_prefix"] = "s3://REPLACE-ME-bucket/runs"
+    path = tmp_path / "spec.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    code, out, err = run(
+        "plans", "extend", PLAN_NAME, "--days", "1", "--spec", str(path), "--yes", "-o", "json"
+    )
+    assert code == 2, err
+    error = json.loads(out)["error"]
+    assert error["field"] == "job.s3_prefix" and "nothing was bought" in error["message"]

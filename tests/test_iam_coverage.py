@@ -213,15 +213,14 @@ def test_every_call_of_every_command_is_allowed_by_the_generated_policy(aws, tmp
     code, _out, err = run("submit", str(path), "--wait", "--logs")
     assert code == 0, err
     checked("submit", rec.take())
-    # `bsm list` reads tags of the toolkit's jobs only: another team's job costs no call
+    # `bsm list` reads no tags (the name carries the spec hash): another team's job costs no call
     aws.sagemaker.create_training_job(
         **{**_other_team_job(aws, name), "TrainingJobName": "team-b-job"}
     )
     rec.take()
     assert run("list")[0] == 0
     calls = rec.take()
-    assert [op for _s, op, _p in calls].count("ListTags") == 1
-    assert all("team-b" not in json.dumps(p) for _s, op, p in calls if op == "ListTags")
+    assert {op for _s, op, _p in calls} == {"ListTrainingJobs"}
     assert calls[0][2]["NameContains"] == "bsm-"
 
     # moto has no StopTrainingJob: a Stubber answers a job still running, the recorder sees
@@ -243,7 +242,7 @@ def test_every_call_of_every_command_is_allowed_by_the_generated_policy(aws, tmp
     assert code == 0 and "checkpoints/" in _out, err
     checked("status", rec.take())
     _a_bad_upload_is_removed(aws, rec, path, checked)
-    _plans(aws, rec, checked, covered)
+    _plans(aws, rec, checked, covered, path)
     _a_dropped_plan_arn_stops_the_job(aws, rec, tmp_path, checked)
 
     auto = spec_dict(training_plan="auto")
@@ -417,7 +416,28 @@ def _a_dropped_plan_arn_stops_the_job(aws, rec, tmp: Path, checked) -> None:
     checked("submit", rec.take())
 
 
-def _plans(aws, rec, checked, covered) -> None:
+def _extension_stubs(st, history: list, offer_id: str) -> None:
+    """`plans extend --days 1`: the plan, again under the lock, its history, its offerings."""
+    st.add_response("describe_training_plan", plan_response())
+    st.add_response("describe_training_plan", plan_response())
+    st.add_response("describe_training_plan_extension_history", {"TrainingPlanExtensions": history})
+    st.add_response(
+        "search_training_plan_offerings",
+        {
+            "TrainingPlanOfferings": [],
+            "TrainingPlanExtensionOfferings": [
+                {
+                    "TrainingPlanExtensionOfferingId": offer_id,
+                    "DurationHours": 24,
+                    "UpfrontFee": "10.00",
+                    "CurrencyCode": "USD",
+                }
+            ],
+        },
+    )
+
+
+def _plans(aws, rec, checked, covered, spec_path) -> None:
     """The training-plan commands (moto has none: a Stubber answers)."""
     now = datetime.now(UTC) + timedelta(hours=1)
     with Stubber(aws.plans) as st:
@@ -460,13 +480,36 @@ def _plans(aws, rec, checked, covered) -> None:
             ),
             ("plans list", []),
             ("plans describe", [PLAN_NAME]),
-            ("plans extend", [PLAN_NAME, "--days", "1", "--yes"]),
+            ("plans extend", [PLAN_NAME, "--days", "1", "--yes", "--spec", str(spec_path)]),
         ):
             rec.take()
             code, _out, err = run(*command.split(), *args)
             assert code == 0, (command, err)
             covered[command] = checked(command, rec.take())
         st.assert_no_pending_responses()
+    # the purchase claim every machine shares: the same command again finds the claim bought
+    # (GetObject, nothing bought); a claim whose buyer declines is deleted (DeleteObject)
+    old = {"TrainingPlanExtensionOfferingId": "ext-1", "ExtendedAt": datetime.now(UTC)}
+    with Stubber(aws.plans) as st:
+        _extension_stubs(st, [], "ext-1")
+        _extension_stubs(st, [old], "ext-2")
+        rec.take()
+        code, out, err = run(
+            "plans", "extend", PLAN_NAME, "--days", "1", "--yes", "--spec", str(spec_path)
+        )
+        assert code == 0 and "nothing bought" in out, err
+        again = ["--again-after", "ext-1", "--spec", str(spec_path)]
+        code, _out, err = run("plans", "extend", PLAN_NAME, "--days", "1", *again)
+        assert code == 5 and "Refusing without consent" in err, err
+        st.assert_no_pending_responses()
+    calls = rec.take()
+    assert [op for _s, op, _p in calls if _s == "s3"] == [
+        "PutObject",
+        "GetObject",
+        "PutObject",
+        "DeleteObject",
+    ]
+    checked("plans extend", calls)
 
 
 def _other_team_job(aws, name: str) -> dict:

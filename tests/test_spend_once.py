@@ -131,6 +131,25 @@ def test_a_retried_and_a_concurrent_extend_buy_once(server, env, tmp_path):
     assert len(_bought(server, "extension", "spend-extend")) == 2
 
 
+def test_two_machines_extending_at_once_buy_once_through_the_shared_claim(server, env, tmp_path):
+    """Issue 32: two state folders (two machines), one plan, the same `--until` at once: the
+    claim in S3 under the spec's job.s3_prefix lets one buy (tests/test_intent_across_machines.py
+    repeats the race in threads)."""
+    plan = _a_plan(server, "spend-machines")
+    spec = _spec(tmp_path)
+    until = (plan["EndTime"] + timedelta(days=1, hours=5)).isoformat()
+    cmd = ["plans", "extend", "spend-machines", "--until", until, "--spec", str(spec), "--yes"]
+    envs = [env("machine-a"), env("machine-b")]
+    results = run_together([[*cmd, "-o", "json"]] * 2, envs, tmp_path)
+    _no_traceback(results)
+    assert [r.code for r in results] == [0, 0], [r.err for r in results]
+    docs = [r.json() for r in results]
+    assert sum(d["bought"] is not None for d in docs) == 1
+    assert len(_bought(server, "extension", "spend-machines")) == 1
+    record = next(d for d in docs if d["bought"])["intent_record"]
+    assert record.startswith(f"s3://{BUCKET}/runs/purchase-intents/extension-")
+
+
 def _spec(tmp_path: Path, **over) -> Path:
     path = tmp_path / "spec.yaml"
     path.write_text(yaml.safe_dump({**spec_dict("tiny"), **over}))

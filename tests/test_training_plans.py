@@ -23,10 +23,12 @@ from botocore.stub import ANY, Stubber
 from click.testing import CliRunner
 
 from blackwell_sm.aws import training_plans as tp
+from blackwell_sm.aws.plan_fit import check_plan
 from blackwell_sm.aws.submit import prepare, submit
 from blackwell_sm.cli import cli
 from blackwell_sm.cli import submit as submit_cli
 from blackwell_sm.errors import ConsentRequiredError, SpecError
+from blackwell_sm.job.capacity_need import need_for_hours
 
 NOW = datetime.now(UTC).replace(microsecond=0)
 OFFER_A = "tpo-" + "a" * 20
@@ -117,23 +119,19 @@ def test_arn_of_another_account_is_refused(aws):
 
 def test_fit_arithmetic():
     info = tp.TrainingPlanInfo.from_api(plan_response(start=NOW, hours=24))
-    ok = tp.check_plan(
-        info, instance_type=P6, instance_count=2, run_hours=20, startup_hours=0.5, now=NOW
-    )
+    ok = check_plan(info, instance_type=P6, instance_count=2, need=need_for_hours(20), now=NOW)
     assert ok.fits and ok.resume_cycles == 1 and ok.extension_hours == 0
-    short = tp.check_plan(
-        info, instance_type=P6, instance_count=2, run_hours=100, startup_hours=0.5, now=NOW
-    )
+    short = check_plan(info, instance_type=P6, instance_count=2, need=need_for_hours(100), now=NOW)
     assert short.usable and not short.fits
     assert short.usable_hours == pytest.approx(23.5)
     assert short.resume_cycles == math.ceil(100 / 23.0)  # 24 h - reclaim - start-up per plan
     assert short.extension_hours == math.ceil(100.5 - 23.5)
     busy = tp.TrainingPlanInfo.from_api(plan_response(total=4, available=1))
-    fit = tp.check_plan(busy, instance_type=P6, instance_count=2, run_hours=1, startup_hours=0.5)
+    fit = check_plan(busy, instance_type=P6, instance_count=2, need=need_for_hours(1))
     assert fit.usable and any("1 of 4 instances free" in w for w in fit.warnings)
     pending = tp.TrainingPlanInfo.from_api(plan_response(status="Pending"))
-    assert not tp.check_plan(
-        pending, instance_type=P6, instance_count=1, run_hours=1, startup_hours=0.5
+    assert not check_plan(
+        pending, instance_type=P6, instance_count=1, need=need_for_hours(1)
     ).usable
 
 

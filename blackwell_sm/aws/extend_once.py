@@ -8,8 +8,9 @@
   one (the person saying "I know about that one: buy one more"); an offering already in the
   history is never bought again.
 
-The reads and the purchase happen under this machine's lock on the plan (`aws/purchases.py`);
-two machines are not serialised (docs/spending.md). Every purchase is recorded with its key.
+The reads and the purchase happen under this machine's lock on the plan (`aws/purchases.py`)
+and, given the spec's S3 prefix, after a claim in S3 that every machine shares
+(`aws/purchase_intents.py`). Every purchase is recorded with its key.
 """
 
 from __future__ import annotations
@@ -28,11 +29,20 @@ from blackwell_sm.aws.extensions import (
     extension_history,
     search_extensions,
 )
+from blackwell_sm.aws.purchase_intents import (
+    SharedIntents,
+    claim,
+    release,
+    settle,
+    state_token,
+    wait_settled,
+)
 from blackwell_sm.aws.purchases import Purchase, intent_key, intent_lock, record_purchase
 from blackwell_sm.aws.training_plans import Consent, TrainingPlanInfo, describe_plan, fmt_time
 from blackwell_sm.errors import ConsentRequiredError, InfeasiblePlanError, SpecError
 
 RECENT_EXTENSION_WINDOW = timedelta(hours=24)
+MAX_CLAIM_ROUNDS = 3  # claims another machine released without buying, then give up
 FAILED = frozenset({"Failed"})
 Notify = Callable[[str], None]
 
@@ -92,6 +102,9 @@ class ExtendOutcome(BaseModel):
     ends_after: datetime | None
     extensions: list[Extension] = Field(default_factory=list)
     warnings: list[str] = Field(default_factory=list)
+    intent_record: str | None = Field(
+        None, description="The S3 claim shared by every machine (aws/purchase_intents.py)."
+    )
 
 
 def effective_end(info: TrainingPlanInfo, history: list[Extension]) -> datetime | None:
@@ -201,6 +214,31 @@ def _already_extended(info: TrainingPlanInfo, e: Extension, since: str) -> Conse
     )
 
 
+def _decide(
+    info: TrainingPlanInfo,
+    history: list[Extension],
+    offers: list[ExtensionOffering],
+    intent: ExtendIntent,
+    fits: Fits | None,
+    now: datetime,
+) -> tuple[ExtensionOffering | None, str]:
+    """(the offering to buy, '') or (None, why nothing is bought); raises for refusals."""
+    end = effective_end(info, history)
+    if intent.declarative:
+        latest = _latest(_recent(history, now))
+        at = min(now, latest.extended_at) if latest and latest.extended_at else now
+        offer = choose_for_target(info, end, offers, intent, fits, at)
+        if offer is None:
+            return None, (
+                f"training plan {info.name} already ends {fmt_time(end)}, which meets the "
+                "target: nothing bought"
+            )
+        return offer, ""
+    offer = choose_extension(offers, days=intent.days, offering_id=intent.offering_id)
+    why = _check_imperative(info, history, offer, intent, now)
+    return (None, why + ": nothing bought") if why is not None else (offer, "")
+
+
 def extend_once(
     sm: Any,
     first: TrainingPlanInfo,
@@ -210,43 +248,62 @@ def extend_once(
     say: Notify,
     fits: Fits | None = None,
     now: Callable[[], datetime] = lambda: datetime.now(UTC),
+    shared: SharedIntents | None = None,
 ) -> ExtendOutcome:
     """Buy at most one extension of plan `first` (as described before) for `intent`, after
-    reading again, under this machine's lock, what AWS has (see the module docstring)."""
+    reading again, under this machine's lock, what AWS has, and (with `shared`) after claiming
+    the purchase in S3 for every machine (see the module docstring)."""
     key = intent.key(first.arn)
     words = intent.describe(first.name)
+    claimed = None
     with intent_lock(f"training-plan-{first.name}", say=say):
-        info = describe_plan(sm, first.arn)  # fresh, now that no process here can buy
-        history = extension_history(sm, info)
-        end = effective_end(info, history)
-        offers = search_extensions(sm, info)
-
-        def nothing(reason: str) -> ExtendOutcome:
-            return ExtendOutcome(
+        for _ in range(MAX_CLAIM_ROUNDS):
+            info = describe_plan(sm, first.arn)  # fresh, now that no process here can buy
+            history = extension_history(sm, info)
+            end = effective_end(info, history)
+            outcome = ExtendOutcome(
                 plan=info.name,
                 key=key,
                 intent=words,
                 bought=None,
-                reason=reason,
+                reason="",
                 ends_before=end,
                 ends_after=end,
             )
-
-        if intent.declarative:
-            latest = _latest(_recent(history, now()))
-            at = min(now(), latest.extended_at) if latest and latest.extended_at else now()
-            offer = choose_for_target(info, end, offers, intent, fits, at)
+            offer, why = _decide(info, history, search_extensions(sm, info), intent, fits, now())
             if offer is None:
-                return nothing(
-                    f"training plan {info.name} already ends {fmt_time(end)}, which "
-                    "meets the target: nothing bought"
+                return outcome.model_copy(update={"reason": why})
+            if shared is None:
+                break
+            state = state_token([e.offering_id for e in history])
+            claimed = claim(shared.s3, shared.folder, key, state, words)
+            if claimed.won:
+                break
+            held = claimed.claim
+            if held is None or held.status != "bought":
+                held = wait_settled(shared.s3, claimed.uri, say=say)
+            if held is not None and held.purchase is not None:  # bought for this very state
+                return outcome.model_copy(
+                    update={
+                        "reason": f"another machine bought it for this intent: "
+                        f"{held.purchase.describe()} (intent record {claimed.uri}): nothing bought",
+                        "intent_record": claimed.uri,
+                    }
                 )
+            claimed = None  # released without buying: read AWS again and decide again
         else:
-            offer = choose_extension(offers, days=intent.days, offering_id=intent.offering_id)
-            why = _check_imperative(info, history, offer, intent, now())
-            if why is not None:
-                return nothing(why + ": nothing bought")
-        bought = extend_plan(sm, info, offer, consent=consent)
+            raise ConsentRequiredError(
+                f"the purchase intent for {words} was claimed and released "
+                f"{MAX_CLAIM_ROUNDS} times by other machines; nothing was bought",
+                code="intent_claimed",
+                hint="run the command again once the other machines are done",
+            )
+        try:
+            bought = extend_plan(sm, info, offer, consent=consent)
+        except BaseException:
+            if claimed is not None and shared is not None:
+                release(shared.s3, claimed.uri, say=say)
+            raise
         at = next((e.extended_at for e in bought if e.extended_at), None) or now()
         purchase = record_purchase(
             Purchase(
@@ -266,12 +323,12 @@ def extend_once(
             ),
             say=say,
         )
+        if claimed is not None and claimed.claim is not None and shared is not None:
+            settle(shared.s3, claimed.uri, claimed.claim, purchase, say=say)
         after = extension_history(sm, info)
-    known = {e.offering_id for e in history} | {offer.offering_id}
-    others = [e for e in after if e.offering_id not in known and e.status not in FAILED]
     warnings = [
         f"another extension of {info.name} appeared meanwhile (another machine?): {e.describe()}"
-        for e in others
+        for e in others_since(history, after, offer.offering_id)
     ]
     return ExtendOutcome(
         plan=info.name,
@@ -283,4 +340,17 @@ def extend_once(
         ends_after=effective_end(info, after) or purchase.end,
         extensions=bought,
         warnings=warnings,
+        intent_record=claimed.uri if claimed else None,
     )
+
+
+def others_since(before: list[Extension], after: list[Extension], mine: str) -> list[Extension]:
+    """The extensions in `after` that are neither in `before` nor the one just bought (`mine`):
+    counted one for one, so a second purchase of the same offering is one of them."""
+    left = list(after)
+    for e in [*before, None]:
+        wanted = e.offering_id if e is not None else mine
+        hit = next((x for x in left if x.offering_id == wanted), None)
+        if hit is not None:
+            left.remove(hit)
+    return [e for e in left if e.status not in FAILED]

@@ -12,10 +12,11 @@ from blackwell_sm.errors import AwsError, BsmError
 if TYPE_CHECKING:
     from blackwell_sm.aws.jobs import JobInfo
     from blackwell_sm.aws.logs import LogEvent
+    from blackwell_sm.aws.plan_fit import PlanFit
     from blackwell_sm.aws.progress import Progress
     from blackwell_sm.aws.s3 import UploadResult
     from blackwell_sm.aws.session import AwsContext
-    from blackwell_sm.aws.training_plans import PlanFit, TrainingPlanInfo
+    from blackwell_sm.aws.training_plans import TrainingPlanInfo
     from blackwell_sm.job.request import JobRequest
     from blackwell_sm.planner.plan import Plan
     from blackwell_sm.planner.preferences import PreferencePlans

@@ -2,8 +2,9 @@
 `compute.training_plan` (an ARN, a name, or 'auto', which reserves the spec's own plan at most
 once: `aws/reserve.py`) or each instance preference's plan, resolved and checked against the run
 (status, type, count, window); a plan too short names the `bsm plans extend` command that would
-make it fit. `resolve_plan_names` and `take_capacity` are submit's two capacity steps, for
-either plan shape.
+make it fit. `find_preference_plans` (describe only, before the reattach check) and
+`take_capacity` (after consent; may reserve) are submit's two capacity steps, for either plan
+shape; neither builds the request.
 """
 
 from __future__ import annotations
@@ -11,65 +12,80 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from pydantic import BaseModel, ConfigDict, Field
+
+from blackwell_sm.aws.plan_fit import PlanFit
+from blackwell_sm.aws.training_plans import Consent, TrainingPlanInfo
 from blackwell_sm.errors import AwsError, InfeasiblePlanError, SpecError
 
 if TYPE_CHECKING:
     from blackwell_sm.aws.session import AwsContext
-    from blackwell_sm.aws.training_plans import Consent, PlanFit, TrainingPlanInfo
-    from blackwell_sm.job.request import JobRequest
     from blackwell_sm.planner.plan import Plan
     from blackwell_sm.planner.preferences import PlanSet, PreferencePlans
     from blackwell_sm.spec.run import RunSpec
 
 Notify = Callable[[str], None]
-Rebuild = Callable[..., "JobRequest"]  # build_job_request with the submit's own arguments
 
 
-def resolve_plan_names(
-    aws: AwsContext, plans: PlanSet, jr: JobRequest, rebuild: Rebuild
-) -> tuple[JobRequest, dict[int, TrainingPlanInfo]]:
-    """Before the reattach check: each instance preference's plan name becomes its ARN
-    (describe only) and the request is rebuilt with them, so a reattach compares the very list.
-    A one-type job's plan is taken later (`take_capacity`: 'auto' may reserve)."""
+class CapacityChoice(BaseModel):
+    """Submit's capacity step: what the request is built with, and what it rests on."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    training_plan_arn: str | None = None
+    preference_arns: dict[int, str] = Field(default_factory=dict)
+    info: TrainingPlanInfo | None = Field(None, description="The one-type job's plan, if any.")
+    fit: PlanFit | None = Field(None, description="Whether the run fits it.")
+    warnings: list[str] = Field(default_factory=list)
+
+
+def find_preference_plans(aws: AwsContext, plans: PlanSet) -> dict[int, TrainingPlanInfo]:
+    """Before the reattach check: each instance preference's plan, described (no purchase), so
+    that a reattach compares the very list of ARNs. A one-type job's plan is taken later
+    (`take_capacity`: 'auto' may reserve)."""
     if plans.preferences is None:
-        return jr, {}
-    infos = resolve_preference_plans(aws, plans.preferences)
-    return rebuild(preference_arns={i: info.arn for i, info in infos.items()}), infos
+        return {}
+    return resolve_preference_plans(aws, plans.preferences)
 
 
 def take_capacity(
     aws: AwsContext,
     spec: RunSpec,
     plans: PlanSet,
-    jr: JobRequest,
     infos: dict[int, TrainingPlanInfo],
-    rebuild: Rebuild,
     *,
+    base_name: str,
     run_index: int,
+    done_steps: int = 0,
     consent: Consent,
     allow_partial: bool,
     say: Notify,
-) -> tuple[JobRequest, TrainingPlanInfo | None, PlanFit | None, list[str]]:
+) -> CapacityChoice:
     """After consent: the training plans the job runs on, checked against the run (each
-    preference's, or `compute.training_plan` resolved or reserved). Returns the request (with
-    the plan ARN), the one-type job's plan and fit, and the warnings so far."""
+    preference's, or `compute.training_plan` resolved or reserved), sized by
+    `job/capacity_need.py`."""
     if plans.preferences is not None:
-        fits = check_preference_fits(infos, plans.preferences, allow_partial=allow_partial)
-        return jr, None, None, list(jr.warnings) + [w for f in fits for w in f.warnings]
+        fits = check_preference_fits(
+            infos, plans.preferences, allow_partial=allow_partial, done_steps=done_steps
+        )
+        return CapacityChoice(
+            preference_arns={i: info.arn for i, info in infos.items()},
+            warnings=[w for f in fits for w in f.warnings],
+        )
     if spec.compute.training_plan is None:
-        return jr, None, None, list(jr.warnings)
+        return CapacityChoice()
     info, fit = resolve_training_plan(
         aws,
         spec,
         plans.primary,
-        base_name=jr.base_job_name,
+        base_name=base_name,
         run_index=run_index,
+        done_steps=done_steps,
         consent=consent,
         allow_partial=allow_partial,
         say=say,
     )
-    jr = rebuild(training_plan_arn=info.arn)
-    return jr, info, fit, list(jr.warnings) + fit.warnings
+    return CapacityChoice(training_plan_arn=info.arn, info=info, fit=fit, warnings=fit.warnings)
 
 
 def resolve_preference_plans(
@@ -91,24 +107,27 @@ def resolve_preference_plans(
 
 
 def check_preference_fits(
-    infos: dict[int, TrainingPlanInfo], preferences: PreferencePlans, *, allow_partial: bool
+    infos: dict[int, TrainingPlanInfo],
+    preferences: PreferencePlans,
+    *,
+    allow_partial: bool,
+    done_steps: int = 0,
 ) -> list[PlanFit]:
     """Each preference's plan can take that preference's run (type, count, status, window)."""
-    from blackwell_sm.aws import training_plans as tp
-    from blackwell_sm.job.request import STARTUP_HOURS
+    from blackwell_sm.aws.plan_fit import check_plan, require_fit
+    from blackwell_sm.job.capacity_need import capacity_need
 
     fits = []
     for index, info in sorted(infos.items()):
         pp = preferences.preferences[index]
-        fit = tp.check_plan(
+        fit = check_plan(
             info,
             instance_type=pp.instance_type,
             instance_count=pp.instance_count,
-            run_hours=pp.plan.run.pessimistic_hours,  # the range's high end, as for one type
-            startup_hours=STARTUP_HOURS,
+            need=capacity_need(pp.plan, done_steps=done_steps),
         )
         try:
-            tp.require_fit(fit, allow_partial=allow_partial)
+            require_fit(fit, allow_partial=allow_partial)
         except (SpecError, InfeasiblePlanError) as e:
             e.message = f"instance_preferences[{index}] ({pp.instance_type}): {e.message}"
             if isinstance(e, SpecError):
@@ -125,28 +144,27 @@ def resolve_training_plan(
     *,
     base_name: str,
     run_index: int = 1,
+    done_steps: int = 0,
     consent: Consent,
     allow_partial: bool,
     say: Notify,
 ) -> tuple[TrainingPlanInfo, PlanFit]:
     """compute.training_plan (ARN, name or 'auto') → a checked plan the run can use."""
-    from blackwell_sm.aws import training_plans as tp
-    from blackwell_sm.job.request import STARTUP_HOURS
+    from blackwell_sm.aws.plan_fit import check_plan, require_fit
+    from blackwell_sm.aws.training_plans import describe_plan
+    from blackwell_sm.job.capacity_need import capacity_need
 
     ref = spec.compute.training_plan
     assert ref is not None
     sm = aws.plans
-    kw: dict[str, Any] = dict(
-        instance_type=plan.instance.type,
-        instance_count=plan.instance.count,
-        run_hours=plan.run.pessimistic_hours,  # capacity is sized from the range's high end
-        startup_hours=STARTUP_HOURS,
-    )
+    need = capacity_need(plan, done_steps=done_steps)
     if ref != "auto":
-        info = tp.describe_plan(sm, ref)
-        fit = tp.check_plan(info, **kw)
+        info = describe_plan(sm, ref)
+        fit = check_plan(
+            info, instance_type=plan.instance.type, instance_count=plan.instance.count, need=need
+        )
         try:
-            tp.require_fit(fit, allow_partial=allow_partial)
+            require_fit(fit, allow_partial=allow_partial)
         except InfeasiblePlanError as e:
             e.hint = extension_advice(sm, info, fit) or e.hint
             raise
@@ -163,7 +181,7 @@ def resolve_training_plan(
         consent=consent,
         allow_partial=allow_partial,
         say=say,
-        fit_kw=kw,
+        need=need,
     )
 
 

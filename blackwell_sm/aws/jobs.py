@@ -17,7 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from blackwell_sm.aws.errors import explain_failure, translate
 from blackwell_sm.aws.views import RowsRepr
 from blackwell_sm.errors import AwsError
-from blackwell_sm.job.names import JOB_NAME_PREFIX
+from blackwell_sm.job.names import JOB_NAME_PREFIX, toolkit_name_parts
 
 SPEC_HASH_TAG = "bsm:spec-hash"
 TERMINAL = frozenset({"Completed", "Failed", "Stopped"})
@@ -297,10 +297,12 @@ def list_jobs(
     limit: int = 20,
     only_ours: bool = True,
 ) -> list[dict[str, Any]]:
-    """Newest first: summaries of training jobs (only this toolkit's, by name and spec-hash tag).
+    """Newest first: summaries of training jobs (only this toolkit's, by name).
 
-    The toolkit's jobs are found on the server (`NameContains` = the `bsm-` name prefix), and
-    tags are read only for those, so other teams' jobs cost no call and need no permission.
+    The toolkit's jobs are found on the server (`NameContains` = the `bsm-` name prefix, one
+    ListTrainingJobs call per 100 jobs) and known by their name's shape, which carries the spec
+    hash (`bsm-<model>-<spec hash>[-rN|-<time><hex>]`, `job/names.py`): no call per job. The
+    tag is read where it decides something: a reattach (`owned_by_spec`).
     """
     kw: dict[str, Any] = {"SortBy": "CreationTime", "SortOrder": "Descending"}
     needle = name_contains or (JOB_NAME_PREFIX if only_ours else None)
@@ -313,12 +315,10 @@ def list_jobs(
         for page in sm.get_paginator("list_training_jobs").paginate(**kw):
             for s in page.get("TrainingJobSummaries", []):
                 if only_ours:
-                    if not s["TrainingJobName"].startswith(JOB_NAME_PREFIX):
+                    parts = toolkit_name_parts(s["TrainingJobName"])
+                    if parts is None:
                         continue  # NameContains matches anywhere in the name
-                    tags = job_tags(sm, s["TrainingJobArn"])
-                    if SPEC_HASH_TAG not in tags:
-                        continue
-                    s = {**s, "SpecHash": tags[SPEC_HASH_TAG], "Model": tags.get("bsm:model")}
+                    s = {**s, "SpecHash": parts[1], "ModelStem": parts[0]}
                 out.append(s)
                 if len(out) >= limit:
                     return out

@@ -185,8 +185,11 @@ def read_progress(
     if p.projected_end is not None and not info.terminal:
         if p.max_runtime_end is not None:
             p.ends_before_max_runtime = p.projected_end <= p.max_runtime_end
-        if p.training_plan_end is not None:
-            p.ends_before_plan_end = p.projected_end <= p.training_plan_end
+        if p.training_plan_end is not None:  # its instances go RECLAIM_HOURS before its end
+            from blackwell_sm.job.capacity_need import RECLAIM_HOURS
+
+            reclaimed = p.training_plan_end - timedelta(hours=RECLAIM_HOURS)
+            p.ends_before_plan_end = p.projected_end <= reclaimed
     if p.ends_before_max_runtime is False or p.ends_before_plan_end is False:
         p.notes.append(
             f"at the measured rate the run does not end in time: {OVERRUN_ADVICE}; "

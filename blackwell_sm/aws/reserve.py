@@ -21,10 +21,12 @@ from typing import TYPE_CHECKING, Any
 from pydantic import BaseModel, ConfigDict
 
 from blackwell_sm.aws import training_plans as tp
+from blackwell_sm.aws.plan_fit import PlanFit, check_plan, require_fit
 from blackwell_sm.aws.purchases import Purchase, intent_key, intent_lock, record_purchase
 from blackwell_sm.errors import AwsError, SpecError
 
 if TYPE_CHECKING:
+    from blackwell_sm.job.capacity_need import CapacityNeed
     from blackwell_sm.planner.plan import Plan
 
 Notify = Callable[[str], None]
@@ -160,8 +162,8 @@ def reserve_auto(
     consent: tp.Consent,
     allow_partial: bool,
     say: Notify,
-    fit_kw: dict[str, Any],
-) -> tuple[tp.TrainingPlanInfo, tp.PlanFit]:
+    need: CapacityNeed,
+) -> tuple[tp.TrainingPlanInfo, PlanFit]:
     """`training_plan: auto`: the plan named after the spec, reserved at most once.
 
     The spec's plan (`auto_plan_name(base)`) is used while it can take the run. The first job
@@ -176,10 +178,10 @@ def reserve_auto(
     name = tp.auto_plan_name(base_name)
     if run_index > 1:
         spec_plan = tp.find_plan(sm, name)
-        if spec_plan is not None and not _cannot_take(spec_plan, plan, fit_kw, allow_partial):
-            return _checked(sm, spec_plan, fit_kw, allow_partial, say, f"using {name}")
+        if spec_plan is not None and not _cannot_take(spec_plan, plan, need, allow_partial):
+            return _checked(sm, spec_plan, plan, need, allow_partial, say, f"using {name}")
         name = tp.auto_plan_name(run_job_name(base_name, run_index))
-    hours = plan.run.pessimistic_hours + fit_kw["startup_hours"] + tp.RECLAIM_HOURS
+    hours = need.plan_hours  # the one sizing rule (job/capacity_need.py)
 
     def find_offer() -> tp.Offering:
         offers = tp.search_offerings(
@@ -209,7 +211,7 @@ def reserve_auto(
         consent=consent,
         say=say,
         tags={"bsm:job": base_name},
-        differences=lambda info, _offer: _cannot_take(info, plan, fit_kw, allow_partial),
+        differences=lambda info, _offer: _cannot_take(info, plan, need, allow_partial),
         field="compute.training_plan",
     )
     said = (
@@ -220,17 +222,23 @@ def reserve_auto(
             + outcome.bought.describe()
         )
     )
-    return _checked(sm, outcome.info, fit_kw, allow_partial, say, said)
+    return _checked(sm, outcome.info, plan, need, allow_partial, say, said)
+
+
+def _fit(info: tp.TrainingPlanInfo, plan: Plan, need: CapacityNeed) -> PlanFit:
+    return check_plan(
+        info, instance_type=plan.instance.type, instance_count=plan.instance.count, need=need
+    )
 
 
 def _cannot_take(
-    info: tp.TrainingPlanInfo, plan: Plan, fit_kw: dict[str, Any], allow_partial: bool
+    info: tp.TrainingPlanInfo, plan: Plan, need: CapacityNeed, allow_partial: bool
 ) -> list[str]:
     """Why `info` cannot take the run (empty: it can, or it is Pending and is waited for)."""
     problems = mismatches(
         info, instance_type=plan.instance.type, instance_count=plan.instance.count
     )
-    fit = tp.check_plan(info, **fit_kw)
+    fit = _fit(info, plan, need)
     if info.status != "Pending" and not problems and not fit.fits and not allow_partial:
         problems += fit.warnings[-1:] or ["the run does not fit it"]
     return problems
@@ -239,13 +247,14 @@ def _cannot_take(
 def _checked(
     sm: Any,
     info: tp.TrainingPlanInfo,
-    fit_kw: dict[str, Any],
+    plan: Plan,
+    need: CapacityNeed,
     allow_partial: bool,
     say: Notify,
     said: str,
-) -> tuple[tp.TrainingPlanInfo, tp.PlanFit]:
+) -> tuple[tp.TrainingPlanInfo, PlanFit]:
     info = tp.wait_until_booked(sm, info)
-    fit = tp.check_plan(info, **fit_kw)
-    tp.require_fit(fit, allow_partial=allow_partial)
+    fit = _fit(info, plan, need)
+    require_fit(fit, allow_partial=allow_partial)
     say(said)
     return info, fit

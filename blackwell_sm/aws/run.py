@@ -215,11 +215,12 @@ def submit_run(
     Each job is an ordinary `submit` (same spec hash, the run's name `<base>-rN`, the steps
     left), so capacity follows `submit`'s consent rules and a rerun finds the jobs it made.
     """
-    from blackwell_sm.aws.submit import prepare, submit
+    from blackwell_sm.aws.submit import identify, plan_run, submit
 
     say = notify or (lambda _m: None)
-    rs, plans, jr = prepare(spec, training_plan=training_plan)
-    total = plans.primary.run.steps
+    planned = plan_run(spec, training_plan=training_plan)
+    rs, jr = planned.spec, identify(planned)  # the run's names and prefix; no request built
+    total = planned.plans.primary.run.steps
 
     def submit_job(index: int, done_steps: int) -> TrainingJob:
         job = submit(

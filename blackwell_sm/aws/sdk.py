@@ -37,16 +37,16 @@ def model_trainer_and_request(
     sagemaker_session: Any = None,
     upload_bundle: bool = True,
 ) -> tuple[ModelTrainer, JobRequest]:
-    """`to_model_trainer`, also returning the builder's JobRequest."""
+    """`to_model_trainer`, also returning the builder's JobRequest; the bundle is uploaded
+    after the view is made (the job layer makes no AWS call and calls nothing back)."""
     from blackwell_sm.job import sdk
 
-    return sdk.model_trainer_and_request(
-        spec,
-        plan,
-        training_plan_arn=training_plan_arn,
-        sagemaker_session=sagemaker_session,
-        upload=upload_for_sdk if upload_bundle else None,
+    trainer, req = sdk.model_trainer_and_request(
+        spec, plan, training_plan_arn=training_plan_arn, sagemaker_session=sagemaker_session
     )
+    if upload_bundle:
+        upload_for_sdk(trainer.sagemaker_session.boto_session, req)
+    return trainer, req
 
 
 def to_model_trainer(
@@ -80,12 +80,11 @@ def to_estimator(
 ) -> Any:
     """A SageMaker SDK 2.x `Estimator` that sends the builder's CreateTrainingJob
     (`blackwell_sm.job.sdk_v2`), the code bundle uploaded first so that `estimator.fit()` runs."""
-    from blackwell_sm.job.sdk_v2 import to_estimator as view
+    from blackwell_sm.job.sdk_v2 import estimator_and_request
 
-    return view(
-        spec,
-        plan,
-        training_plan_arn=training_plan_arn,
-        sagemaker_session=sagemaker_session,
-        upload=upload_for_sdk if upload_bundle else None,
+    est, req = estimator_and_request(
+        spec, plan, training_plan_arn=training_plan_arn, sagemaker_session=sagemaker_session
     )
+    if upload_bundle:
+        upload_for_sdk(est.sagemaker_session.boto_session, req)
+    return est

@@ -65,33 +65,65 @@ def load_flag_spec(path: str, flag: str) -> Any:
         raise
 
 
-def extend_once(aws: Any, ref: str, intent: Any, spec: Any, *, yes: bool, output: str) -> None:
-    from blackwell_sm.aws.extend_once import extend_once as buy_once
-    from blackwell_sm.aws.training_plans import check_plan, describe_plan
-    from blackwell_sm.cli.submit import consent_prompt
-    from blackwell_sm.cli.training_plans import _plan_on as plan_on
-    from blackwell_sm.job.request import STARTUP_HOURS
+def shared_intents(aws: Any, spec: Any) -> Any:
+    """Where every machine's claim on a purchase meets: `<job.s3_prefix>/purchase-intents` of
+    the spec this plan serves (`--to-fit` or `--spec`); None (said) without one."""
+    from blackwell_sm.aws.purchase_intents import SharedIntents, intents_uri
 
+    if spec is None or spec.job is None:
+        say(
+            "note: no spec (--to-fit or --spec SPEC) names an S3 prefix for the shared purchase "
+            "intent: only this machine's lock guards this purchase, so another machine running "
+            "the same command at the same time could buy too (docs/spending.md)"
+        )
+        return None
+    if "job.s3_prefix" in spec.job.placeholders():
+        raise SpecError(
+            "job.s3_prefix is a REPLACE-ME placeholder: the shared purchase intent lives under "
+            "it; nothing was bought",
+            field="job.s3_prefix",
+            hint="set job.s3_prefix to the spec's s3://bucket/prefix",
+        )
+    return SharedIntents(aws.s3, intents_uri(spec.job.s3_prefix))
+
+
+def extend_once(
+    aws: Any, ref: str, intent: Any, spec: Any, *, yes: bool, output: str, shared_spec: Any = None
+) -> None:
+    from blackwell_sm.api.capacity import capacity_need, fit, plan_on_training_plan
+    from blackwell_sm.aws.extend_once import extend_once as buy_once
+    from blackwell_sm.aws.training_plans import describe_plan
+    from blackwell_sm.cli.submit import consent_prompt
+
+    shared = shared_intents(aws, spec or shared_spec)  # before any call: a bad prefix is exit 2
     info = describe_plan(aws.plans, ref)
     fits = None
     if spec is not None:
-        plan = plan_on(spec, info)
-        kw = dict(
-            instance_type=plan.instance.type,
-            instance_count=plan.instance.count,
-            run_hours=plan.run.pessimistic_hours,
-            startup_hours=STARTUP_HOURS,
-        )
+        plan = plan_on_training_plan(spec, info)
+        need = capacity_need(plan)
+        say(f"the run needs {need.describe()}")
         intent = intent.model_copy(
-            update={"to_fit": {**kw, "run_hours": round(kw["run_hours"], 3)}}
+            update={
+                "to_fit": {
+                    "instance_type": plan.instance.type,
+                    "instance_count": plan.instance.count,
+                    "run_hours": round(need.run_hours, 3),
+                    "startup_hours": need.startup_hours,
+                }
+            }
         )
 
         def fits(end: Any, at: Any) -> bool:
-            longer = info.model_copy(update={"end_time": end})
-            return check_plan(longer, now=at, **kw).fits
+            return fit(info, plan, end=end, now=at).fits
 
     done = buy_once(
-        aws.plans, info, intent, consent=True if yes else consent_prompt(), say=say, fits=fits
+        aws.plans,
+        info,
+        intent,
+        consent=True if yes else consent_prompt(),
+        say=say,
+        fits=fits,
+        shared=shared,
     )
     for w in done.warnings:
         say(f"warning: {w}")
@@ -108,3 +140,5 @@ def extend_once(aws: Any, ref: str, intent: Any, spec: Any, *, yes: bool, output
     click.echo(f"{done.bought.describe()}; the plan now ends {fmt_time(done.ends_after)}")
     if done.bought.record:
         click.echo(f"recorded: {done.bought.record}")
+    if done.intent_record:
+        click.echo(f"claimed for every machine: {done.intent_record}")

@@ -45,27 +45,21 @@ def capacity_for(
 ) -> tuple[str, int, float, str | None]:
     """(instance type, count, hours, region): from the flags, else from SPEC's plan."""
     if spec_path is not None:
-        from blackwell_sm.aws.training_plans import RECLAIM_HOURS
-        from blackwell_sm.job.request import STARTUP_HOURS
-        from blackwell_sm.planner.preferences import plan_for_type
-        from blackwell_sm.planner.profile import profile_for
+        from blackwell_sm.api.capacity import need_for
         from blackwell_sm.spec import load_spec
 
         spec = load_spec(spec_path)
-        plan = plan_for_type(spec, instance_type, profile_for(spec))
+        plan, need = need_for(spec, instance_type)
         instance_type = instance_type or plan.instance.type
         count = count or plan.instance.count
         if hours is None:
-            hours = plan.run.hours + STARTUP_HOURS + RECLAIM_HOURS
-            say(
-                f"duration {math.ceil(hours)} h from the plan's predicted {plan.run.hours:.1f} h "
-                f"(+ start-up and the 30-minute reclaim before a plan ends)"
-            )
+            hours = float(need.plan_hours)
+            say(f"duration {need.describe()}")
         region = region or (spec.job.region if spec.job else None)
     missing = [
         flag for flag, v in (("--instance-type", instance_type), ("--hours", hours)) if v is None
     ]
-    if missing or instance_type is None or hours is None:  # (the same test, for mypy)
+    if missing or instance_type is None or hours is None:
         raise SpecError(
             f"give SPEC.yaml or {' and '.join(missing)}",
             field=missing[0],
@@ -218,7 +212,13 @@ def reserve(
     help="With --days/--offering: buy although the plan was extended in the last 24 h, naming "
     "that latest extension (its offering id).",
 )
-@click.option("--spec", "spec_path", type=SPEC_FILE, help="Say whether SPEC's run fits.")
+@click.option(
+    "--spec",
+    "spec_path",
+    type=SPEC_FILE,
+    help="Say whether SPEC's run fits; when buying, claim the purchase under SPEC's "
+    "job.s3_prefix so that no other machine buys it too (as --to-fit does).",
+)
 @click.option("--yes", "-y", is_flag=True, help="Agree to the upfront fee without a prompt.")
 @REGION_OPTION
 @OUTPUT_OPTION
@@ -251,7 +251,8 @@ def extend(
         region = ref.split(":")[3]
     aws = submit_cli.aws_context(region)
     if intent is not None:
-        extend_once(aws, ref, intent, to_fit_spec, yes=yes, output=output)
+        named = load_flag_spec(spec_path, "--spec") if spec_path and not to_fit_spec else None
+        extend_once(aws, ref, intent, to_fit_spec, yes=yes, output=output, shared_spec=named)
         return
     info = describe_plan(aws.plans, ref)
     offers = ext.search_extensions(aws.plans, info)
@@ -279,30 +280,12 @@ def extend(
         )
 
 
-def _plan_on(spec: Any, info: Any) -> Any:
-    """SPEC's plan on the training plan's instance type (its preference's, with preferences)."""
-    from blackwell_sm.planner.preferences import plan_for_type
-    from blackwell_sm.planner.profile import profile_for
-
-    only = info.instance_types[0] if len(info.instance_types) == 1 else None
-    return plan_for_type(spec, only, profile_for(spec))
-
-
 def _fits_after(info: Any, offer: Any, spec_path: str) -> bool:
-    """Whether SPEC's predicted run fits the plan once `offer` extends it to its end."""
-    from blackwell_sm.aws.training_plans import check_plan
-    from blackwell_sm.job.request import STARTUP_HOURS
-    from blackwell_sm.spec import load_spec
+    """Whether SPEC's run fits the plan once `offer` extends it to its end."""
+    from blackwell_sm.api.capacity import fit, plan_on_training_plan
 
-    plan = _plan_on(load_spec(spec_path), info)
-    longer = info.model_copy(update={"end_time": offer.end or info.end_time})
-    return check_plan(
-        longer,
-        instance_type=plan.instance.type,
-        instance_count=plan.instance.count,
-        run_hours=plan.run.hours,
-        startup_hours=STARTUP_HOURS,
-    ).fits
+    plan = plan_on_training_plan(spec_path, info)
+    return fit(info, plan, end=offer.end or info.end_time).fits
 
 
 @plans.command("list")
@@ -350,11 +333,10 @@ def _plan_line(r: Any) -> str:
 def describe(ref: str, spec_path: str | None, region: str | None, output: str) -> None:
     """A training plan's status, capacity and window (and, with --spec, whether a run fits)."""
     from blackwell_sm.aws.extensions import extension_history
-    from blackwell_sm.aws.training_plans import check_plan, describe_plan
+    from blackwell_sm.aws.training_plans import describe_plan
 
     fit = None
     if spec_path:
-        from blackwell_sm.job.request import STARTUP_HOURS
         from blackwell_sm.spec import load_spec
 
         spec = load_spec(spec_path)
@@ -365,14 +347,10 @@ def describe(ref: str, spec_path: str | None, region: str | None, output: str) -
     info = describe_plan(aws.plans, ref)
     history = extension_history(aws.plans, info)
     if spec_path:
-        plan = _plan_on(spec, info)
-        fit = check_plan(
-            info,
-            instance_type=plan.instance.type,
-            instance_count=plan.instance.count,
-            run_hours=plan.run.hours,
-            startup_hours=STARTUP_HOURS,
-        )
+        from blackwell_sm.api.capacity import fit as fit_of
+        from blackwell_sm.api.capacity import plan_on_training_plan
+
+        fit = fit_of(info, plan_on_training_plan(spec, info))
     if output == "json":
         emit_json(
             {
@@ -396,5 +374,6 @@ def describe(ref: str, spec_path: str | None, region: str | None, output: str) -
         click.echo(
             f"this spec's run: {verdict} (needs {fit.needed_hours:.1f} h, {fit.usable_hours:.1f} h usable)"
         )
+        click.echo(f"  sized: {fit.need.describe()}")
         for p in fit.problems + fit.warnings:
             click.echo(f"  - {p}")

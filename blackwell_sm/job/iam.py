@@ -14,7 +14,7 @@ from blackwell_sm.job.capacity import spec_instance_types
 from blackwell_sm.job.iam_calls import BUY_ACTIONS, CALLER_RESOURCES, COMMAND_CALLS, Call
 from blackwell_sm.job.iam_trackers import tracker_statements
 from blackwell_sm.job.images import default_image_uri
-from blackwell_sm.job.names import JOB_NAME_PREFIX, name_stem
+from blackwell_sm.job.names import JOB_NAME_PREFIX, PURCHASE_INTENTS_FOLDER, name_stem
 from blackwell_sm.spec.aws_rules import ECR_IMAGE_RE
 from blackwell_sm.spec.job import S3_URI_RE
 from blackwell_sm.spec.run import RunSpec
@@ -151,6 +151,7 @@ def caller_resources(spec: RunSpec | None = None) -> dict[str, list[str] | str]:
         "checkpoint_list": [f"arn:{c.partition}:s3:::{_s3_parts(c.checkpoints)[0]}"],
         "checkpoint_objects": [c.s3_objects(c.checkpoints)],
         "job_output": [c.s3_objects(c.output)],
+        "intent_objects": [c.s3_objects(f"{c.s3_prefix}/{PURCHASE_INTENTS_FOLDER}")],
         "job_logs": [
             c.arn("logs", f"log-group:{LOG_GROUP}"),
             c.arn("logs", f"log-group:{LOG_GROUP}:*"),

@@ -74,6 +74,11 @@ _READ_MARKER = Call("s3:GetObject", "s3:GetObject", "checkpoint_objects")
 # report / calibrate JOB: the plan from the job's code bundle, its figures from output.tar.gz
 _READ_CODE = Call("s3:GetObject", "s3:GetObject", "code_objects")
 _READ_OUTPUT = Call("s3:GetObject", "s3:GetObject", "job_output")
+# plans extend: the purchase claim every machine shares (aws/purchase_intents.py): written only
+# if absent, read by a machine that lost the race, deleted by its writer when nothing was bought
+_CLAIM_INTENT = Call("s3:PutObject", "s3:PutObject", "intent_objects")
+_READ_INTENT = Call("s3:GetObject", "s3:GetObject", "intent_objects")
+_RELEASE_INTENT = Call("s3:DeleteObject", "s3:DeleteObject", "intent_objects")
 _LOG_STREAMS = Call("logs:DescribeLogStreams", "logs:DescribeLogStreams", "job_logs")
 _LOG_EVENTS = Call("logs:GetLogEvents", "logs:GetLogEvents", "job_logs")
 _FILTER_EVENTS = Call("logs:FilterLogEvents", "logs:FilterLogEvents", "job_logs")
@@ -110,12 +115,20 @@ COMMAND_CALLS: dict[str, tuple[Call, ...]] = {
     ),
     "logs": _LOGS,
     "stop": (_DESCRIBE_JOB, _STOP_JOB),
-    "list": (_LIST_JOBS, _LIST_TAGS),
+    "list": (_LIST_JOBS,),  # a job is known by its name's shape: no ListTags per job
     "plans search": (_SEARCH_OFFERINGS,),
     "plans reserve": (_SEARCH_OFFERINGS, _CREATE_PLAN, _DESCRIBE_PLAN),
     "plans list": (Call("sagemaker:ListTrainingPlans", "sagemaker:ListTrainingPlans", "any"),),
     # the history is read before buying (a retry buys nothing) and after (another machine?)
-    "plans extend": (_DESCRIBE_PLAN, _EXTENSION_HISTORY, _SEARCH_OFFERINGS, _EXTEND_PLAN),
+    "plans extend": (
+        _DESCRIBE_PLAN,
+        _EXTENSION_HISTORY,
+        _SEARCH_OFFERINGS,
+        _EXTEND_PLAN,
+        _CLAIM_INTENT,
+        _READ_INTENT,
+        _RELEASE_INTENT,
+    ),
     "plans describe": (_DESCRIBE_PLAN, _EXTENSION_HISTORY),
     # a job's plan, summary and records; its step lines when output.tar.gz is missing
     "report": (_DESCRIBE_JOB, _READ_CODE, _READ_OUTPUT, _LOG_STREAMS, _LOG_EVENTS),
@@ -136,6 +149,7 @@ CALLER_RESOURCES: dict[str, tuple[str, str]] = {
     "checkpoint_list": ("ListTheRunsCheckpoints", "--until-done/--resume find the newest"),
     "checkpoint_objects": ("ReadCheckpointMarkers", "a run's COMPLETE markers (step, time)"),
     "job_output": ("ReadJobOutputs", "bsm report/calibrate JOB read its output.tar.gz"),
+    "intent_objects": ("ClaimPurchasesOnce", "plans extend: one purchase across machines"),
     "job_logs": ("ReadJobLogs", "bsm logs / submit --logs / status's progress"),
 }
 # Reserving and extending spend money: without these a caller can use plans but never buy.

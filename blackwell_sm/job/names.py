@@ -22,6 +22,8 @@ from typing import Any
 from blackwell_sm.spec.trackers import TRACKER_FIELDS
 
 JOB_NAME_PREFIX = "bsm-"
+# <job.s3_prefix>/purchase-intents/: the purchase claims every machine shares (aws/purchase_intents.py)
+PURCHASE_INTENTS_FOLDER = "purchase-intents"
 MAX_JOB_NAME = 63  # botocore model TrainingJobName max; checked again against the model
 HASH_CHARS = 12
 
@@ -118,6 +120,19 @@ def run_job_name(base: str, index: int) -> str:
     if not 1 <= index <= MAX_RUN_JOBS:
         raise ValueError(f"run job index {index} outside 1..{MAX_RUN_JOBS}")
     return base if index == 1 else f"{base}-r{index}"
+
+
+_TOOLKIT_NAME = re.compile(
+    rf"^{JOB_NAME_PREFIX}(?P<stem>[a-zA-Z0-9]+(?:-[a-zA-Z0-9]+)*)-(?P<hash>[0-9a-f]{{{HASH_CHARS}}})"
+    r"(?:-r(?:[2-9]|[1-9][0-9])|-[0-9]{12}[0-9a-f]{4})?$"
+)
+
+
+def toolkit_name_parts(name: str) -> tuple[str, str] | None:
+    """(model stem, spec hash) of a job name this toolkit makes (`base_job_name`, with a run's
+    `-rN` or a `--new` suffix), or None for any other name: what `bsm list` reads, no call."""
+    m = _TOOLKIT_NAME.match(name)
+    return (m["stem"], m["hash"]) if m else None
 
 
 def split_run_name(name: str) -> tuple[str, int]:

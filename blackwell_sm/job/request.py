@@ -12,17 +12,12 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from blackwell_sm.errors import SpecError
 from blackwell_sm.job.bundle import BUNDLE_FILE, CodeBundle, build_bundle
 from blackwell_sm.job.capacity import capacity_for, check_plan_set, instance_types, plan_files
+from blackwell_sm.job.capacity_need import STARTUP_HOURS
+from blackwell_sm.job.identity import JobIdentity, job_and_region, job_identity
 from blackwell_sm.job.limits import MAX_RUNTIME_S
-from blackwell_sm.job.names import (
-    base_job_name,
-    run_job_name,
-    sha256_hex,
-    spec_hash,
-    unique_suffix,
-)
+from blackwell_sm.job.names import sha256_hex
 from blackwell_sm.job.native import native_members
 from blackwell_sm.job.request_checks import check_channels, check_init_from
 from blackwell_sm.job.request_members import (
@@ -63,7 +58,6 @@ __all__ = [
 
 # Synced to CheckpointConfig.S3Uri: `step-XXXXXXXX/COMPLETE` marks a whole checkpoint (aws/run.py)
 CHECKPOINT_MARKER = COMPLETE_MARKER
-STARTUP_HOURS = 0.5  # image pull, channel download, checkpoint load and final save
 
 
 class JobRequest(BaseModel):
@@ -134,23 +128,6 @@ def runtime_seconds(job: JobSpec, plans: PlanSet, done_steps: int, warnings: lis
     return max_runtime_seconds(job, slowest, warnings)
 
 
-def _job_and_region(spec: RunSpec, region: str | None) -> tuple[JobSpec, str]:
-    job = spec.job
-    if job is None:
-        raise SpecError(
-            "the spec has no job: section; it is needed to build a SageMaker job",
-            field="job",
-            hint="add job: {role_arn: ..., s3_prefix: s3://bucket/prefix} (bsm init writes a spec with one)",
-        )
-    region = job.region or region
-    if region is None:
-        raise SpecError(
-            "no region: set job.region, AWS_REGION or a profile region",
-            field="job.region",
-        )
-    return job, region
-
-
 def _wheelhouse(
     spec: RunSpec, plans: PlanSet, wheelhouse: Wheelhouse | None, warnings: list[str]
 ) -> Wheelhouse:
@@ -175,6 +152,7 @@ def build_job_request(
     wheelhouse: Wheelhouse | None = None,
     run_index: int = 1,
     done_steps: int = 0,
+    identity: JobIdentity | None = None,
 ) -> JobRequest:
     """Build and validate the CreateTrainingJob request for `spec` run as `plan`.
 
@@ -188,12 +166,14 @@ def build_job_request(
     checkpoint prefix) and `done_steps` (the step its checkpoint holds) sizes its MaxRuntime for
     the steps left. `wheelhouse` is `job.wheels.fetch_wheels`'s result for this spec's
     requirements (the one network-touching step, done by the caller); without it the bundle
-    carries no wheels. Raises SpecError (naming the field and the limit) before anything is sent.
+    carries no wheels. `identity` is the job's name and hash decided before (`job_identity`:
+    submit decides it once, before capacity); without it they are decided here. Raises
+    SpecError (naming the field and the limit) before anything is sent.
     """
-    job, region = _job_and_region(spec, region)
+    job, region = job_and_region(spec, region)
     plans = as_plan_set(plan)
     check_plan_set(spec, plans)
-    primary, others = plans.primary, plans.others
+    primary = plans.primary
     check_channels(spec, job)
     warnings: list[str] = []
     placeholders = job.placeholders()
@@ -204,11 +184,14 @@ def build_job_request(
     plan_json = primary.to_json()
     plan_sha = sha256_hex(plan_json.encode())
     bundle = build_bundle(plan_json, wheelhouse, plan_files(plans))
-    digest = spec_hash(spec, primary, others)
-    base = base_job_name(spec.model.name, digest)
-    name = base + unique_suffix() if new else run_job_name(base, run_index)
+    ident = identity or job_identity(spec, plans, new=new, run_index=run_index, region=region)
+    if identity is not None and identity != job_identity(spec, plans, region=region).model_copy(
+        update={"job_name": identity.job_name}
+    ):
+        raise ValueError("the job identity was decided for another spec, plan or region")
+    digest, base, name = ident.spec_hash, ident.base_job_name, ident.job_name
     bundle_uri = f"{job.code_prefix}/{bundle.sha256}/{BUNDLE_FILE}"
-    checkpoint_uri = f"{job.checkpoint_prefix}/{base}"
+    checkpoint_uri = ident.checkpoint_s3_uri
     runtime_s = runtime_seconds(job, plans, done_steps, warnings)
     capacity = capacity_for(
         spec,

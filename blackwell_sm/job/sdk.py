@@ -23,7 +23,6 @@ from __future__ import annotations
 import copy
 import os
 import warnings
-from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -69,9 +68,6 @@ def _load(spec: RunSpec | str | Path | dict[str, Any]) -> RunSpec:
     if isinstance(spec, dict):
         return parse_spec(spec)
     return load_spec(spec)
-
-
-Uploader = Callable[[Any, JobRequest], None]  # (boto3 session, request) -> bundle in S3
 
 
 def refuse_placeholders(req: JobRequest) -> None:
@@ -221,12 +217,11 @@ def model_trainer_and_request(
     *,
     training_plan_arn: str | None = None,
     sagemaker_session: Any = None,
-    upload: Uploader | None = None,
 ) -> tuple[ModelTrainer, JobRequest]:
     """`to_model_trainer`, also returning the builder's JobRequest it was configured from.
 
-    `upload` puts the code bundle in S3 (the AWS layer passes its verified upload; this module
-    makes no AWS call of its own). Placeholders are refused before the SDK is imported.
+    This module makes no AWS call (`blackwell_sm.aws.sdk` uploads the code bundle afterwards).
+    Placeholders are refused before the SDK is imported.
     """
     run, plan = view_inputs(spec, plan, training_plan_arn, "to_model_trainer")
     if sagemaker_session is None:
@@ -257,8 +252,6 @@ def model_trainer_and_request(
         sagemaker_session.sagemaker_client.meta.events.register(
             "before-parameter-build.sagemaker.CreateTrainingJob", hook
         )
-    if upload is not None:
-        upload(boto_session, req)
     trainer = c["ModelTrainer"](
         sagemaker_session=sagemaker_session, base_job_name=req.base_job_name, **args.kwargs
     )
@@ -298,7 +291,6 @@ def to_model_trainer(
     *,
     training_plan_arn: str | None = None,
     sagemaker_session: Any = None,
-    upload: Uploader | None = None,
 ) -> ModelTrainer:
     """A `sagemaker.train.ModelTrainer` whose CreateTrainingJob equals the builder's request
     (plan ARN, instance, image, entrypoint, environment, checkpoints, stopping condition,
@@ -313,6 +305,5 @@ def to_model_trainer(
         plan,
         training_plan_arn=training_plan_arn,
         sagemaker_session=sagemaker_session,
-        upload=upload,
     )
     return trainer

@@ -27,7 +27,7 @@ from typing import Any
 
 from blackwell_sm.errors import BsmError, SpecError
 from blackwell_sm.job.request import JobRequest, build_job_request
-from blackwell_sm.job.sdk import SdkViewWarning, Uploader, refuse_placeholders, view_inputs
+from blackwell_sm.job.sdk import SdkViewWarning, refuse_placeholders, view_inputs
 from blackwell_sm.job.sdk_table import HOOK, TABLE, leaves, unmapped
 from blackwell_sm.planner.plan import Plan
 from blackwell_sm.spec.run import RunSpec
@@ -102,10 +102,9 @@ def estimator_and_request(
     *,
     training_plan_arn: str | None = None,
     sagemaker_session: Any = None,
-    upload: Uploader | None = None,
 ) -> tuple[Any, JobRequest]:
-    """`to_estimator`, also returning the builder's JobRequest it was configured from. `upload`
-    puts the code bundle in S3 (blackwell_sm.aws.sdk passes its verified upload)."""
+    """`to_estimator`, also returning the builder's JobRequest it was configured from (no AWS
+    call: blackwell_sm.aws.sdk uploads the code bundle afterwards)."""
     run, plan = view_inputs(spec, plan, training_plan_arn, "to_estimator")
     from blackwell_sm.job.wheels import fetch_for
 
@@ -151,8 +150,6 @@ def estimator_and_request(
             ),
             stacklevel=3,
         )
-    if upload is not None:
-        upload(sagemaker_session.boto_session, req)
     sagemaker_session.sagemaker_client.meta.events.register(
         "before-parameter-build.sagemaker.CreateTrainingJob", _hook(req, hooked)
     )
@@ -204,7 +201,6 @@ def to_estimator(
     *,
     training_plan_arn: str | None = None,
     sagemaker_session: Any = None,
-    upload: Uploader | None = None,
 ) -> Any:
     """A SageMaker SDK 2.x `Estimator` whose `fit()` sends the builder's CreateTrainingJob,
     field by field (module docstring). `blackwell_sm.to_estimator` (blackwell_sm.aws.sdk) also
@@ -214,6 +210,5 @@ def to_estimator(
         plan,
         training_plan_arn=training_plan_arn,
         sagemaker_session=sagemaker_session,
-        upload=upload,
     )
     return est
