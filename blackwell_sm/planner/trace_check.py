@@ -76,9 +76,10 @@ class TracedPlan(BaseModel):
     trace: TraceCheck
 
 
-def predicted_terms(plan: Plan, precision: str = "bf16") -> dict[str, float]:
+def predicted_terms(plan: Plan, precision: str = "bf16", form: str = "cpu") -> dict[str, float]:
     """The planner's terms in the traced form (bytes per rank), named as the trace's
-    (`precision`: the one the trace ran)."""
+    (`precision`: the one the trace ran; `form`: gpu, the plan's device kinds, or cpu)."""
+    kind = "cuda" if form == "gpu" else "cpu"
     c, spec = plan.config, plan.spec
     phases = memory.phase_terms(
         shape(spec.model),
@@ -90,19 +91,18 @@ def predicted_terms(plan: Plan, precision: str = "bf16") -> dict[str, float]:
         mode=c.activation_checkpointing,
         compile=False,
         reshard_after_forward=c.reshard_after_forward,
-        kind="cpu",
+        kind=kind,
         packed=spec.training.task == "finetune",
         cp_degree=c.cp_degree,
         loss_impl=spec.training.loss_impl,
         grad_accum=c.grad_accum_steps,
     )
-    # What the tracker cannot see: temporaries inside one operator (the CPU loss's), so the
-    # peak it sees may be another phase than the allocator's.
+    # What the tracker cannot see: temporaries inside one operator (the CPU loss's; in the GPU
+    # form, the loss kernel stand-in's per-chunk buffers), so the peak it sees may be another
+    # phase than the allocator's.
     unseen = 0.0
     if spec.training.loss_impl == "chunked":
-        unseen = long_context.loss_kernel_temp_bytes(
-            spec.model.vocab_size, spec.model.d_model, kind="cpu"
-        )
+        unseen = _loss_unseen_bytes(plan, kind)
     seen = {
         k: v.total - v.overhead - (unseen if v.logits_and_loss else 0.0) for k, v in phases.items()
     }
@@ -126,9 +126,22 @@ def predicted_terms(plan: Plan, precision: str = "bf16") -> dict[str, float]:
     }
 
 
+def _loss_unseen_bytes(plan: Plan, kind: str) -> float:
+    """The chunked loss's bytes inside one operator: on CPU its bf16 weight-gradient
+    temporaries; on CUDA (the GPU form's stand-in, train/gpu_kernels.py) all of
+    `chunked_loss_bytes` but the input gradient it returns."""
+    m, c = plan.spec.model, plan.config
+    if kind != "cuda":
+        return long_context.loss_kernel_temp_bytes(m.vocab_size, m.d_model, kind=kind)
+    rows = c.micro_batch_size * c.seq_len // c.cp_degree
+    whole = long_context.chunked_loss_bytes(m.vocab_size, m.d_model, rows, kind="cuda")
+    return whole - rows * m.d_model * 2
+
+
 def compare(plan: Plan, trace: Mapping[str, Any]) -> TraceCheck:
     """`plan`'s prediction beside `trace` (a TraceResult as a mapping), term by term."""
-    pred = predicted_terms(plan, str(trace.get("precision", "bf16")))
+    form = str(trace.get("form", "cpu"))
+    pred = predicted_terms(plan, str(trace.get("precision", "bf16")), form)
     traced = trace["terms"]
     rows = [
         TraceRow(
