@@ -104,7 +104,9 @@ def test_the_loss_stand_in_is_cross_entropy():
     ours = gpu_kernels.linear_cross_entropy(x, w, t).sum()
     ref = F.cross_entropy(x @ w.T, t, reduction="sum")
     assert torch.allclose(ours, ref, atol=1e-4)
-    for a, b in zip(torch.autograd.grad(ours, (x, w)), torch.autograd.grad(ref, (x, w))):
+    for a, b in zip(
+        torch.autograd.grad(ours, (x, w)), torch.autograd.grad(ref, (x, w)), strict=True
+    ):
         assert torch.allclose(a, b, atol=1e-5)
 
 

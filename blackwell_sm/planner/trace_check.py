@@ -62,6 +62,15 @@ class TraceCheck(BaseModel):
     error: float = Field(description="(predicted - traced) / traced.")
     peak_at: str = Field(description="Where the traced peak was.")
     plan_total_gib: float = Field(description="The plan's own total (its device, its forms).")
+    form: str = Field("cpu", description="The traced form: gpu (the GPU's kernels) or cpu.")
+    plan_tracked_gib: float = Field(
+        0.0,
+        description="The plan's printed total less its runtime and fragmentation allowance "
+        "(which the tracker cannot see).",
+    )
+    plan_error: float = Field(
+        0.0, description="(plan_tracked - traced) / traced: the printed figure against the trace."
+    )
     rows: list[TraceRow]
     notes: list[str] = Field(description="What the traced form leaves out, and why.")
     trace: dict[str, Any] = Field(description="The trace itself (train/trace.py TraceResult).")
@@ -153,28 +162,58 @@ def compare(plan: Plan, trace: Mapping[str, Any]) -> TraceCheck:
         for k in TERMS
     ]
     p, t = sum(pred.values()), float(trace["peak_bytes"])
-    notes = [
-        "traced on the CPU device, eager: the prediction is the planner's CPU form (unfused "
-        "norms, dense masks, the CPU loss policy), not the plan's own device form",
-        "runtime and allocator fragmentation are outside what the tracker counts",
-    ]
-    if plan.config.compile:
-        notes.append(
-            "the plan compiles each block; the trace runs eager (inductor on fake CPU "
-            "tensors is not the GPU's compile)"
-        )
-    if plan.config.precision != "bf16":
-        notes.append(
-            f"the plan runs {plan.config.precision}; traced (and predicted here) in "
-            "bf16: torchao's low-precision linears need a GPU"
-        )
+    mem = plan.memory_gib
+    tracked = mem.total - mem.overhead
+    notes = _notes(plan, form)
     return TraceCheck(
         predicted_gib=round(p / GIB, 3),
         traced_gib=round(t / GIB, 3),
         error=round((p - t) / t, 4) if t else 0.0,
         peak_at=str(trace.get("peak_at", "")),
         plan_total_gib=plan.memory_gib.total,
+        form=form,
+        plan_tracked_gib=round(tracked, 3),
+        plan_error=round((tracked - t / GIB) / (t / GIB), 4) if t else 0.0,
         rows=rows,
         notes=notes,
         trace=dict(trace),
     )
+
+
+def _notes(plan: Plan, form: str) -> list[str]:
+    """What the traced form leaves out of the plan's printed figure, and why."""
+    if form == "gpu":
+        notes = [
+            "traced in the GPU form on the CPU device, eager: the GPU's fused RMSNorm, its "
+            "attention kernel under the GPU's mask rule (FlexAttention's block mask where the "
+            "plan uses it) and the chunked loss under CUDA's policy, as stand-in ops that keep "
+            "what the kernels keep (train/gpu_kernels.py); the prediction is the plan's own "
+            "(cuda) form",
+            "inside the loss kernel (its per-chunk logits) the tracker sees nothing: predicted "
+            "here without them",
+        ]
+    else:
+        notes = [
+            "traced on the CPU device, eager: the prediction is the planner's CPU form (unfused "
+            "norms, dense masks, the CPU loss policy), not the plan's own device form",
+        ]
+    notes += [
+        "runtime and allocator fragmentation are outside what the tracker counts (left out of "
+        "plan_tracked_gib too)",
+        "the fake process group holds no collective in flight: FSDP2's all-gather and "
+        "reduce-scatter buffers are FSDP2's own (counted); NCCL's internal buffers are in the "
+        "runtime allowance",
+    ]
+    if plan.config.compile:
+        notes.append(
+            "the plan compiles each block; the trace runs eager (inductor on fake CPU tensors "
+            "is not the GPU's compile): the plan's activations carry the fitted compile factor "
+            "(planner/calibration.py COMPILE_ACTIVATION_FACTOR), so plan_error includes it"
+        )
+    if plan.config.precision != "bf16":
+        notes.append(
+            f"the plan runs {plan.config.precision}; traced (and predicted here) in "
+            "bf16: torchao's low-precision linears need a GPU, so plan_error includes the "
+            "low-precision gathers and copies"
+        )
+    return notes
