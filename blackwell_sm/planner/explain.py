@@ -14,6 +14,7 @@ from blackwell_sm.planner import calibration as C
 from blackwell_sm.planner.alternatives import alternatives, differs
 from blackwell_sm.planner.cp_choice import cp_advice, cp_reason
 from blackwell_sm.planner.frame import Problem
+from blackwell_sm.planner.levers import fewer_micro_batches_advice, offload_advice
 from blackwell_sm.planner.memory import GIB
 from blackwell_sm.planner.notes import Note, advice, reason, warning
 from blackwell_sm.planner.pick import Choice
@@ -229,6 +230,12 @@ def advice_for(
                     )
                 )
                 break
+    for lever in (
+        offload_advice(ctx, best),
+        fewer_micro_batches_advice(ctx, count, pins, best, precs),
+    ):
+        if lever is not None:
+            out.append(lever)
     if pins.micro_batch_size not in (None, 1):
         e = min_memory(ctx, count, pins._replace(micro_batch_size=1, grad_accum_steps=None), precs)
         if e is not None and e.fits:

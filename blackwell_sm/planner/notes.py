@@ -58,6 +58,8 @@ NOTE_CODES: dict[str, str] = {
     "fit_cp_degree": "context parallelism (training.pins.cp_degree) would fit",
     "fit_precision": "a low precision would fit",
     "fit_micro_batch": "micro_batch_size 1 would fit",
+    "fit_offload": "the state in host memory would fit, at a cost in time",
+    "fit_fewer_micro_batches": "one micro-batch per step would fit, with smaller batches",
     "fit_combine": "no single change fits",
     "near_miss": "a faster layout misses the memory limit narrowly",
     "deadline_instances": "the instance count that meets the deadline",

@@ -1,0 +1,60 @@
+"""Memory levers beyond sharding for a plan that does not fit, each with its cost in time: the
+state offloaded to host memory (`planner/offload.py`) and fewer micro-batches per step (the
+gradients kept across accumulation go; the global batch shrinks). Part of the explain step's
+advice (`explain.advice_for`); each is checked with the model."""
+
+from __future__ import annotations
+
+from blackwell_sm.planner.memory import GIB
+from blackwell_sm.planner.notes import Note, advice
+from blackwell_sm.planner.offload import describe, offload, offloadable
+from blackwell_sm.planner.search import Context, Evaluation, Pins, min_memory, usable_bytes
+from blackwell_sm.planner.units import hours_text
+
+
+def offload_advice(ctx: Context, best: Evaluation) -> Note | None:
+    """The plan's own configuration with its state in host memory, when that fits."""
+    if not offloadable(ctx.instance):
+        return None
+    c = best.cand
+    o = offload(
+        ctx.model,
+        best.mem,
+        ctx.instance,
+        shard_degree=c.shard_degree,
+        grad_accum=c.grad_accum_steps,
+    )
+    if not o.fits_host or o.gpu_bytes > usable_bytes(ctx.instance):
+        return None
+    hours = best.hours * (1.0 + o.added_s / best.time.step_s)
+    return advice(
+        "fit_offload",
+        f"offload fits: {describe(o, best.time.step_s)}; {hours_text(hours)} in all "
+        f"instead of {hours_text(best.hours)} (not yet chosen by the search: issue 33)",
+    )
+
+
+def fewer_micro_batches_advice(
+    ctx: Context, count: int, pins: Pins, best: Evaluation, precisions: tuple[str, ...]
+) -> Note | None:
+    """One micro-batch per step (a smaller global batch): no gradients kept across them."""
+    c = best.cand
+    if c.grad_accum_steps == 1 or pins.grad_accum_steps is not None:
+        return None
+    seqs = c.micro_batch_size * c.data_parallel
+    e = min_memory(
+        ctx._replace(global_batch_seqs=seqs),
+        count,
+        pins._replace(micro_batch_size=c.micro_batch_size, grad_accum_steps=1),
+        precisions,
+    )
+    if e is None or not e.fits:
+        return None
+    usable = usable_bytes(ctx.instance) / GIB
+    return advice(
+        "fit_fewer_micro_batches",
+        f"training.global_batch_seqs: {seqs} (one micro-batch per step, no gradients kept "
+        f"across micro-batches) fits ({e.memory_gib:.1f} GiB of the usable {usable:.1f}); "
+        f"{hours_text(e.hours)} for the same tokens instead of {hours_text(best.hours)}, with "
+        f"{ctx.global_batch_seqs // seqs}x smaller batches (optimization changes)",
+    )
