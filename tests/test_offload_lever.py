@@ -32,8 +32,29 @@ def test_offload_moves_the_sharded_state_to_the_host_at_the_catalogs_bandwidths(
         offload(m, mem, get_instance("ml.p5.48xlarge"), shard_degree=8, grad_accum=1)
 
 
-def test_70b_at_128k_names_offload_and_fewer_micro_batches_with_their_time():
+def test_70b_at_128k_fits_one_node_with_offload_and_says_why():
+    """The moonshot: llama-3.1-70b at 131,072 tokens on one ml.p6-b200.48xlarge. Nothing fits
+    with the state on the GPUs (178.3 GiB at best); the search takes offload, and the plan says
+    why with the figures it used. Pinned off, the advice names offload and one micro-batch per
+    step, each with its cost in time."""
     code, out, err = run("plan", "--model", "llama-3.1-70b", "--seq-len", "131072", "-o", "json")
+    assert code == 0, err
+    doc = json.loads(out)
+    assert doc["config"]["offload"] is True and doc["memory_gib"]["params_fp32"] == 0
+    assert doc["memory_gib"]["total"] <= doc["memory_gib"]["usable"]
+    why = [n["text"] for n in doc["notes"] if n["code"] == "offload"]
+    assert why and "without it the least memory is" in why[0] and "s more per" in why[0]
+    code, out, err = run(
+        "plan",
+        "--model",
+        "llama-3.1-70b",
+        "--seq-len",
+        "131072",
+        "--set",
+        "training.pins.offload=false",
+        "-o",
+        "json",
+    )
     assert code == 3, err
     hint = json.loads(out or err)["error"]["hint"]
     assert "offload fits" in hint and "CPUOffloadPolicy" in hint and "s more per" in hint

@@ -14,9 +14,14 @@ from blackwell_sm.planner import calibration as C
 from blackwell_sm.planner.alternatives import alternatives, differs
 from blackwell_sm.planner.cp_choice import cp_advice, cp_reason
 from blackwell_sm.planner.frame import Problem
-from blackwell_sm.planner.levers import fewer_micro_batches_advice, offload_advice
+from blackwell_sm.planner.levers import (
+    fewer_micro_batches_advice,
+    offload_advice,
+    offload_reason,
+)
 from blackwell_sm.planner.memory import GIB
 from blackwell_sm.planner.notes import Note, advice, reason, warning
+from blackwell_sm.planner.offload import offloadable
 from blackwell_sm.planner.pick import Choice
 from blackwell_sm.planner.plan import Alternative, ObjectivePick
 from blackwell_sm.planner.precision import lowp_ineligible
@@ -59,6 +64,8 @@ def explain(problem: Problem, choice: Choice) -> Explanation:
     why_cp = cp_reason(choice.evaluated, best, ctx, pins)
     if why_cp:
         notes.append(why_cp)
+    if offloadable(ctx.instance):
+        notes.append(offload_reason(choice.evaluated, best, ctx, pins))
     tie = [n for n in choice.config_notes if n.code == "tie_free_memory"]
     if pins.precision:
         notes.append(reason("precision", f"precision {c.precision} (pinned)"))

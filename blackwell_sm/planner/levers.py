@@ -58,3 +58,36 @@ def fewer_micro_batches_advice(
         f"{hours_text(e.hours)} for the same tokens instead of {hours_text(best.hours)}, with "
         f"{ctx.global_batch_seqs // seqs}x smaller batches (optimization changes)",
     )
+
+
+def offload_reason(evals: list[Evaluation], best: Evaluation, ctx: Context, pins: Pins) -> Note:
+    """Why the state is (or is not) in host memory, with the figures the planner used."""
+    from blackwell_sm.planner.alternatives import differs, why_not
+    from blackwell_sm.planner.notes import reason
+    from blackwell_sm.planner.search import offload_of
+
+    c = best.cand
+    if pins.offload is not None:
+        return reason("offload", f"offload {str(c.offload).lower()} (pinned)")
+    usable = usable_bytes(ctx.instance) / GIB
+    if not c.offload:
+        return reason("offload", "offload false: the state fits on the GPUs, no PCIe round trips")
+    o = offload_of(ctx, c, best.mem)
+    assert o is not None
+    kept = [e for e in evals if not e.cand.offload and e.cand.precision == c.precision]
+    fit = [e for e in kept if e.fits]
+    if not fit:
+        least = min(kept, key=lambda e: e.mem.total, default=None)
+        without = (
+            f"without it the least memory is {least.memory_gib:.1f} GiB "
+            f"({', '.join(differs(least, best)) or 'same knobs'}) of the usable {usable:.1f}"
+            if least
+            else "nothing was weighed without it"
+        )
+        return reason("offload", f"offload true: {without}; {describe(o, best.time.step_s)}")
+    fast = min(fit, key=lambda e: e.hours)
+    return reason(
+        "offload",
+        f"offload true: faster than the fastest plan without it ({', '.join(differs(fast, best))}"
+        f": {why_not(fast, best, usable)}); {describe(o, best.time.step_s)}",
+    )

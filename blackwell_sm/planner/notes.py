@@ -48,6 +48,7 @@ NOTE_CODES: dict[str, str] = {
     "precision_kept_bf16": "precision auto kept bf16, and why",
     "precision_skipped": "a low precision not considered (unsupported, ineligible, no fit)",
     "cp_degree": "the context-parallel degree: pinned, needed to fit, or faster",
+    "offload": "why the state is or is not in host memory",
     "tie_free_memory": "among equally fast layouts, the one with more free memory",
     "pinned_config": "a pinned configuration, not searched",
     # advice

@@ -53,19 +53,31 @@ def offloadable(instance: InstanceType) -> bool:
     return bool(instance.pcie_gb_s and instance.host_memory_gb_s and instance.host_memory_gib)
 
 
+def seconds(
+    model: Shape, instance: InstanceType, *, shard_degree: int, grad_accum: int
+) -> tuple[float, float]:
+    """(PCIe, CPU AdamW) seconds per step with the state on the host (see above)."""
+    if not offloadable(instance):
+        raise ValueError(f"{instance.name}: no PCIe or host-memory bandwidth in the catalog")
+    shard = model.n_params / shard_degree
+    pcie = grad_accum * 12.0 * shard / (instance.pcie_gb_s or 1.0) / 1e9
+    cpu = CPU_STEP_BYTES_PER_PARAM * shard * instance.gpus_per_instance
+    return pcie, cpu / (instance.host_memory_gb_s or 1.0) / 1e9
+
+
+def host_bytes(model: Shape, instance: InstanceType, shard_degree: int) -> tuple[float, float]:
+    """(offloaded state per node, the part of the host's memory it may take), bytes."""
+    per_node = HOST_BYTES_PER_PARAM * model.n_params / shard_degree * instance.gpus_per_instance
+    return per_node, HOST_MEMORY_FRACTION * instance.host_memory_gib * GIB
+
+
 def offload(
     model: Shape, mem: MemoryTerms, instance: InstanceType, *, shard_degree: int, grad_accum: int
 ) -> Offload:
     """`mem` (a configuration's peak terms) with its sharded state on the host (see above)."""
-    if not offloadable(instance):
-        raise ValueError(f"{instance.name}: no PCIe or host-memory bandwidth in the catalog")
-    shard = model.n_params / shard_degree
+    pcie, cpu_s = seconds(model, instance, shard_degree=shard_degree, grad_accum=grad_accum)
     gpu = mem.total - mem.params_fp32 - mem.grads_fp32 - mem.optimizer_states
-    host = HOST_BYTES_PER_PARAM * shard * instance.gpus_per_instance
-    limit = HOST_MEMORY_FRACTION * instance.host_memory_gib * GIB
-    pcie = grad_accum * 12.0 * shard / (instance.pcie_gb_s or 1.0) / 1e9
-    cpu = CPU_STEP_BYTES_PER_PARAM * shard * instance.gpus_per_instance
-    cpu_s = cpu / (instance.host_memory_gb_s or 1.0) / 1e9
+    host, limit = host_bytes(model, instance, shard_degree)
     return Offload(gpu, host, limit, pcie, cpu_s, host <= limit)
 
 
