@@ -80,11 +80,7 @@ class PlanConfig(_Out):
         "sequence (1 = none). It divides shard_degree; parameters stay sharded over all "
         "shard_degree ranks (the CP ranks join the FSDP dimension).",
     )
-    offload: bool = Field(
-        False,
-        description="Sharded fp32 parameters, gradients and AdamW state in host memory (FSDP2 "
-        "CPUOffloadPolicy): the optimizer steps on the CPU (planner/offload.py).",
-    )
+    offload: bool = Field(False, description="Sharded state in host memory (planner/offload.py).")
 
     @property
     def world_size(self) -> int:
