@@ -56,7 +56,10 @@ def offloadable(instance: InstanceType) -> bool:
 def seconds(
     model: Shape, instance: InstanceType, *, shard_degree: int, grad_accum: int
 ) -> tuple[float, float]:
-    """(PCIe, CPU AdamW) seconds per step with the state on the host (see above)."""
+    """(PCIe, CPU AdamW) seconds per step with the state on the host (see above); none on a
+    CPU instance (run-local: the state is on the host already, the step as without offload)."""
+    if instance.gpu.kind == "cpu":
+        return 0.0, 0.0
     if not offloadable(instance):
         raise ValueError(f"{instance.name}: no PCIe or host-memory bandwidth in the catalog")
     shard = model.n_params / shard_degree
