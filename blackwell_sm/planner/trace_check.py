@@ -105,6 +105,7 @@ def predicted_terms(plan: Plan, precision: str = "bf16", form: str = "cpu") -> d
         cp_degree=c.cp_degree,
         loss_impl=spec.training.loss_impl,
         grad_accum=c.grad_accum_steps,
+        offload=getattr(c, "offload", False),
     )
     # What the tracker cannot see: temporaries inside one operator (the CPU loss's; in the GPU
     # form, the loss kernel stand-in's per-chunk buffers), so the peak it sees may be another

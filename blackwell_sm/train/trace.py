@@ -46,6 +46,8 @@ TERM_OF = {
     "Inputs": "activations_and_loss",
     "Buffer": "buffers",
 }
+#: The terms FSDP2's CPUOffloadPolicy keeps in host memory.
+HOST_TERMS = ("params_fp32", "grads_fp32", "optimizer_states")
 TERMS = (
     "params_fp32",
     "grads_fp32",
@@ -71,12 +73,7 @@ class TraceResult(BaseModel):
     cp_degree: int
     loss_impl: str
     device: str = Field(description="The device the fake tensors claim: cpu (no GPU is touched).")
-    form: str = Field(
-        "cpu",
-        description="gpu: the GPU's kernels emulated on any device (fused norms, the attention "
-        "kernel's stand-in under the GPU's mask rule, the CUDA loss policy; train/gpu_form.py); "
-        "cpu: the model as run-local runs it.",
-    )
+    form: str = Field("cpu", description="gpu: the GPU's kernels (train/gpu_form.py); cpu.")
     peak_bytes: int = Field(description="Traced peak per rank: the larger of the two phases.")
     peak_at: str = Field(description="Where the peak was: phase and innermost module.")
     terms: dict[str, int] = Field(description="Bytes by Plan term at the peak (sum = peak).")
@@ -88,6 +85,7 @@ class TraceResult(BaseModel):
     fsdp_units: int = Field(description="Modules fully_shard wrapped (blocks + root).")
     checkpointed_blocks: int = Field(description="Blocks whose ac_mode is not none.")
     micro_batches: int = Field(description="Micro-batches traced per step (<= 2 stand for all).")
+    host_bytes: int = Field(0, description="Offloaded state in host memory (not in the peak).")
     fake: bool = Field(True, description="Fake tensors (False: real ones, the instrument check).")
     tracker_rise_bytes: int | None = Field(
         None, description="The tracker's forward-backward peak above what was live before it."
@@ -350,6 +348,11 @@ def _trace(
         ckpt = sum(1 for b in model.layers if b.ac_mode != "none")
     fwd_terms, step_terms = fwd.terms, fwd.after  # the step: what backward left
     fwd_terms["optimizer_states"] = step_terms["optimizer_states"] = opt_bytes
+    host = 0  # offloaded (CPUOffloadPolicy): the sharded state is the host's, not the GPU's
+    if getattr(cfg, "offload", False):
+        host = max(sum(t[k] for k in HOST_TERMS) for t in (fwd_terms, step_terms))
+        for t in (fwd_terms, step_terms):
+            t.update(dict.fromkeys(HOST_TERMS, 0))
     fwd_peak, step_peak = sum(fwd_terms.values()), sum(step_terms.values())
     at_fwd = fwd_peak >= step_peak
     return TraceResult(
@@ -374,6 +377,7 @@ def _trace(
         fsdp_units=units,
         checkpointed_blocks=ckpt,
         micro_batches=n_micro,
+        host_bytes=host,
         fake=fake,
         tracker_rise_bytes=fwd.rise,
         allocator_rise_bytes=fwd.allocator_rise,
