@@ -57,5 +57,5 @@ def test_70b_at_128k_fits_one_node_with_offload_and_says_why():
     )
     assert code == 3, err
     hint = json.loads(out or err)["error"]["hint"]
-    assert "offload fits" in hint and "CPUOffloadPolicy" in hint and "s more per" in hint
+    assert "offload: true fits" in hint and "CPUOffloadPolicy" in hint and "s more per" in hint
     assert "global_batch_seqs: 1" in hint and "for the same tokens instead of" in hint

@@ -119,7 +119,7 @@ def test_seventy_b_bf16_long_sequences_is_infeasible_with_advice():
     assert p.memory_gib.total > p.memory_gib.usable
     assert p.throughput.step_time_s > 0 and p.run.steps > 0  # the whole prediction is there
     advice = " ".join(p.advice)
-    assert "instances" in advice and "seq_len" in advice and "offload fits" in advice
+    assert "instances" in advice and "seq_len" in advice and "offload: true fits" in advice
 
 
 def test_pins_are_respected():

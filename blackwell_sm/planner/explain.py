@@ -188,10 +188,12 @@ def advice_for(
     scaled = pins._replace(replicate_degree=None) if pins.shard_degree else pins
     for n in allowed:
         if n > count and fits_somewhere(ctx, n, scaled):
+            lean_n = min_memory(ctx, n, scaled, precs)
+            took = "" if lean_n is None else f" ({_time_of(lean_n)} in its leanest configuration)"
             out.append(
                 advice(
                     "fit_instances",
-                    f"use {n} instances (compute.instance_count: {n}) — it fits there",
+                    f"use {n} instances (compute.instance_count: {n}) — it fits there{took}",
                 )
             )
             break
@@ -221,7 +223,11 @@ def advice_for(
         e = min_memory(ctx._replace(seq_len=s), count, pins, precs)
         if e is not None and e.fits:
             out.append(
-                advice("fit_seq_len", f"seq_len: {s} fits ({e.memory_gib:.1f} GiB {of_usable})")
+                advice(
+                    "fit_seq_len",
+                    f"seq_len: {s} fits ({e.memory_gib:.1f} GiB {of_usable}; {_time_of(e)} "
+                    "for the same tokens in its leanest configuration)",
+                )
             )
             break
         s //= 2
@@ -378,3 +384,9 @@ def reasons_for(e: Evaluation, ctx: Context, pins: Pins) -> list[Note]:
     pinned = " (pinned)" if pins.compile is not None else ""
     out.append(reason("compile", f"compile {str(c.compile).lower()}{pinned}"))
     return out
+
+
+def _time_of(e: Evaluation) -> str:
+    """An advice's cost in time: the hours (and cost) of the configuration it checked."""
+    cost = "" if e.cost_usd is None else f", {usd_text(e.cost_usd)}"
+    return f"{hours_text(e.hours)}{cost}"

@@ -13,8 +13,9 @@ from blackwell_sm.planner.units import hours_text
 
 
 def offload_advice(ctx: Context, best: Evaluation) -> Note | None:
-    """The plan's own configuration with its state in host memory, when that fits."""
-    if not offloadable(ctx.instance):
+    """The plan's own configuration with its state in host memory, when that fits (offload is
+    searched unless pinned: this is the advice when it is pinned off)."""
+    if not offloadable(ctx.instance) or best.cand.offload:
         return None
     c = best.cand
     o = offload(
@@ -29,8 +30,8 @@ def offload_advice(ctx: Context, best: Evaluation) -> Note | None:
     hours = best.hours * (1.0 + o.added_s / best.time.step_s)
     return advice(
         "fit_offload",
-        f"offload fits: {describe(o, best.time.step_s)}; {hours_text(hours)} in all "
-        f"instead of {hours_text(best.hours)} (not yet chosen by the search: issue 33)",
+        f"training.pins.offload: true fits: {describe(o, best.time.step_s)}; "
+        f"{hours_text(hours)} in all instead of {hours_text(best.hours)}",
     )
 
 
