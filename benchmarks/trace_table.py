@@ -187,7 +187,8 @@ def write(out: list[dict]) -> None:
     dates = sorted({r["date"][:10] for r in load_traced().values()})
     worst = max((abs(r["error_pct"]) for r in out), default=0.0)
     lines = [
-        "# The planner against the traced loop (issue 24)",
+        "# The planner against the traced loop (issue 24"
+        + ("; the GPU form, issue 33)" if FORM == "gpu" else ")"),
         "",
         f"Traced {', '.join(dates)} on the 2-core CPU sandbox (Python {m['python']}, torch "
         f"{m.get('torch')}); rendered {dt.date.today()}. One p6-b200 node (8 ranks), bf16, "
