@@ -201,9 +201,10 @@ def _notes(plan: Plan, form: str) -> list[str]:
     notes += [
         "runtime and allocator fragmentation are outside what the tracker counts (left out of "
         "plan_tracked_gib too)",
-        "the fake process group holds no collective in flight: FSDP2's all-gather and "
-        "reduce-scatter buffers are FSDP2's own (counted); NCCL's internal buffers are in the "
-        "runtime allowance",
+        "the fake process group completes every collective at once: FSDP2's all-gather and "
+        "reduce-scatter buffers are counted, but a reduce-scatter still in flight on a GPU "
+        "while the next block's backward runs is never seen (the planner keeps one, "
+        "BLOCK_GRAD_BYTES); NCCL's own buffers are in the runtime allowance",
     ]
     if plan.config.compile:
         notes.append(
