@@ -223,6 +223,10 @@ def run_one(
     common = {"run": rd.name, "device": device_name, "mode": "cpu-dry" if dry else "gpu"}
     if rd.kind == "cp":
         return cp_row(rd, dry=dry, common=common)
+    if rd.kind == "trace":
+        from gpu_check_forms import forms_row
+
+        return forms_row(rd, dry=dry, common=common, emit=emit)
     if dry and rd.precision != "bf16":
         return emit(
             "gpu_check.run",
@@ -325,7 +329,7 @@ def this_instance(args: argparse.Namespace) -> tuple[str, Any] | None:
 def plan_rows(chosen: list[RunDef], instance, device_name: str, *, dry: bool, steps: int) -> None:
     """--plan-only: each run's predictions."""
     for rd in chosen:
-        if rd.kind == "cp":
+        if rd.kind in ("cp", "trace"):
             emit("gpu_check.plan", None, "", run=rd.name, device=device_name, feasible=True)
             continue
         plan, facts = plan_run(rd, instance, dry=dry, steps=rd.steps or steps)

@@ -34,7 +34,8 @@ class RunDef:
     fill_memory: bool = False  # the feasible micro-batch that uses the most memory
     mfu_goal: bool = True
     compare_loss_with: str | None = None  # a run of the same data whose losses this one matches
-    kind: str = "launch"  # "launch": the real launcher; "cp": the in-process CP numerics
+    kind: str = "launch"  # "launch": the real launcher; "cp": the in-process CP numerics;
+    # "trace": the GPU-form traces of users' plans (gpu_check_forms.py)
     pins: dict[str, Any] = field(default_factory=dict)
 
 
@@ -81,6 +82,8 @@ def runs() -> list[RunDef]:
         )
     )
     out.append(RunDef("cp-numerics", kind="cp", mfu_goal=False))
+    # The plans users get on a p6-b200 node traced in the GPU form (fake tensors: no launch).
+    out.append(RunDef("gpu-form-trace", kind="trace", mfu_goal=False))
     out.append(RunDef("ckpt-resume-export", ckpt=True, mfu_goal=False, pins=eager))
     return out
 

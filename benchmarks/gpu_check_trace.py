@@ -33,14 +33,16 @@ def traced_for(plan: Any, *, dry: bool) -> dict[str, Any]:
         }
     from blackwell_sm.train.trace import traced_peak_bytes
 
-    device = "cpu" if dry else "cuda"
+    # On the GPU the run's own kernels: the GPU form; on CPU the run is the CPU form.
+    device, form = ("cpu", "cpu") if dry else ("cuda", "gpu")
     t0 = time.perf_counter()
     try:
-        peak = traced_peak_bytes(plan, warmup=False, device=device)
+        peak = traced_peak_bytes(plan, warmup=False, device=device, form=form)
     except Exception as e:  # the trace is the instrument under test here: say why, go on
         return {"peak_gib": None, "why": f"the {device} trace failed: {type(e).__name__}: {e}"}
     return {
         "peak_gib": round(peak / GIB, 3),
         "source": f"traced now on fake {device} tensors",
+        "form": form,
         "wall_s": round(time.perf_counter() - t0, 1),
     }

@@ -9,7 +9,9 @@ FSDP2 memory tracker (`blackwell_sm/train/trace.py`) and predicted in the same f
     .venv/bin/python benchmarks/trace_table.py --only llama-3.2-1b --retrace
 
 Traced figures are kept in `benchmarks/results/trace_rows.jsonl` (one TraceResult per line, with
-the machine, date and load); the table is `benchmarks/results/trace_table.{csv,md}`. fp8/mxfp8
+the machine, date and load); the table is `benchmarks/results/trace_table.{csv,md}`: the CPU form
+(what run-local runs). `--form gpu` traces the GPU form (train/gpu_form.py, issue 33) into
+`trace_rows_gpu.jsonl` and `trace_table_gpu.{csv,md}` beside it. fp8/mxfp8
 rows are listed as not traced: torchao is not installed here, and the loop refuses them on CPU.
 Runs by hand: the whole table takes about an hour on the 2-core sandbox.
 """
@@ -31,6 +33,17 @@ from _common import REPO, emit, machine, note
 
 RESULTS = REPO / "benchmarks" / "results"
 ROWS_FILE = RESULTS / "trace_rows.jsonl"
+FORM = "cpu"  # the form traced and rendered (--form): cpu keeps the files above
+
+
+def _suffix() -> str:
+    return "" if FORM == "cpu" else f"_{FORM}"
+
+
+def rows_file() -> Path:
+    return RESULTS / f"trace_rows{_suffix()}.jsonl"
+
+
 MODES = ("none", "selective", "selective-op", "full")
 
 
@@ -87,10 +100,10 @@ def row_plan(r: dict):
 
 
 def load_traced() -> dict[str, dict]:
-    if not ROWS_FILE.exists():
+    if not rows_file().exists():
         return {}
     out = {}
-    for line in ROWS_FILE.read_text().splitlines():
+    for line in rows_file().read_text().splitlines():
         if line.strip():
             rec = json.loads(line)
             out[rec["row"]] = rec
@@ -108,7 +121,7 @@ def trace_missing(rows: list[dict], retrace: bool, warmup: bool = True) -> None:
             continue
         load = os.getloadavg()[0]
         note(f"tracing {k} (load {load:.1f})")
-        res = trace_plan(row_plan(r), warmup=warmup)
+        res = trace_plan(row_plan(r), warmup=warmup, form=FORM)
         rec = {
             "row": k,
             **r,
@@ -121,7 +134,7 @@ def trace_missing(rows: list[dict], retrace: bool, warmup: bool = True) -> None:
         }
         done[k] = rec
         text = "".join(json.dumps(done[x]) + "\n" for x in done)
-        ROWS_FILE.write_text(text)
+        rows_file().write_text(text)
         emit(f"trace.{k}.wall_s", res.wall_s, "s", peak_gib=round(res.peak_bytes / 2**30, 2))
 
 
@@ -169,17 +182,23 @@ def write(out: list[dict]) -> None:
     w = csv.DictWriter(buf, fieldnames=FIELDS)
     w.writeheader()
     w.writerows(out)
-    (RESULTS / "trace_table.csv").write_text(buf.getvalue())
+    (RESULTS / f"trace_table{_suffix()}.csv").write_text(buf.getvalue())
     m = machine()
     dates = sorted({r["date"][:10] for r in load_traced().values()})
     worst = max((abs(r["error_pct"]) for r in out), default=0.0)
     lines = [
-        "# The planner against the traced loop (issue 24)",
+        "# The planner against the traced loop (issue 24"
+        + ("; the GPU form, issue 33)" if FORM == "gpu" else ")"),
         "",
         f"Traced {', '.join(dates)} on the 2-core CPU sandbox (Python {m['python']}, torch "
         f"{m.get('torch')}); rendered {dt.date.today()}. One p6-b200 node (8 ranks), bf16, "
-        "micro-batch 1, eager, chunked loss; predicted in the form the trace runs (CPU: "
-        "unfused norms, dense masks, the CPU loss policy), without the runtime and fragmentation "
+        "micro-batch 1, eager, chunked loss; predicted in the form the trace runs "
+        + (
+            "(CPU: unfused norms, dense masks, the CPU loss policy)"
+            if FORM == "cpu"
+            else "(GPU: fused norms, the GPU's attention kernel and mask rule, the CUDA loss)"
+        )
+        + ", without the runtime and fragmentation "
         f"the tracker cannot see. {len(out)} rows, largest error {worst:.2f} %. "
         "fp8 / mxfp8: not traced (torchao is not installed here; the loop refuses them on CPU).",
         "",
@@ -192,7 +211,7 @@ def write(out: list[dict]) -> None:
             f"{r['error_pct']:+.2f} % | {r['peak_at']} | {r['wall_s']:.0f} ({r['load']:.1f}) | "
             f"{r['largest_difference']} |"
         )
-    (RESULTS / "trace_table.md").write_text("\n".join(lines) + "\n")
+    (RESULTS / f"trace_table{_suffix()}.md").write_text("\n".join(lines) + "\n")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -203,7 +222,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--no-warmup", action="store_true", help="Skip the warm-up step (half the time)."
     )
+    ap.add_argument("--form", choices=("cpu", "gpu"), default="cpu", help="The traced form.")
     args = ap.parse_args(argv)
+    global FORM
+    FORM = args.form
     rows = [r for r in table_rows() if not args.only or args.only in key(r)]
     if not args.render:
         trace_missing(rows, args.retrace, warmup=not args.no_warmup)

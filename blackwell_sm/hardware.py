@@ -53,7 +53,20 @@ class InstanceType(BaseModel):
     intra_node_gb_s: float = Field(description="Per-GPU, one-direction NVLink (or memcpy) GB/s.")
     inter_node_gbps: float = Field(description="EFA per instance, Gbit/s (0: single node only).")
     vcpus: int
-    host_memory_gib: float
+    host_memory_gib: float = Field(
+        description="Host (CPU) memory per instance, GiB: AWS's instance page (p6-b200.48xlarge: "
+        "2 TiB; shared/notes/sagemaker-facts.md)."
+    )
+    pcie_gb_s: float | None = Field(
+        None,
+        description="Host-to-GPU PCIe bandwidth per GPU, one direction, GB/s, as offload can "
+        "use it (None: unknown, offload not planned).",
+    )
+    host_memory_gb_s: float | None = Field(
+        None,
+        description="Host memory bandwidth per instance, GB/s, which a CPU optimizer step is "
+        "bound by (None: unknown).",
+    )
     local_nvme_tb: float = 0.0
     price_per_hour: float | None = Field(None, description="USD per instance-hour, see PRICES.")
     price_source: str | None = None
@@ -125,6 +138,11 @@ CATALOG: dict[str, InstanceType] = {
             inter_node_gbps=3200.0,
             vcpus=192,
             host_memory_gib=2048.0,
+            # PCIe Gen5 x16 per B200 (NVIDIA HGX B200): 64 GB/s per direction nominal, taken at
+            # 50 achievable; host memory: two 5th-gen Xeon sockets of 8 DDR5-5600 channels
+            # (717 GB/s nominal), taken at 400 GB/s a CPU AdamW streams. Nominal, not measured.
+            pcie_gb_s=50.0,
+            host_memory_gb_s=400.0,
             local_nvme_tb=30.72,
         ),
         InstanceType(

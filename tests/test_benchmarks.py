@@ -76,7 +76,7 @@ def test_gpu_check_cpu_dry_runs_the_real_launcher_end_to_end(tmp_path, local_whe
             "--out",
             str(out),
             "--runs",
-            "ckpt-resume-export,fp8,bf16-ac-none,loss-full-logits,cp-numerics",
+            "ckpt-resume-export,fp8,bf16-ac-none,loss-full-logits,cp-numerics,gpu-form-trace",
             "--results",
             str(tmp_path / "rows.jsonl"),
         ],
@@ -88,8 +88,14 @@ def test_gpu_check_cpu_dry_runs_the_real_launcher_end_to_end(tmp_path, local_whe
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "[bsm-bootstrap] pydantic " in proc.stderr  # the container's bootstrap ran first
-    ckpt, fp8, chunked, full, cp = _rows(proc.stdout)
-    assert _rows((tmp_path / "rows.jsonl").read_text()) == [ckpt, fp8, chunked, full, cp]
+    ckpt, fp8, chunked, full, cp, forms = _rows(proc.stdout)
+    assert _rows((tmp_path / "rows.jsonl").read_text()) == [ckpt, fp8, chunked, full, cp, forms]
+    # a CP plan traced in the GPU form (stand-in kernels on the CPU), held to the planner
+    tiny = forms["plans"]["tiny-cp2"]
+    assert tiny["config"]["cp_degree"] == 2 and tiny["ok"] is True
+    assert [t["device"] for t in tiny["traces"]] == ["cpu"] and forms["value"] <= 0.05
+    off = forms["plans"]["tiny-offload"]
+    assert off["config"]["offload"] is True and off["traces"][0]["host_bytes"] > 0
     # the two loss paths on the same data agree, and each says which it ran
     assert (chunked["loss_impl"], full["loss_impl"]) == ("chunked", "full-logits")
     match = full["loss_vs_bf16-ac-none"]
@@ -149,6 +155,7 @@ def test_gpu_check_lists_every_ac_mode_fp8_near_limit_and_checkpointing():
         "long-seq",
         "near-limit",
         "cp-numerics",
+        "gpu-form-trace",
         "ckpt-resume-export",
     ]
 

@@ -106,15 +106,20 @@ def test_llama_64b_fits_on_one_p6_b200_and_says_how():
 
 
 def test_seventy_b_bf16_long_sequences_is_infeasible_with_advice():
+    """With the state kept on the GPUs (offload pinned off: with it, it fits,
+    tests/test_offload_lever.py)."""
     spec = parse_spec(
-        {"model": "llama-3.1-70b", "training": {"seq_len": 131072, "precision": "bf16"}}
+        {
+            "model": "llama-3.1-70b",
+            "training": {"seq_len": 131072, "precision": "bf16", "pins": {"offload": False}},
+        }
     )
     p = make_plan(spec)
     assert not p.feasible
     assert p.memory_gib.total > p.memory_gib.usable
     assert p.throughput.step_time_s > 0 and p.run.steps > 0  # the whole prediction is there
     advice = " ".join(p.advice)
-    assert "instances" in advice and "seq_len" in advice
+    assert "instances" in advice and "seq_len" in advice and "offload: true fits" in advice
 
 
 def test_pins_are_respected():
@@ -179,7 +184,7 @@ def test_bad_pins_are_spec_errors():
 
 
 def test_training_plan_restricts_instance_counts():
-    # The plain loss and no context parallelism: 3 nodes is the fewest that fit.
+    # The plain loss, no context parallelism, no offload: 3 nodes is the fewest that fit.
     base = {
         "model": "llama-3.1-70b",
         "training": {
@@ -187,7 +192,7 @@ def test_training_plan_restricts_instance_counts():
             "precision": "bf16",
             "total_tokens": 10**9,
             "loss_impl": "full-logits",
-            "pins": {"cp_degree": 1},
+            "pins": {"cp_degree": 1, "offload": False},
         },
     }
     free = make_plan(parse_spec({**base, "compute": {"instance_count": "auto"}}))

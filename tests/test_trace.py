@@ -57,8 +57,8 @@ def test_the_tracker_sees_what_the_allocator_does_but_inside_one_operator():
         activation_checkpointing="full",
         model=spec,
     )
-    real = trace.trace_plan(p, fake=False, warmup=False)
-    fake = trace.trace_plan(p, warmup=False)
+    real = trace.trace_plan(p, fake=False, warmup=False, form="cpu")
+    fake = trace.trace_plan(p, warmup=False, form="cpu")
     assert real.tracker_rise_bytes == fake.tracker_rise_bytes and real.terms == fake.terms
     unseen = long_context.loss_kernel_temp_bytes(spec.vocab_size, spec.d_model, kind="cpu")
     gap = real.allocator_rise_bytes - real.tracker_rise_bytes
@@ -110,8 +110,9 @@ def test_the_warm_up_step_changes_no_figure():
 
 def test_llama_1b_at_full_size_agrees_with_the_planner():
     """The representative row of benchmarks/trace_table.py: llama-3.2-1b on one p6-b200 node
-    (8 fake ranks), seq 1024, no checkpointing; the planner in the traced form within 5 %, and
-    term by term where the tracker books terms as the planner does."""
+    (8 fake ranks), seq 1024, no checkpointing, in the CPU form (what run-local runs and the
+    committed table holds); the planner in the traced form within 5 %, and term by term where
+    the tracker books terms as the planner does."""
     spec = parse_spec(
         {"model": "llama-3.2-1b", "training": {"seq_len": 1024, "global_batch_seqs": 8}}
     )
@@ -127,7 +128,7 @@ def test_llama_1b_at_full_size_agrees_with_the_planner():
         cp_degree=1,
     )
     p = pinned_plan(spec, cfg)
-    r = trace.trace_plan(p, warmup=False)
+    r = trace.trace_plan(p, warmup=False, form="cpu")
     check = compare(p, r.model_dump())
     assert abs(check.error) <= 0.05, check
     rows = {row.term: row for row in check.rows}
@@ -136,6 +137,23 @@ def test_llama_1b_at_full_size_agrees_with_the_planner():
     assert "loss's backward" in r.peak_at  # the phase the planner picked too
     phases = memory.phase_terms(shape(spec.model), **_knobs(p))
     assert max(phases.values(), key=lambda t: t.total).phase == "loss"
+
+
+@pytest.mark.slow  # ~35 s on 2 loaded cores: a full-size trace at 128k
+def test_a_context_parallel_block_mask_plan_traced_in_the_gpu_form():
+    """llama-3.2-1b at 131,072 tokens as the planner chooses it (context parallelism over 2
+    ranks, FlexAttention's block mask, fused norms, the CUDA loss): traced in the GPU form, the
+    planner's own (cuda) form within 5 %; the CPU form of the same plan builds a dense mask
+    the GPU never does (docs/planner.md "The GPU form")."""
+    p = plan("llama-3.2-1b", seq_len=131072)
+    assert p.config.cp_degree > 1
+    r = trace.trace_plan(p, warmup=False)
+    check = compare(p, r.model_dump())
+    assert r.form == check.form == "gpu" and "GPU form" in check.notes[0]
+    assert abs(check.error) <= 0.05, check
+    assert check.plan_tracked_gib == pytest.approx(
+        p.memory_gib.total - p.memory_gib.overhead, abs=0.01
+    )
 
 
 def _knobs(p) -> dict:

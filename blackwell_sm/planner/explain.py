@@ -14,8 +14,14 @@ from blackwell_sm.planner import calibration as C
 from blackwell_sm.planner.alternatives import alternatives, differs
 from blackwell_sm.planner.cp_choice import cp_advice, cp_reason
 from blackwell_sm.planner.frame import Problem
+from blackwell_sm.planner.levers import (
+    fewer_micro_batches_advice,
+    offload_advice,
+    offload_reason,
+)
 from blackwell_sm.planner.memory import GIB
 from blackwell_sm.planner.notes import Note, advice, reason, warning
+from blackwell_sm.planner.offload import offloadable
 from blackwell_sm.planner.pick import Choice
 from blackwell_sm.planner.plan import Alternative, ObjectivePick
 from blackwell_sm.planner.precision import lowp_ineligible
@@ -58,6 +64,8 @@ def explain(problem: Problem, choice: Choice) -> Explanation:
     why_cp = cp_reason(choice.evaluated, best, ctx, pins)
     if why_cp:
         notes.append(why_cp)
+    if offloadable(ctx.instance):
+        notes.append(offload_reason(choice.evaluated, best, ctx, pins))
     tie = [n for n in choice.config_notes if n.code == "tie_free_memory"]
     if pins.precision:
         notes.append(reason("precision", f"precision {c.precision} (pinned)"))
@@ -180,10 +188,12 @@ def advice_for(
     scaled = pins._replace(replicate_degree=None) if pins.shard_degree else pins
     for n in allowed:
         if n > count and fits_somewhere(ctx, n, scaled):
+            lean_n = min_memory(ctx, n, scaled, precs)
+            took = "" if lean_n is None else f" ({_time_of(lean_n)} in its leanest configuration)"
             out.append(
                 advice(
                     "fit_instances",
-                    f"use {n} instances (compute.instance_count: {n}) — it fits there",
+                    f"use {n} instances (compute.instance_count: {n}) — it fits there{took}",
                 )
             )
             break
@@ -213,7 +223,11 @@ def advice_for(
         e = min_memory(ctx._replace(seq_len=s), count, pins, precs)
         if e is not None and e.fits:
             out.append(
-                advice("fit_seq_len", f"seq_len: {s} fits ({e.memory_gib:.1f} GiB {of_usable})")
+                advice(
+                    "fit_seq_len",
+                    f"seq_len: {s} fits ({e.memory_gib:.1f} GiB {of_usable}; {_time_of(e)} "
+                    "for the same tokens in its leanest configuration)",
+                )
             )
             break
         s //= 2
@@ -229,6 +243,12 @@ def advice_for(
                     )
                 )
                 break
+    for lever in (
+        offload_advice(ctx, best),
+        fewer_micro_batches_advice(ctx, count, pins, best, precs),
+    ):
+        if lever is not None:
+            out.append(lever)
     if pins.micro_batch_size not in (None, 1):
         e = min_memory(ctx, count, pins._replace(micro_batch_size=1, grad_accum_steps=None), precs)
         if e is not None and e.fits:
@@ -364,3 +384,9 @@ def reasons_for(e: Evaluation, ctx: Context, pins: Pins) -> list[Note]:
     pinned = " (pinned)" if pins.compile is not None else ""
     out.append(reason("compile", f"compile {str(c.compile).lower()}{pinned}"))
     return out
+
+
+def _time_of(e: Evaluation) -> str:
+    """An advice's cost in time: the hours (and cost) of the configuration it checked."""
+    cost = "" if e.cost_usd is None else f", {usd_text(e.cost_usd)}"
+    return f"{hours_text(e.hours)}{cost}"

@@ -40,6 +40,7 @@ class Pins(NamedTuple):
     compile: bool | None = None
     reshard_after_forward: bool | None = None
     cp_degree: int | None = None
+    offload: bool | None = None
 
 
 class Context(NamedTuple):
@@ -143,6 +144,7 @@ def pins_of(spec: RunSpec) -> Pins:
         compile=p.compile,
         reshard_after_forward=p.reshard_after_forward,
         cp_degree=p.cp_degree,
+        offload=p.offload,
     )
 
 

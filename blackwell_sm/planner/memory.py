@@ -307,6 +307,7 @@ def phase_terms(
     cp_degree: int = 1,
     loss_impl: str = "full-logits",
     grad_accum: int = 1,
+    offload: bool = False,
 ) -> dict[str, MemoryTerms]:
     """The terms at each of `PHASES` for one configuration on one GPU (`packed`: fine-tuning rows of
     packed samples, whose block-diagonal attention mask adds `attention_mask_bytes` to the
@@ -314,8 +315,9 @@ def phase_terms(
     `cp_degree`: each GPU holds seq_len / cp_degree tokens of every sequence, plus
     `context_parallel_bytes`; `loss_impl`: the loss's term, `logits_and_loss_bytes`;
     `grad_accum`: with more than one, the earlier micro-batches' sharded gradients are alive).
-    Each phase counts what is alive at it (traced: train/trace.py)."""
-    params, grads, optim = state_bytes(model, shard_degree)
+    Each phase counts what is alive at it (traced: train/trace.py). `offload`: the sharded
+    parameters, gradients and optimizer state live in host memory (planner/offload.py)."""
+    params, grads, optim = (0.0, 0.0, 0.0) if offload else state_bytes(model, shard_degree)
     single = shard_degree * replicate_degree == 1
     # FSDP2 casts to bf16 per unit even on one rank (a no-op all-gather): same live copies.
     root, L = root_params(model) * 2, model.n_layers
@@ -347,6 +349,7 @@ def phase_terms(
     acc = grads if grad_accum > 1 else 0.0  # earlier micro-batches' sharded gradients
     # Backward's end (the first block's recompute): every block's sharded gradient but the root's.
     late = grads if grad_accum > 1 else grads - root_params(model) * C.GRAD_BYTES / shard_degree
+    late = 0.0 if offload else late
     phases = {  # (sharded grads, gathered, unsharded grads, activations, loss)
         "loss": (acc, root + min(n1, L) * block, head_grad_bytes(model), saved, logits),
         "backward": (acc, root + min(n2, L) * block, gt, saved + work, 0.0),

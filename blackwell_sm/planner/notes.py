@@ -48,6 +48,7 @@ NOTE_CODES: dict[str, str] = {
     "precision_kept_bf16": "precision auto kept bf16, and why",
     "precision_skipped": "a low precision not considered (unsupported, ineligible, no fit)",
     "cp_degree": "the context-parallel degree: pinned, needed to fit, or faster",
+    "offload": "why the state is or is not in host memory",
     "tie_free_memory": "among equally fast layouts, the one with more free memory",
     "pinned_config": "a pinned configuration, not searched",
     # advice
@@ -58,6 +59,8 @@ NOTE_CODES: dict[str, str] = {
     "fit_cp_degree": "context parallelism (training.pins.cp_degree) would fit",
     "fit_precision": "a low precision would fit",
     "fit_micro_batch": "micro_batch_size 1 would fit",
+    "fit_offload": "the state in host memory would fit, at a cost in time",
+    "fit_fewer_micro_batches": "one micro-batch per step would fit, with smaller batches",
     "fit_combine": "no single change fits",
     "near_miss": "a faster layout misses the memory limit narrowly",
     "deadline_instances": "the instance count that meets the deadline",

@@ -80,6 +80,7 @@ class PlanConfig(_Out):
         "sequence (1 = none). It divides shard_degree; parameters stay sharded over all "
         "shard_degree ranks (the CP ranks join the FSDP dimension).",
     )
+    offload: bool = Field(False, description="Sharded state in host memory (planner/offload.py).")
 
     @property
     def world_size(self) -> int:

@@ -39,6 +39,7 @@ class Candidate(NamedTuple):
     compile: bool
     reshard_after_forward: bool
     cp_degree: int = 1  # context parallelism: ranks of a shard group sharing each sequence
+    offload: bool = False  # the sharded state in host memory (planner/offload.py)
 
     @property
     def world(self) -> int:
@@ -86,6 +87,18 @@ def fits(instance: InstanceType, mem: MemoryTerms) -> bool:
     return mem.total <= usable_bytes(instance)
 
 
+def fits_candidate(ctx: Context, c: Candidate, mem: MemoryTerms) -> bool:
+    """`mem` fits the GPU, and with offload the state fits the host (planner/offload.py)."""
+    if not fits(ctx.instance, mem):
+        return False
+    if not c.offload:
+        return True
+    from blackwell_sm.planner.offload import host_bytes
+
+    need, limit = host_bytes(ctx.model, ctx.instance, c.shard_degree)
+    return need <= limit
+
+
 def constants(ctx: Context) -> C.Constants:
     return ctx.constants or C.constants_for(ctx.instance.gpu.name)
 
@@ -112,6 +125,17 @@ def knobs(ctx: Context, c: Candidate) -> dict[str, Any]:
     }
 
 
+def offload_of(ctx: Context, c: Candidate, mem: MemoryTerms):
+    """`c`'s offload figures (planner/offload.py), or None when it keeps its state on the GPU."""
+    if not c.offload:
+        return None
+    from blackwell_sm.planner.offload import offload
+
+    return offload(
+        ctx.model, mem, ctx.instance, shard_degree=c.shard_degree, grad_accum=c.grad_accum_steps
+    )
+
+
 def memory_of(ctx: Context, c: Candidate) -> MemoryTerms:
     return memory_terms(
         ctx.model,
@@ -122,6 +146,7 @@ def memory_of(ctx: Context, c: Candidate) -> MemoryTerms:
         packed=ctx.packed,
         fragmentation=constants(ctx).fragmentation,
         loss_impl=ctx.loss_impl,
+        offload=c.offload,
     )
 
 
@@ -149,13 +174,19 @@ def evaluate(
         per_token=per_token,
         comm=comm,
     )
+    off = offload_of(ctx, c, mem)
+    if off is not None:  # the CPU steps instead of the GPU; PCIe moves the state each pass
+        t = t._replace(
+            optimizer_s=off.cpu_step_s,
+            step_s=t.step_s - t.optimizer_s + off.added_s,
+        )
     tokens_per_step = c.global_batch_seqs * ctx.seq_len
     steps = steps_for(ctx, c)
     hours = steps * t.step_s / 3600.0
     tps = tokens_per_step / t.step_s / c.world
     mfu = tps * m.spec.flops_per_token(ctx.seq_len) / inst.gpu.peak_flops("bf16")
     price = None if ctx.price_per_hour is None else ctx.price_per_hour * c.instance_count
-    return Evaluation(c, mem, t, fits(inst, mem), steps, hours, tps, mfu, price)
+    return Evaluation(c, mem, t, fits_candidate(ctx, c, mem), steps, hours, tps, mfu, price)
 
 
 def shard_layouts(world: int, gpus_per_instance: int) -> list[tuple[int, int]]:
@@ -196,6 +227,7 @@ class Space(NamedTuple):
     modes: tuple[str, ...]
     compiles: tuple[bool, ...]
     reshards: tuple[bool, ...]  # for a shard degree over 1 (one GPU never reshards)
+    offloads: tuple[bool, ...] = (False,)  # the state in host memory (planner/offload.py)
 
     def splits(self, ctx: Context, pins: Pins, dp: int) -> list[tuple[int, int]]:
         """The (micro-batch, accumulation) pairs over `dp` data-parallel ranks."""
@@ -221,7 +253,13 @@ def space(ctx: Context, count: int, pins: Pins) -> Space:
     reshards = (
         (pins.reshard_after_forward,) if pins.reshard_after_forward is not None else (True, False)
     )
-    return Space(layouts, modes, compiles, reshards)
+    from blackwell_sm.planner.offload import offloadable
+
+    if pins.offload is not None:
+        offloads: tuple[bool, ...] = (pins.offload,)
+    else:
+        offloads = (False, True) if offloadable(inst) else (False,)
+    return Space(layouts, modes, compiles, reshards, offloads)
 
 
 def candidates(
@@ -238,8 +276,9 @@ def candidates(
                         for rs in sp.reshards if s > 1 else (True,):
                             # micro-batch innermost and ascending: a search stops at the first
                             # that does not fit (memory grows with the micro-batch).
-                            for mb, ga in splits:
-                                yield Candidate(count, s, r, mb, ga, p, mode, comp, rs, cp)
+                            for off in sp.offloads:
+                                for mb, ga in splits:
+                                    yield Candidate(count, s, r, mb, ga, p, mode, comp, rs, cp, off)
 
 
 def cp_degrees(ctx: Context, shard_degree: int, pins: Pins) -> list[int]:
@@ -268,6 +307,7 @@ def group_of(c: Candidate) -> tuple:
         c.activation_checkpointing,
         c.compile,
         c.reshard_after_forward,
+        c.offload,
     )
 
 
@@ -304,6 +344,6 @@ def fits_somewhere(ctx: Context, count: int, pins: Pins) -> bool:
     """Whether any candidate on `count` instances fits (checked on the leanest knobs)."""
     leanest = lean(pins)
     return any(
-        fits(ctx.instance, memory_of(ctx, c))
+        fits_candidate(ctx, c, memory_of(ctx, c))
         for c in candidates(ctx, count, leanest, precisions_for(ctx, pins))
     )

@@ -95,6 +95,7 @@ def config_rows(p: Plan) -> list[tuple[str, str]]:
     knobs = (
         f"{c.precision}; checkpointing {c.activation_checkpointing}; compile "
         f"{'on' if c.compile else 'off'}; reshard {'on' if c.reshard_after_forward else 'off'}"
+        + ("; offload on (state in host memory)" if c.offload else "")
     )
     return [("layout", layout), ("batch", batch), ("precision", knobs)]
 
@@ -107,7 +108,11 @@ def memory_rows(p: Plan) -> list[tuple[str, str]]:
     gathered = m.params_unsharded + m.grads_unsharded + m.fp8_extras
     return [
         ("total", f"{m.total:,.1f} of {usable:,.1f} GiB usable ({m.total / usable:.0%})"),
-        ("model state", f"{state:,.1f} GiB (fp32 params, grads, AdamW states; sharded)"),
+        (
+            "model state",
+            f"{state:,.1f} GiB (fp32 params, grads, AdamW states; sharded)"
+            + ("; offloaded: in host memory" if p.config.offload else ""),
+        ),
         ("activations", f"{m.activations:,.1f} GiB, logits and loss {m.logits_and_loss:,.1f}"),
         ("other", f"{gathered:,.1f} GiB gathered blocks, {m.overhead:,.1f} runtime"),
     ]

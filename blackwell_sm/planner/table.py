@@ -13,6 +13,7 @@ import math
 from collections.abc import Iterator
 
 from blackwell_sm.planner.memory import MemoryTerms
+from blackwell_sm.planner.offload import seconds as offload_seconds
 from blackwell_sm.planner.search import (
     Candidate,
     Context,
@@ -23,7 +24,7 @@ from blackwell_sm.planner.search import (
     constants,
     cp_degrees,
     evaluate,
-    fits,
+    fits_candidate,
     group_of,
     lean,
     memory_of,
@@ -76,6 +77,7 @@ class Table:
             c.compile,
             c.reshard_after_forward,
             c.cp_degree,
+            c.offload,
         )
         mem = self._memory.get(key)
         if mem is None:
@@ -138,6 +140,15 @@ class Table:
             t_opt = self._opt[c.shard_degree] = optimizer_time(
                 ctx.model, ctx.instance, c.shard_degree, k
             )
+        if c.offload:  # the CPU steps, PCIe moves the state (as `evaluate` has it)
+            t_opt = sum(
+                offload_seconds(
+                    ctx.model,
+                    ctx.instance,
+                    shard_degree=c.shard_degree,
+                    grad_accum=c.grad_accum_steps,
+                )
+            )
         t_comp = c.micro_batch_size * ctx.seq_len // c.cp_degree * (base + rec)
         step = step_seconds(
             t_comp, self.comm(c), k.comm_overlap, c.grad_accum_steps, t_opt, self.cp_s(c)
@@ -154,9 +165,10 @@ class Table:
         (default: every one searched)."""
         key = (count, precisions or self.precisions)
         if key not in self._fits:
-            inst, leanest = self.ctx.instance, lean(self.pins)
+            leanest = lean(self.pins)
             self._fits[key] = any(
-                fits(inst, self.memory(c)) for c in candidates(self.ctx, count, leanest, key[1])
+                fits_candidate(self.ctx, c, self.memory(c))
+                for c in candidates(self.ctx, count, leanest, key[1])
             )
         return self._fits[key]
 
@@ -231,7 +243,10 @@ class Table:
         for p in precisions or self.precisions:
             for mode in sp.modes:
                 for comp in sp.compiles:
-                    probe = Candidate(count, s_max, r_max, 1, 1, p, mode, comp, True)
+                    # offload (when offered) is the leanest: the probe's memory check takes it
+                    probe = Candidate(
+                        count, s_max, r_max, 1, 1, p, mode, comp, True, offload=max(sp.offloads)
+                    )
                     per_token = sum(self.per_token(probe, dense=False))
                     if per_gpu * per_token / 3600.0 > hours:
                         continue
@@ -267,13 +282,19 @@ class Table:
                     continue
                 mb = min(m for m, _ in self._splits(probe.world // cp))
                 lean = probe._replace(cp_degree=cp, micro_batch_size=mb)
-                if fits(self.ctx.instance, self.memory(lean)):
+                if fits_candidate(self.ctx, lean, self.memory(lean)):
                     return True
             return False
 
         if not monotone:
             return fits_at(c)
-        key = (c.precision, c.activation_checkpointing, c.compile, c.reshard_after_forward)
+        key = (
+            c.precision,
+            c.activation_checkpointing,
+            c.compile,
+            c.reshard_after_forward,
+            c.offload,
+        )
         if key not in self._frontier:
             lo, hi = 0, top + 1  # lo does not fit (or is 0); hi fits (or is past top)
             while hi - lo > 1:
@@ -297,15 +318,16 @@ class Table:
         least = exposed(self.comm(group), tokens_mb * per_token, constants(ctx).comm_overlap, cp_s)
         if (per_gpu * per_token + per_gpu / tokens_mb * least) / 3600.0 > hours:
             return False
-        missed = False
-        for m, ga in splits:  # ascending: memory grows with the micro-batch, but accumulating
-            if missed and ga > 1:  # keeps the sharded gradients: a split with ga 1 may fit
-                continue
-            c = group._replace(micro_batch_size=m, grad_accum_steps=ga)
-            if self.hours(c) <= hours:
-                if fits(ctx.instance, self.memory(c)):
-                    return True
-                missed = True
+        for off in space(ctx, group.instance_count, self.pins).offloads:
+            missed = False
+            for m, ga in splits:  # ascending: memory grows with the micro-batch, but
+                if missed and ga > 1:  # accumulating keeps the sharded gradients: ga 1 may fit
+                    continue
+                c = group._replace(micro_batch_size=m, grad_accum_steps=ga, offload=off)
+                if self.hours(c) <= hours:
+                    if fits_candidate(ctx, c, self.memory(c)):
+                        return True
+                    missed = True
         return False
 
     def _splits(self, dp: int) -> list[tuple[int, int]]:
@@ -342,7 +364,7 @@ class Table:
             group = group_of(c)
             if c.micro_batch_size >= too_big.get(group, math.inf):
                 continue
-            if fits(self.ctx.instance, self.memory(c)):
+            if fits_candidate(self.ctx, c, self.memory(c)):
                 yield hours, c
             else:
                 too_big[group] = c.micro_batch_size

@@ -62,6 +62,15 @@ class TraceCheck(BaseModel):
     error: float = Field(description="(predicted - traced) / traced.")
     peak_at: str = Field(description="Where the traced peak was.")
     plan_total_gib: float = Field(description="The plan's own total (its device, its forms).")
+    form: str = Field("cpu", description="The traced form: gpu (the GPU's kernels) or cpu.")
+    plan_tracked_gib: float = Field(
+        0.0,
+        description="The plan's printed total less its runtime and fragmentation allowance "
+        "(which the tracker cannot see).",
+    )
+    plan_error: float = Field(
+        0.0, description="(plan_tracked - traced) / traced: the printed figure against the trace."
+    )
     rows: list[TraceRow]
     notes: list[str] = Field(description="What the traced form leaves out, and why.")
     trace: dict[str, Any] = Field(description="The trace itself (train/trace.py TraceResult).")
@@ -76,9 +85,10 @@ class TracedPlan(BaseModel):
     trace: TraceCheck
 
 
-def predicted_terms(plan: Plan, precision: str = "bf16") -> dict[str, float]:
+def predicted_terms(plan: Plan, precision: str = "bf16", form: str = "cpu") -> dict[str, float]:
     """The planner's terms in the traced form (bytes per rank), named as the trace's
-    (`precision`: the one the trace ran)."""
+    (`precision`: the one the trace ran; `form`: gpu, the plan's device kinds, or cpu)."""
+    kind = "cuda" if form == "gpu" else "cpu"
     c, spec = plan.config, plan.spec
     phases = memory.phase_terms(
         shape(spec.model),
@@ -90,19 +100,19 @@ def predicted_terms(plan: Plan, precision: str = "bf16") -> dict[str, float]:
         mode=c.activation_checkpointing,
         compile=False,
         reshard_after_forward=c.reshard_after_forward,
-        kind="cpu",
+        kind=kind,
         packed=spec.training.task == "finetune",
         cp_degree=c.cp_degree,
         loss_impl=spec.training.loss_impl,
         grad_accum=c.grad_accum_steps,
+        offload=getattr(c, "offload", False),
     )
-    # What the tracker cannot see: temporaries inside one operator (the CPU loss's), so the
-    # peak it sees may be another phase than the allocator's.
+    # What the tracker cannot see: temporaries inside one operator (the CPU loss's; in the GPU
+    # form, the loss kernel stand-in's per-chunk buffers), so the peak it sees may be another
+    # phase than the allocator's.
     unseen = 0.0
     if spec.training.loss_impl == "chunked":
-        unseen = long_context.loss_kernel_temp_bytes(
-            spec.model.vocab_size, spec.model.d_model, kind="cpu"
-        )
+        unseen = _loss_unseen_bytes(plan, kind)
     seen = {
         k: v.total - v.overhead - (unseen if v.logits_and_loss else 0.0) for k, v in phases.items()
     }
@@ -126,9 +136,22 @@ def predicted_terms(plan: Plan, precision: str = "bf16") -> dict[str, float]:
     }
 
 
+def _loss_unseen_bytes(plan: Plan, kind: str) -> float:
+    """The chunked loss's bytes inside one operator: on CPU its bf16 weight-gradient
+    temporaries; on CUDA (the GPU form's stand-in, train/gpu_kernels.py) all of
+    `chunked_loss_bytes` but the input gradient it returns."""
+    m, c = plan.spec.model, plan.config
+    if kind != "cuda":
+        return long_context.loss_kernel_temp_bytes(m.vocab_size, m.d_model, kind=kind)
+    rows = c.micro_batch_size * c.seq_len // c.cp_degree
+    whole = long_context.chunked_loss_bytes(m.vocab_size, m.d_model, rows, kind="cuda")
+    return whole - rows * m.d_model * 2
+
+
 def compare(plan: Plan, trace: Mapping[str, Any]) -> TraceCheck:
     """`plan`'s prediction beside `trace` (a TraceResult as a mapping), term by term."""
-    pred = predicted_terms(plan, str(trace.get("precision", "bf16")))
+    form = str(trace.get("form", "cpu"))
+    pred = predicted_terms(plan, str(trace.get("precision", "bf16")), form)
     traced = trace["terms"]
     rows = [
         TraceRow(
@@ -140,28 +163,59 @@ def compare(plan: Plan, trace: Mapping[str, Any]) -> TraceCheck:
         for k in TERMS
     ]
     p, t = sum(pred.values()), float(trace["peak_bytes"])
-    notes = [
-        "traced on the CPU device, eager: the prediction is the planner's CPU form (unfused "
-        "norms, dense masks, the CPU loss policy), not the plan's own device form",
-        "runtime and allocator fragmentation are outside what the tracker counts",
-    ]
-    if plan.config.compile:
-        notes.append(
-            "the plan compiles each block; the trace runs eager (inductor on fake CPU "
-            "tensors is not the GPU's compile)"
-        )
-    if plan.config.precision != "bf16":
-        notes.append(
-            f"the plan runs {plan.config.precision}; traced (and predicted here) in "
-            "bf16: torchao's low-precision linears need a GPU"
-        )
+    mem = plan.memory_gib
+    tracked = mem.total - mem.overhead
+    notes = _notes(plan, form)
     return TraceCheck(
         predicted_gib=round(p / GIB, 3),
         traced_gib=round(t / GIB, 3),
         error=round((p - t) / t, 4) if t else 0.0,
         peak_at=str(trace.get("peak_at", "")),
         plan_total_gib=plan.memory_gib.total,
+        form=form,
+        plan_tracked_gib=round(tracked, 3),
+        plan_error=round((tracked - t / GIB) / (t / GIB), 4) if t else 0.0,
         rows=rows,
         notes=notes,
         trace=dict(trace),
     )
+
+
+def _notes(plan: Plan, form: str) -> list[str]:
+    """What the traced form leaves out of the plan's printed figure, and why."""
+    if form == "gpu":
+        notes = [
+            "traced in the GPU form on the CPU device, eager: the GPU's fused RMSNorm, its "
+            "attention kernel under the GPU's mask rule (FlexAttention's block mask where the "
+            "plan uses it) and the chunked loss under CUDA's policy, as stand-in ops that keep "
+            "what the kernels keep (train/gpu_kernels.py); the prediction is the plan's own "
+            "(cuda) form",
+            "inside the loss kernel (its per-chunk logits) the tracker sees nothing: predicted "
+            "here without them",
+        ]
+    else:
+        notes = [
+            "traced on the CPU device, eager: the prediction is the planner's CPU form (unfused "
+            "norms, dense masks, the CPU loss policy), not the plan's own device form",
+        ]
+    notes += [
+        "runtime and allocator fragmentation are outside what the tracker counts (left out of "
+        "plan_tracked_gib too)",
+        "the fake process group completes every collective at once: FSDP2's all-gather and "
+        "reduce-scatter buffers are counted, but a reduce-scatter still in flight on a GPU "
+        "while the next block's backward runs is never seen (the planner keeps one, "
+        "BLOCK_GRAD_BYTES); NCCL's own buffers are in the runtime allowance",
+    ]
+    if plan.config.compile:
+        notes.append(
+            "the plan compiles each block; the trace runs eager (inductor on fake CPU tensors "
+            "is not the GPU's compile): the plan's activations carry the fitted compile factor "
+            "(planner/calibration.py COMPILE_ACTIVATION_FACTOR), so plan_error includes it"
+        )
+    if plan.config.precision != "bf16":
+        notes.append(
+            f"the plan runs {plan.config.precision}; traced (and predicted here) in "
+            "bf16: torchao's low-precision linears need a GPU, so plan_error includes the "
+            "low-precision gathers and copies"
+        )
+    return notes

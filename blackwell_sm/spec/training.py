@@ -140,6 +140,11 @@ class PlannerPins(_Strict):
         "holds 1/cp of its tokens; K and V are all-gathered); must divide the GPU count, and "
         "2 x cp_degree must divide seq_len.",
     )
+    offload: Bool | None = Field(
+        None,
+        description="Sharded parameters, gradients and AdamW state in host memory (FSDP2's "
+        "CPUOffloadPolicy; the optimizer steps on the CPU).",
+    )
 
 
 FINETUNE_LR = 2e-5  # the default peak lr of `task: finetune` (pretraining: OptimizerSpec's 3e-4)

@@ -15,6 +15,7 @@ import torch
 from torch import nn
 
 from blackwell_sm.spec import arch
+from blackwell_sm.train.gpu_kernels import ATTENTION_OP
 
 _MATMUL_OPS = {
     torch.ops.aten.mm.default,
@@ -26,6 +27,7 @@ _ATTENTION_OPS = {
     torch.ops.aten._scaled_dot_product_efficient_attention.default,
     torch.ops.aten._scaled_dot_product_cudnn_attention.default,
     torch.ops.aten._scaled_dot_product_flash_attention_for_cpu.default,
+    ATTENTION_OP,  # the GPU kernel's stand-in (the trace's GPU form)
 }
 
 

@@ -29,6 +29,7 @@ class AttnMask:
     kind: str  # "causal" | "dense" | "block"
     dense: torch.Tensor | None = None  # (b, 1, q, kv) bool
     block: Any = None  # a FlexAttention BlockMask
+    stand_in: bool = False  # the GPU kernel's stand-in (train/gpu_kernels.py), any device
 
 
 def build_mask(
@@ -39,28 +40,32 @@ def build_mask(
     micro_batch: int,
     cp_degree: int = 1,
     dense_max: int = DENSE_MASK_MAX_ELEMENTS,
+    form: str | None = None,
 ) -> AttnMask:
     """The mask for queries at global positions `q_pos` (q,) over keys at `kv_pos` (kv,);
-    `doc_ids` (b, seq): the document of every position of the row (None: one document)."""
+    `doc_ids` (b, seq): the document of every position of the row (None: one document).
+    `form="cuda"`: the GPU's rule and kernel on whatever device the tensors are (the trace's
+    GPU form: `train/gpu_form.py`); None: the tensors' own device."""
+    stand_in = form == "cuda"
     kind = mask_kind(
         packed=doc_ids is not None,
         cp_degree=cp_degree,
         micro_batch=micro_batch,
         q_len=len(q_pos),
         kv_len=len(kv_pos),
-        device=q_pos.device.type,
+        device=form or q_pos.device.type,
         dense_max=dense_max,
     )
     if kind == "causal":
-        return AttnMask("causal")
+        return AttnMask("causal", stand_in=stand_in)
     dq = None if doc_ids is None else doc_ids[:, q_pos]
     dkv = None if doc_ids is None else doc_ids[:, kv_pos]
     if kind == "dense":
         mask = (kv_pos[None, :] <= q_pos[:, None])[None]
         if dq is not None and dkv is not None:
             mask = mask & (dq[:, :, None] == dkv[:, None, :])
-        return AttnMask("dense", dense=mask[:, None])
-    return AttnMask("block", block=block_mask(q_pos, kv_pos, dq, dkv))
+        return AttnMask("dense", dense=mask[:, None], stand_in=stand_in)
+    return AttnMask("block", block=block_mask(q_pos, kv_pos, dq, dkv), stand_in=stand_in)
 
 
 def document_mask(doc_ids: torch.Tensor) -> torch.Tensor:
@@ -79,6 +84,8 @@ def document_mask(doc_ids: torch.Tensor) -> torch.Tensor:
 
 def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: AttnMask) -> torch.Tensor:
     """q (b, heads, q, hd); k, v (b, kv_heads, kv, hd) -> (b, heads, q, hd)."""
+    if mask.stand_in:
+        return _stand_in(q, k, v, mask)
     if mask.kind == "causal":
         return F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
     if mask.kind == "dense":
@@ -88,6 +95,27 @@ def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: AttnMask) ->
         k, v = k.repeat_interleave(rep, dim=1), v.repeat_interleave(rep, dim=1)
         return F.scaled_dot_product_attention(q, k, v, attn_mask=mask.dense)
     return _flex(q.device)(q, k, v, block_mask=mask.block, enable_gqa=True)
+
+
+def _stand_in(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: AttnMask) -> torch.Tensor:
+    """The GPU kernel `attend` calls for `mask`, as `train/gpu_kernels.py`'s stand-in: what
+    it returns and keeps for backward (the block mask stays alive with `mask`)."""
+    from torch._subclasses.fake_tensor import is_fake
+
+    from blackwell_sm.train.gpu_kernels import attention
+
+    if mask.kind == "causal":
+        return attention(q, k, v, None, True)[0]
+    if mask.kind == "dense":  # as on the GPU: K/V expanded, the memory-efficient kernel, which
+        # keeps the mask as an additive one in q's dtype
+        rep = q.shape[1] // k.shape[1]
+        k, v = k.repeat_interleave(rep, dim=1), v.repeat_interleave(rep, dim=1)
+        assert mask.dense is not None
+        bias = torch.zeros(mask.dense.shape, dtype=q.dtype, device=q.device)
+        return attention(q, k, v, bias.masked_fill(~mask.dense, float("-inf")), False)[0]
+    if not is_fake(q):
+        raise NotImplementedError("the block mask's stand-in runs on fake tensors only")
+    return attention(q, k, v, None, False)[0]
 
 
 _COMPILED_FLEX: list[Any] = []

@@ -76,10 +76,17 @@ def head_loss(
     impl: str = "chunked",
     *,
     chunk_rows: int | None = None,
+    form: str | None = None,
 ) -> torch.Tensor:
     """fp32 sum of cross_entropy(h @ weight.T, targets) over the targets not IGNORE_INDEX
-    (`chunk_rows`: rows per chunk; default `loss_chunk_rows`, the planner's too)."""
+    (`chunk_rows`: rows per chunk; default `loss_chunk_rows`, the planner's too; `form="cuda"`:
+    the chunked loss as CUDA's kernel holds it, on any device: the trace's GPU form,
+    train/gpu_kernels.py)."""
     h2, t = h.reshape(-1, h.shape[-1]), targets.reshape(-1)
+    if form == "cuda" and impl == "chunked":
+        from blackwell_sm.train.gpu_kernels import linear_cross_entropy
+
+        return linear_cross_entropy(h2, weight, t).sum()
     if impl == "full-logits":
         return F.cross_entropy(F.linear(h2, weight).float(), t, reduction="sum")
     if impl != "chunked":

@@ -160,6 +160,7 @@ class Transformer(nn.Module):
         self.loss_impl = "chunked"  # training.loss_impl (train/loss.py), set by apply_plan
         self.cp: CpGroup | None = None  # context parallelism: set_context_parallel
         self.dense_mask_max = DENSE_MASK_MAX_ELEMENTS  # dense attention masks up to this size
+        self.kernel_form: str | None = None  # "cuda": the GPU's kernels anywhere (gpu_form.py)
 
     def set_context_parallel(self, cp: CpGroup | None) -> None:
         """Split every sequence over `cp`'s ranks (train/context_parallel.py), or not (None)."""
@@ -206,6 +207,7 @@ class Transformer(nn.Module):
             micro_batch=b,
             cp_degree=1 if cp is None else cp.degree,
             dense_max=self.dense_mask_max,
+            form=self.kernel_form,
         )
         h = self.embed_tokens(tokens)
         # One copy of the table in the compute dtype for every block (apply_rope's casts are then
@@ -216,7 +218,7 @@ class Transformer(nn.Module):
         h = self.norm(h)
         if targets is None:
             return F.linear(h, self.head_weight())
-        return head_loss(h, self.head_weight(), targets, self.loss_impl)
+        return head_loss(h, self.head_weight(), targets, self.loss_impl, form=self.kernel_form)
 
     @torch.no_grad()
     def init_weights(self, seed: int = 0) -> None:

@@ -11,7 +11,11 @@ from blackwell_sm.spec.training import OptimizerSpec, ScheduleSpec
 
 
 def build_optimizer(model: nn.Module, spec: OptimizerSpec, device: torch.device):
-    """AdamW, fused on CUDA. Weight decay on matrices only (not norms)."""
+    """AdamW, fused on CUDA. Weight decay on matrices only (not norms). Parameters offloaded to
+    the host (FSDP2's CPUOffloadPolicy) step there, unfused."""
+    first = next(iter(model.parameters()), None)
+    if first is not None:
+        device = (first.to_local() if hasattr(first, "to_local") else first).device
     decay: list[nn.Parameter] = []
     no_decay: list[nn.Parameter] = []
     for p in model.parameters():

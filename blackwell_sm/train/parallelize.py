@@ -44,6 +44,7 @@ def apply_plan(model: Transformer, plan: Plan, mesh, cp: CpGroup | None = None) 
         mesh,
         reshard_after_forward=cfg.reshard_after_forward,
         param_dtype=torch.float32 if fp32 else torch.bfloat16,
+        offload=getattr(cfg, "offload", False),
     )
     return model
 
@@ -54,23 +55,36 @@ def apply_fsdp(
     *,
     reshard_after_forward: bool,
     param_dtype: torch.dtype = torch.bfloat16,
+    offload: bool = False,
 ) -> None:
     """fully_shard each block, then the root (embedding, final norm, head), bf16 compute
-    (`param_dtype` float32: exact comparisons in tests)."""
-    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+    (`param_dtype` float32: exact comparisons in tests). `offload`: the sharded parameters,
+    gradients and optimizer state in host memory (FSDP2's CPUOffloadPolicy, pinned on CUDA;
+    planner/offload.py): each all-gather copies its shard in, each reduce-scatter its out."""
+    from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, fully_shard
 
     mp = MixedPrecisionPolicy(param_dtype=param_dtype, reduce_dtype=torch.float32)
+    kw: dict = {"mp_policy": mp}
+    if offload:
+        kw["offload_policy"] = CPUOffloadPolicy(pin_memory=torch.cuda.is_available())
     # On a 2-D mesh fully_shard replicates across dim 0 and shards across dim 1 (HSDP).
     for block in model.layers:
-        fully_shard(block, mesh=mesh, mp_policy=mp, reshard_after_forward=reshard_after_forward)
+        fully_shard(block, mesh=mesh, reshard_after_forward=reshard_after_forward, **kw)
     # The root's parameters are needed again right at the start of backward: keep them gathered.
-    fully_shard(model, mesh=mesh, mp_policy=mp, reshard_after_forward=False)
+    fully_shard(model, mesh=mesh, reshard_after_forward=False, **kw)
+    model.state_offloaded = offload  # materialize() puts the state on the host
 
 
 def materialize(model: nn.Module, device: torch.device, seed: int, *, init: bool = True) -> None:
     """Allocate the (sharded) parameters on `device` and initialise them in place (or leave them
-    for a checkpoint or `training.init_from` to fill: `init=False`)."""
-    model.to_empty(device=device)
+    for a checkpoint or `training.init_from` to fill: `init=False`). Offloaded (FSDP2's
+    CPUOffloadPolicy on the model): the parameters on the host, the buffers on `device`."""
+    offloaded = getattr(model, "state_offloaded", False)  # set by apply_fsdp
+    model.to_empty(device="cpu" if offloaded else device)
+    if offloaded:
+        for m in model.modules():
+            for name, buf in m.named_buffers(recurse=False):
+                setattr(m, name, buf.to(device))
     if init:
         model.init_weights(seed)
     else:

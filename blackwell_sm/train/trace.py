@@ -46,6 +46,8 @@ TERM_OF = {
     "Inputs": "activations_and_loss",
     "Buffer": "buffers",
 }
+#: The terms FSDP2's CPUOffloadPolicy keeps in host memory.
+HOST_TERMS = ("params_fp32", "grads_fp32", "optimizer_states")
 TERMS = (
     "params_fp32",
     "grads_fp32",
@@ -71,6 +73,7 @@ class TraceResult(BaseModel):
     cp_degree: int
     loss_impl: str
     device: str = Field(description="The device the fake tensors claim: cpu (no GPU is touched).")
+    form: str = Field("cpu", description="gpu: the GPU's kernels (train/gpu_form.py); cpu.")
     peak_bytes: int = Field(description="Traced peak per rank: the larger of the two phases.")
     peak_at: str = Field(description="Where the peak was: phase and innermost module.")
     terms: dict[str, int] = Field(description="Bytes by Plan term at the peak (sum = peak).")
@@ -82,6 +85,7 @@ class TraceResult(BaseModel):
     fsdp_units: int = Field(description="Modules fully_shard wrapped (blocks + root).")
     checkpointed_blocks: int = Field(description="Blocks whose ac_mode is not none.")
     micro_batches: int = Field(description="Micro-batches traced per step (<= 2 stand for all).")
+    host_bytes: int = Field(0, description="Offloaded state in host memory (not in the peak).")
     fake: bool = Field(True, description="Fake tensors (False: real ones, the instrument check).")
     tracker_rise_bytes: int | None = Field(
         None, description="The tracker's forward-backward peak above what was live before it."
@@ -165,7 +169,12 @@ def _state_bytes(optimizer) -> int:
 
 
 def trace_plan(
-    plan: Plan, *, fake: bool = True, warmup: bool = True, device: str = "cpu"
+    plan: Plan,
+    *,
+    fake: bool = True,
+    warmup: bool = True,
+    device: str = "cpu",
+    form: str = "gpu",
 ) -> TraceResult:
     """Trace the plan's step on fake tensors (see the module docstring); bytes per rank.
     `fake=False`: real (uninitialised) tensors, with the CPU allocator's own rise over the
@@ -173,7 +182,11 @@ def trace_plan(
     `warmup=False`: no warm-up step (half the time; tests/test_trace.py shows it changes no
     figure). `device="cuda"` (on a GPU machine, fake tensors still): the plan's own device form
     (fused norms, block masks, the CUDA loss policy), which is what the GPU check holds its
-    measured peak to."""
+    measured peak to. `form="gpu"` (the default): the GPU's kernels on whatever device
+    (`train/gpu_form.py`), what the plan's printed figure is for; `form="cpu"`: the model as
+    run-local runs it."""
+    if form not in ("gpu", "cpu"):
+        raise ValueError(f"form must be gpu or cpu, not {form!r}")
     from blackwell_sm.train.context_parallel import CpGroup
     from blackwell_sm.train.distributed import build_cp_mesh, build_mesh
 
@@ -190,7 +203,7 @@ def trace_plan(
         mesh = build_mesh(cfg, env)
         cp_mesh = build_cp_mesh(cfg, env)
         cp = None if cp_mesh is None else CpGroup.from_mesh(cp_mesh)
-        return _trace(plan, mesh, cp, dev, t0, fake, warmup)
+        return _trace(plan, mesh, cp, dev, t0, fake, warmup, form)
 
 
 def _tracker_class():
@@ -275,10 +288,18 @@ def allocator_rise(fn) -> tuple[int, int]:
 
 # long function: one step of the loop, as train/loop.py runs it, phase by phase
 def _trace(
-    plan: Plan, mesh, cp, device: torch.device, t0: float, fake: bool, warmup: bool
+    plan: Plan,
+    mesh,
+    cp,
+    device: torch.device,
+    t0: float,
+    fake: bool,
+    warmup: bool,
+    form: str = "gpu",
 ) -> TraceResult:
     from torch._subclasses.fake_tensor import FakeTensorMode
 
+    from blackwell_sm.train.gpu_form import use_gpu_form
     from blackwell_sm.train.loss import loss_sum
     from blackwell_sm.train.model import Transformer
     from blackwell_sm.train.optim import build_optimizer, clip_grad_norm
@@ -288,6 +309,8 @@ def _trace(
     with FakeTensorMode() if fake else nullcontext():
         with torch.device("meta"):
             model = Transformer(plan.spec.model, max_seq_len=cfg.seq_len)
+        if form == "gpu":
+            use_gpu_form(model)
         model = apply_plan(model, plan, mesh, cp)
         materialize(model, device, tr.seed, init=False)
         optimizer = build_optimizer(model, tr.optimizer, device)
@@ -325,6 +348,11 @@ def _trace(
         ckpt = sum(1 for b in model.layers if b.ac_mode != "none")
     fwd_terms, step_terms = fwd.terms, fwd.after  # the step: what backward left
     fwd_terms["optimizer_states"] = step_terms["optimizer_states"] = opt_bytes
+    host = 0  # offloaded (CPUOffloadPolicy): the sharded state is the host's, not the GPU's
+    if getattr(cfg, "offload", False):
+        host = max(sum(t[k] for k in HOST_TERMS) for t in (fwd_terms, step_terms))
+        for t in (fwd_terms, step_terms):
+            t.update(dict.fromkeys(HOST_TERMS, 0))
     fwd_peak, step_peak = sum(fwd_terms.values()), sum(step_terms.values())
     at_fwd = fwd_peak >= step_peak
     return TraceResult(
@@ -337,6 +365,7 @@ def _trace(
         cp_degree=cfg.cp_degree,
         loss_impl=tr.loss_impl,
         device=device.type,
+        form=form,
         peak_bytes=max(fwd_peak, step_peak),
         peak_at=fwd.at if at_fwd else "optimizer step (the gradients, the state)",
         terms=fwd_terms if at_fwd else step_terms,
@@ -348,6 +377,7 @@ def _trace(
         fsdp_units=units,
         checkpointed_blocks=ckpt,
         micro_batches=n_micro,
+        host_bytes=host,
         fake=fake,
         tracker_rise_bytes=fwd.rise,
         allocator_rise_bytes=fwd.allocator_rise,
@@ -360,6 +390,8 @@ def _warmup_len(cfg) -> int:
     return min(cfg.seq_len, 2 * cfg.cp_degree * 64)
 
 
-def traced_peak_bytes(plan: Plan, *, warmup: bool = True, device: str = "cpu") -> int:
+def traced_peak_bytes(
+    plan: Plan, *, warmup: bool = True, device: str = "cpu", form: str = "gpu"
+) -> int:
     """Per-rank traced peak (bytes) of `plan`'s training step (`trace_plan`)."""
-    return trace_plan(plan, warmup=warmup, device=device).peak_bytes
+    return trace_plan(plan, warmup=warmup, device=device, form=form).peak_bytes

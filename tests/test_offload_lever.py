@@ -1,0 +1,61 @@
+"""Offload to host memory as a planned lever (planner/offload.py, planner/levers.py): its
+arithmetic from the catalog's figures, and the advice a plan that does not fit gets."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from cli_support import run
+
+from blackwell_sm.hardware import get_instance
+from blackwell_sm.planner.memory import GIB, MemoryTerms
+from blackwell_sm.planner.offload import offload, offloadable
+from blackwell_sm.planner.shape import shape
+from blackwell_sm.spec.presets import PRESETS
+
+
+def test_offload_moves_the_sharded_state_to_the_host_at_the_catalogs_bandwidths():
+    inst = get_instance("ml.p6-b200.48xlarge")
+    assert offloadable(inst) and inst.host_memory_gib == 2048
+    m = shape(PRESETS["llama-3.1-70b"])
+    p = m.n_params / 8
+    mem = MemoryTerms(4 * p, 4 * p, 8 * p, 10 * GIB, 1 * GIB, 20 * GIB, 0.0, 0.0, 5 * GIB, 2 * GIB)
+    o = offload(m, mem, inst, shard_degree=8, grad_accum=32)
+    assert o.gpu_bytes == pytest.approx(36 * GIB)
+    assert o.host_bytes_per_node == pytest.approx(16 * m.n_params)
+    assert o.fits_host and o.host_limit_bytes == 0.75 * 2048 * GIB
+    assert o.pcie_s == pytest.approx(32 * 12 * p / 50e9)
+    assert o.cpu_step_s == pytest.approx(28 * m.n_params / 400e9)
+    assert o.added_s == o.pcie_s + o.cpu_step_s
+    with pytest.raises(ValueError, match="bandwidth"):
+        offload(m, mem, get_instance("ml.p5.48xlarge"), shard_degree=8, grad_accum=1)
+
+
+def test_70b_at_128k_fits_one_node_with_offload_and_says_why():
+    """The moonshot: llama-3.1-70b at 131,072 tokens on one ml.p6-b200.48xlarge. Nothing fits
+    with the state on the GPUs (178.3 GiB at best); the search takes offload, and the plan says
+    why with the figures it used. Pinned off, the advice names offload and one micro-batch per
+    step, each with its cost in time."""
+    code, out, err = run("plan", "--model", "llama-3.1-70b", "--seq-len", "131072", "-o", "json")
+    assert code == 0, err
+    doc = json.loads(out)
+    assert doc["config"]["offload"] is True and doc["memory_gib"]["params_fp32"] == 0
+    assert doc["memory_gib"]["total"] <= doc["memory_gib"]["usable"]
+    why = [n["text"] for n in doc["notes"] if n["code"] == "offload"]
+    assert why and "without it the least memory is" in why[0] and "s more per" in why[0]
+    code, out, err = run(
+        "plan",
+        "--model",
+        "llama-3.1-70b",
+        "--seq-len",
+        "131072",
+        "--set",
+        "training.pins.offload=false",
+        "-o",
+        "json",
+    )
+    assert code == 3, err
+    hint = json.loads(out or err)["error"]["hint"]
+    assert "offload: true fits" in hint and "CPUOffloadPolicy" in hint and "s more per" in hint
+    assert "global_batch_seqs: 1" in hint and "for the same tokens instead of" in hint
