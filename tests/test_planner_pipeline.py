@@ -12,11 +12,12 @@ from pathlib import Path
 import pytest
 from cli_support import run
 
+from blackwell_sm.api.plan import plan
 from blackwell_sm.errors import SpecError
 from blackwell_sm.launch.checks import check_plan
 from blackwell_sm.planner import calibration as C
 from blackwell_sm.planner import memory, pick, pipeline
-from blackwell_sm.planner.api import make_plan, plan
+from blackwell_sm.planner.api import make_plan
 from blackwell_sm.planner.frame import frame
 from blackwell_sm.planner.notes import NOTE_CODES, Note
 from blackwell_sm.planner.plan import Plan

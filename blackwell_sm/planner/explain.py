@@ -12,6 +12,7 @@ from typing import NamedTuple
 
 from blackwell_sm.planner import calibration as C
 from blackwell_sm.planner.alternatives import alternatives, differs
+from blackwell_sm.planner.batch import batch_text, plural
 from blackwell_sm.planner.cp_choice import cp_advice, cp_reason
 from blackwell_sm.planner.frame import Problem
 from blackwell_sm.planner.memory import GIB
@@ -79,9 +80,9 @@ def explain(problem: Problem, choice: Choice) -> Explanation:
         notes.append(
             warning(
                 "batch_rounded",
-                f"global batch is {c.global_batch_seqs} sequences, not the "
-                f"{ctx.global_batch_seqs} asked: {c.world} GPUs x micro_batch_size "
-                f"{c.micro_batch_size} x grad_accum_steps {c.grad_accum_steps}",
+                f"global batch is {plural(c.global_batch_seqs, 'sequence')}, not the "
+                f"{ctx.global_batch_seqs:,} asked: "
+                f"{batch_text(c.micro_batch_size, c.grad_accum_steps, c.data_parallel)}",
             )
         )
     notes += memory_notes(choice, ctx, pins, problem.allowed)
@@ -340,8 +341,8 @@ def reasons_for(e: Evaluation, ctx: Context, pins: Pins) -> list[Note]:
     out.append(
         reason(
             "batch",
-            f"micro_batch_size {c.micro_batch_size} ({mb_src}) x grad_accum_steps "
-            f"{c.grad_accum_steps} x {c.world} GPUs = {c.global_batch_seqs} sequences per step",
+            f"{batch_text(c.micro_batch_size, c.grad_accum_steps, c.data_parallel)} per step "
+            f"(micro-batch {mb_src})",
         )
     )
     modes = {

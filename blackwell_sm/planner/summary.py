@@ -13,6 +13,7 @@ import html
 import textwrap
 from typing import TYPE_CHECKING, NamedTuple
 
+from blackwell_sm.planner.batch import batch_text
 from blackwell_sm.planner.units import count_text, hours_text, usd_text
 from blackwell_sm.spec.job import MAX_RUNTIME_HOURS
 
@@ -89,8 +90,8 @@ def config_rows(p: Plan) -> list[tuple[str, str]]:
     if c.cp_degree > 1:
         layout += f", context parallel {c.cp_degree}"
     batch = (
-        f"micro-batch {c.micro_batch_size} x accumulation {c.grad_accum_steps} x "
-        f"{c.data_parallel_size} = {c.global_batch_sequences:,} sequences of {c.seq_len:,}"
+        f"{batch_text(c.micro_batch_size, c.grad_accum_steps, c.data_parallel_size)} of "
+        f"{c.seq_len:,}"
     )
     knobs = (
         f"{c.precision}; checkpointing {c.activation_checkpointing}; compile "

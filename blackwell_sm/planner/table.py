@@ -38,6 +38,7 @@ from blackwell_sm.planner.step_time import (
     context_parallel_comm_s,
     dense_mask,
     exposed,
+    micro_batch_compute_s,
     optimizer_time,
     step_seconds,
 )
@@ -132,13 +133,14 @@ class Table:
     def hours(self, c: Candidate) -> float:
         """`c`'s hours to train, exactly as `evaluate` has them, without its memory."""
         ctx, k = self.ctx, constants(self.ctx)
-        base, rec = self.per_token(c)
         t_opt = self._opt.get(c.shard_degree)
         if t_opt is None:
             t_opt = self._opt[c.shard_degree] = optimizer_time(
                 ctx.model, ctx.instance, c.shard_degree, k
             )
-        t_comp = c.micro_batch_size * ctx.seq_len // c.cp_degree * (base + rec)
+        t_comp = micro_batch_compute_s(
+            c.micro_batch_size, ctx.seq_len, c.cp_degree, self.per_token(c)
+        )
         step = step_seconds(
             t_comp, self.comm(c), k.comm_overlap, c.grad_accum_steps, t_opt, self.cp_s(c)
         )

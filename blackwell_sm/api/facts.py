@@ -1,0 +1,20 @@
+"""A plan's facts that commands and notebooks state in words, each asked of its one home: the
+job count (`RunEstimate.jobs`, set by planner/jobs.py) and the status sentence
+(planner/summary.py `status_text`)."""
+
+from __future__ import annotations
+
+from blackwell_sm.planner.plan import Plan
+from blackwell_sm.planner.summary import status_text
+
+__all__ = ["job_count", "status_sentence"]
+
+
+def job_count(p: Plan) -> int:
+    """SageMaker jobs the run needs (28-day MaxRuntime each, at the range's slow end)."""
+    return p.run.jobs
+
+
+def status_sentence(p: Plan) -> str:
+    """fits / does NOT fit / misses the deadline / fits in memory, but takes N 28-day jobs."""
+    return status_text(p)
