@@ -16,5 +16,6 @@ def job_count(p: Plan) -> int:
 
 
 def status_sentence(p: Plan) -> str:
-    """fits / does NOT fit / misses the deadline / fits in memory, but takes N 28-day jobs."""
+    """The plan's status in words (`bsm plan`'s headline): whether it fits, and in how many
+    jobs."""
     return status_text(p)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterator
 
+from blackwell_sm.planner.batch import data_parallel_ranks
 from blackwell_sm.planner.memory import MemoryTerms
 from blackwell_sm.planner.search import (
     Candidate,
@@ -267,7 +268,7 @@ class Table:
             for cp in cps:
                 if probe.world % cp:  # a count too small for a pinned degree
                     continue
-                mb = min(m for m, _ in self._splits(probe.world // cp))
+                mb = min(m for m, _ in self._splits(data_parallel_ranks(probe.world, cp)))
                 lean = probe._replace(cp_degree=cp, micro_batch_size=mb)
                 if fits(self.ctx.instance, self.memory(lean)):
                     return True
