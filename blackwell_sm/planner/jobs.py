@@ -24,21 +24,19 @@ def job_notes(hours: float, hours_range: tuple[float, float], local: bool) -> li
     jobs = job_count(hours_range[1])
     if jobs == 1 or local:
         return []
-    slow = f"{hours_text(hours_range[1])} at the range's slow end"
+    slow = f"{hours_range[1]:,.0f} h at the range's slow end"
     if hours > MAX_RUNTIME_HOURS:
         return [
             warning(
                 "over_max_runtime",
-                f"predicted {hours_text(hours)} is longer than one SageMaker job (28-day "
-                f"MaxRuntime, {MAX_RUNTIME_HOURS} h): the run needs {jobs} jobs ({slow}), each "
-                f"resuming from the same checkpoints: {UNTIL_DONE} submits them in turn",
+                f"predicted {hours_text(hours)} is longer than one 28-day SageMaker job: the run "
+                f"needs {jobs} jobs ({slow}), each resuming from the checkpoints: {UNTIL_DONE}",
             )
         ]
     return [
         warning(
             "jobs_at_slow_end",
             f"at the pessimistic end of the range ({slow}) the run needs {jobs} SageMaker jobs "
-            f"of at most 28 days, each resuming from the same checkpoints: {UNTIL_DONE} "
-            "submits them in turn",
+            f"of at most 28 days, each resuming from the checkpoints: {UNTIL_DONE}",
         )
     ]
