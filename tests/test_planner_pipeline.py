@@ -15,7 +15,6 @@ from cli_support import run
 from blackwell_sm.api.plan import plan
 from blackwell_sm.errors import SpecError
 from blackwell_sm.launch.checks import check_plan
-from blackwell_sm.planner import calibration as C
 from blackwell_sm.planner import memory, pick, pipeline
 from blackwell_sm.planner.api import make_plan
 from blackwell_sm.planner.frame import frame
@@ -134,7 +133,8 @@ def test_the_table_chooses_as_evaluating_everything_would(spec):
     ],
 )
 def test_the_cost_scan_is_exact(spec):
-    """By cost over counts 1..16 equals choosing on every count and applying the rule by hand."""
+    """By cost over counts 1..16 equals choosing on every count and applying the rule by hand:
+    a count wins only when cheaper than the low end of every smaller count's cost range."""
     compute = {**spec.get("compute", {}), "instance_count": "auto", "optimize": "cost"}
     spec = {**spec, "compute": compute}
     problem = frame(parse_spec(spec), None, None)
@@ -142,11 +142,13 @@ def test_the_cost_scan_is_exact(spec):
     allowed = list(range(1, 17))
     got = counts.by_cost(allowed, None)
     fresh = pick._Counts(Table(problem.ctx, problem.pins))
-    want = None
+    want, floor = None, float("inf")  # a count wins only below every smaller one's range
     for n in allowed:
         cc = pick.on_count(fresh.table, n)
-        if cc is not None and (want is None or cc.cost < want.cost / (1 + C.TIE_FRACTION)):
-            want = cc
+        if cc is not None:
+            if cc.cost < floor:
+                want = cc
+            floor = min(floor, cc.cost / fresh.tie(cc))
     assert got is not None and (got.count, got.best.cand) == (want.count, want.best.cand)
 
 

@@ -143,7 +143,22 @@ def objective_rows(p: Plan) -> list[tuple[str, str]]:
     cost = "" if other.cost_usd is None else f", {usd_text(other.cost_usd)}"
     n = other.instance_count
     pick = f"{n} instance{'s' if n != 1 else ''}, {hours_text(other.hours)}{cost}"
-    return [("objective", f"{p.objective}; --optimize {other.objective} would pick {pick}")]
+    return [
+        (
+            "objective",
+            f"{p.objective}; {flat_text(p)}--optimize {other.objective} would pick {pick}",
+        )
+    ]
+
+
+def flat_text(p: Plan) -> str:
+    """`cost is flat across 1-46 instances (...); ` when the other objective's pick costs within
+    this plan's cost range (a tie, which fewer nodes win under --optimize cost), else ''."""
+    other, rng = p.other_objective, p.run.cost_usd_range
+    if other is None or other.cost_usd is None or not rng or not rng[0] <= other.cost_usd <= rng[1]:
+        return ""
+    lo, hi = sorted((p.instance.count, other.instance_count))
+    return f"cost is flat across {lo}-{hi} instances (within the cost range); "
 
 
 def speed_row(p: Plan) -> tuple[str, str]:
