@@ -83,7 +83,10 @@ def _brute(table: Table, n: int) -> tuple[str, object] | None:
     for p in table.precisions:
         ok = [e for e in (evaluate(ctx, c) for c in candidates(ctx, n, table.pins, (p,))) if e.fits]
         bests[p] = pick.best_of(ok, usable)[0] if ok else None
-    precision = table.pins.precision or choose_precision(ctx.model.spec, ctx.instance.gpu, bests)[0]
+    precision = (
+        table.pins.precision
+        or choose_precision(ctx.model.spec, ctx.instance.gpu, bests, finetune=ctx.packed)[0]
+    )
     best = bests[precision]
     return None if best is None else (precision, best.cand)
 

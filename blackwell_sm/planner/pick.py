@@ -115,7 +115,8 @@ def precision_step(table: Table, bests: dict[str, Evaluation | None]) -> tuple[s
     fits at that precision)."""
     if table.pins.precision:
         return table.pins.precision, []
-    return choose_precision(table.ctx.model.spec, table.ctx.instance.gpu, bests)
+    ctx = table.ctx  # packed rows: the spec's task finetune (frame.context)
+    return choose_precision(ctx.model.spec, ctx.instance.gpu, bests, finetune=ctx.packed)
 
 
 class Choice(NamedTuple):
@@ -214,7 +215,7 @@ class _Counts:
         if (
             table.pins.precision is None
             and "bf16" in table.precisions
-            and bf16_unless_it_cannot_fit(table.ctx.model.spec)
+            and bf16_unless_it_cannot_fit(table.ctx.model.spec, table.ctx.packed)
             and table.fits(n, ("bf16",))
         ):
             return table.any_within(n, hours, ("bf16",), top)

@@ -1,6 +1,6 @@
-"""`--optimize cost` takes the advice worth taking (issue 37 item 5): a cost difference inside
-the prediction's cost range is a tie, which fewer nodes win, and the plan says the cost is
-flat."""
+"""Advice worth taking (issue 37 item 5): under `--optimize cost` a cost difference inside the
+prediction's cost range is a tie, which fewer nodes win, and the plan says the cost is flat; a
+fine-tune's `precision: auto` is bf16 unless fp8 is asked for (or bf16 cannot fit, said)."""
 
 from __future__ import annotations
 
@@ -55,3 +55,35 @@ def test_a_flat_cost_is_said_and_fewer_nodes_win() -> None:
     assert f"cost is flat across 1-{other.instance_count} instances" in flat
     why = " ".join(p.reasons)
     assert "inside the prediction's uncertainty" in why and "fewer nodes" in why
+
+
+def test_a_fine_tune_keeps_bf16_unless_fp8_is_asked_for() -> None:
+    """The same 70B run as a pretraining picks fp8 (faster), as a fine-tune keeps bf16 and says
+    why and how to take fp8; asked for, fp8 it is."""
+    pre = _plan("llama-3.1-70b")
+    assert pre.config.precision in ("fp8", "mxfp8")
+    tuned = _plan("llama-3.1-70b", **{"training.task": "finetune"})
+    assert tuned.config.precision == "bf16"
+    why = " ".join(r for r in tuned.reasons if r.startswith("precision"))
+    assert "fine-tune" in why and "training.precision: fp8" in why
+    asked = _plan("llama-3.1-70b", precision="fp8", **{"training.task": "finetune"})
+    assert asked.config.precision == "fp8"
+
+
+def test_a_fine_tune_takes_fp8_when_bf16_cannot_fit_and_says_so() -> None:
+    """With no bf16 configuration fitting, a fine-tune's auto precision takes fp8 and says why
+    (the precision step itself: no preset on a catalogued GPU is in that corner today)."""
+    from blackwell_sm.planner.frame import frame
+    from blackwell_sm.planner.precision import choose_precision
+    from blackwell_sm.planner.table import Table
+    from blackwell_sm.spec import parse_spec
+
+    spec = parse_spec({"model": "llama-3.1-70b", "training": {"task": "finetune"}})
+    problem = frame(spec, None, None)
+    table = Table(problem.ctx, problem.pins)
+    fp8 = min((e for e in table.evaluated(1, "fp8") if e.fits), key=lambda e: e.hours)
+    ctx = problem.ctx
+    bests = {"bf16": None, "fp8": fp8, "mxfp8": None}
+    chosen, notes = choose_precision(ctx.model.spec, ctx.instance.gpu, bests, finetune=True)
+    assert chosen == "fp8"
+    assert "bf16 does not fit in memory" in notes[-1].text and "a fine-tune" in notes[-1].text
