@@ -57,8 +57,9 @@ def decide(
             raise SpecError(
                 "--trace traces one plan; this spec has compute.instance_preferences",
                 field="--trace",
-                hint="trace one preference's plan: bsm plan --instance-type TYPE --trace "
-                "(plan(..., instance_type=TYPE, trace=True))",
+                hint="trace one preference's plan: a copy of the spec without "
+                "compute.instance_preferences, with that preference's compute.instance_type "
+                "and instance_count",
             )
         return plan_preferences(spec, calibration)
     p = pipeline.make_plan(spec, instance=instance, calibration=calibration)
