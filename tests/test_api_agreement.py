@@ -137,3 +137,27 @@ def test_text_and_json_state_one_job_count() -> None:
     said = [w for w in p.warnings if "jobs" in w]
     assert said and all(f"needs {jobs} " in w and "--until-done" in w for w in said)
     assert "--new" not in " ".join(said)
+
+
+@pytest.mark.slow
+def test_an_infeasible_traced_plan_prints_its_trace_under_json() -> None:
+    """What the CLI computes, `-o json` prints: the trace of a plan that misses its deadline
+    rides in the exit-3 error object beside the plan (it used to be computed, then dropped)."""
+    pytest.importorskip("torch")
+    code, out, _ = run(
+        "plan",
+        "--model",
+        "tiny",
+        "--instance-count",
+        "auto",
+        "--total-tokens",
+        "100000000000",
+        "--set",
+        "compute.deadline_hours=0.0001",
+        "--trace",
+        "-o",
+        "json",
+    )
+    doc = json.loads(out)
+    assert code == 3 and doc["error"]["code"] == "infeasible_plan"
+    assert doc["plan"]["feasible"] is False and doc["trace"]["traced_gib"] > 0
