@@ -32,12 +32,18 @@ HOMES = [
         r"\*\s*\(\s*(base|per_token\[0\])\s*\+",
         "planner/step_time.py",
     ),
+    (
+        "which precisions are low, and their order",
+        r'[({]\s*"fp8",\s*"mxfp8"\s*[)}]|\(\s*"bf16",\s*"fp8"|"bf16":\s*0',
+        None,  # derived in planner/precision.py from the spec's Precision
+    ),
 ]
 
 # Container-side copies, left to the training loop's owners (each says what would replace it).
 ELSEWHERE = {
     "train/distributed.py": "the CP mesh's dp size: config.data_parallel_size",
     "train/data.py": "the data order's batch: planner.batch.global_batch",
+    "job/requirements.py": "torchao for low precisions: planner.precision.is_low",
 }
 
 

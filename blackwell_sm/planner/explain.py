@@ -19,7 +19,12 @@ from blackwell_sm.planner.memory import GIB
 from blackwell_sm.planner.notes import Note, advice, reason, warning
 from blackwell_sm.planner.pick import Choice
 from blackwell_sm.planner.plan import Alternative, ObjectivePick
-from blackwell_sm.planner.precision import lowp_ineligible
+from blackwell_sm.planner.precision import (
+    LOW_PRECISIONS,
+    PREFERRED_LOW,
+    is_low,
+    lowp_ineligible,
+)
 from blackwell_sm.planner.search import (
     Context,
     Evaluation,
@@ -218,7 +223,7 @@ def advice_for(
             )
             break
         s //= 2
-    for p in ("fp8", "mxfp8"):
+    for p in LOW_PRECISIONS:
         if p in precs and pins.precision is None:
             continue  # already considered
         if ctx.instance.gpu.supports(p) and p != best.cand.precision:
@@ -312,8 +317,8 @@ def comm_bound(best: Evaluation, ctx: Context) -> Note | None:
         )
     if c.reshard_after_forward:
         helps.append("reshard_after_forward=false (one all-gather fewer)")
-    if c.precision == "bf16" and ctx.instance.gpu.supports("fp8"):
-        helps.append("precision=fp8 (fp8 all-gathers move half the bytes)")
+    if not is_low(c.precision) and ctx.instance.gpu.supports(PREFERRED_LOW):
+        helps.append(f"precision={PREFERRED_LOW} (fp8 all-gathers move half the bytes)")
     helps.append("fewer instances with more steps each (if the deadline allows)")
     return warning(
         "comm_bound",

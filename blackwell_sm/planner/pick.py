@@ -26,7 +26,7 @@ from blackwell_sm.planner import calibration as C
 from blackwell_sm.planner.frame import Problem
 from blackwell_sm.planner.memory import GIB
 from blackwell_sm.planner.notes import Note, reason, warning
-from blackwell_sm.planner.precision import bf16_unless_it_cannot_fit, choose_precision
+from blackwell_sm.planner.precision import RANK, bf16_unless_it_cannot_fit, choose_precision
 from blackwell_sm.planner.search import Candidate, Evaluation, constants, usable_bytes
 from blackwell_sm.planner.table import Table
 from blackwell_sm.planner.uncertainty import speed_range
@@ -35,7 +35,6 @@ from blackwell_sm.planner.units import usd_text
 # Simplicity rank for ties: less recompute is simpler (selective-op recomputes half the matmuls);
 # a mode without an entry ranks as selective.
 _MODE_RANK = {"none": 0, "selective": 1, "selective-op": 2, "full": 3}
-_PREC_RANK = {"bf16": 0, "fp8": 1, "mxfp8": 2}
 
 
 def complexity(c: Candidate) -> tuple:
@@ -47,7 +46,7 @@ def complexity(c: Candidate) -> tuple:
         c.replicate_degree > 1,
         c.cp_degree,
         _MODE_RANK.get(c.activation_checkpointing, 1),
-        _PREC_RANK[c.precision],
+        RANK[c.precision],
         c.compile,
         not c.reshard_after_forward,
         c.grad_accum_steps,

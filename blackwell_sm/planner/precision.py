@@ -14,18 +14,30 @@ is the more proven recipe).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, get_args
 
 from blackwell_sm.hardware import GpuSpec
 from blackwell_sm.planner import calibration as C
 from blackwell_sm.planner.notes import Note, reason
-from blackwell_sm.spec import ModelSpec, arch
+from blackwell_sm.spec import ModelSpec, Precision, arch
 
 if TYPE_CHECKING:
     from blackwell_sm.planner.search import Evaluation
 
+#: The precisions the planner searches, simplest first (the spec's `Precision`): the planner's
+#: one home for which precisions exist, which are low and how they rank in a tie.
+PRECISIONS: tuple[str, ...] = get_args(Precision)
+LOW_PRECISIONS: tuple[str, ...] = tuple(p for p in PRECISIONS if p != "bf16")
+RANK: dict[str, int] = {p: i for i, p in enumerate(PRECISIONS)}
+#: Between low precisions the faster wins; a tie goes to this one (the more proven recipe).
+PREFERRED_LOW = "fp8"
 DIVISOR = arch.LOWP_DIVISOR
 lowp_ineligible = arch.lowp_ineligible
+
+
+def is_low(precision: str) -> bool:
+    """Whether `precision` is a low precision (fp8 or mxfp8: torchao's linears, a GPU's fp8)."""
+    return precision in LOW_PRECISIONS
 
 
 def bf16_unless_it_cannot_fit(model: ModelSpec, finetune: bool = False) -> bool:
@@ -47,7 +59,7 @@ def choose_precision(
     notes: list[Note] = []
     base = bests["bf16"]
     options = []
-    for p in ("fp8", "mxfp8"):
+    for p in LOW_PRECISIONS:
         if p not in bests:
             notes.append(_skipped(f"{p}: not supported on {gpu.name}"))
             continue
@@ -62,7 +74,9 @@ def choose_precision(
         options.append((best.hours, p))
     if not options:
         return "bf16", notes
-    hours, p = min(options, key=lambda o: o[0] * (1 - C.TIE_FRACTION) if o[1] == "fp8" else o[0])
+    hours, p = min(
+        options, key=lambda o: o[0] * (1 - C.TIE_FRACTION) if o[1] == PREFERRED_LOW else o[0]
+    )
     if base is None:
         notes.append(
             reason(

@@ -15,6 +15,7 @@ from typing import Any, NamedTuple, get_args
 
 from blackwell_sm.hardware import InstanceType
 from blackwell_sm.planner import calibration as C
+from blackwell_sm.planner import precision as precision_rules
 from blackwell_sm.planner.batch import data_parallel_ranks, global_batch
 from blackwell_sm.planner.frame import Context, Pins
 from blackwell_sm.planner.memory import GIB, MemoryTerms, memory_terms
@@ -24,7 +25,7 @@ from blackwell_sm.spec import Checkpointing
 # Every activation-checkpointing mode the spec accepts is searched (a new mode in
 # spec.training.Checkpointing joins the search, the alternatives and the round-trip test).
 MODES: tuple[str, ...] = get_args(Checkpointing)
-PRECISIONS = ("bf16", "fp8", "mxfp8")
+PRECISIONS = precision_rules.PRECISIONS
 
 
 class Candidate(NamedTuple):

@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from blackwell_sm.planner import memory
 from blackwell_sm.planner.memory import GIB
 from blackwell_sm.planner.plan import Plan
+from blackwell_sm.planner.precision import is_low
 from blackwell_sm.planner.shape import shape
 from blackwell_sm.spec import long_context
 
@@ -150,7 +151,7 @@ def compare(plan: Plan, trace: Mapping[str, Any]) -> TraceCheck:
             "the plan compiles each block; the trace runs eager (inductor on fake CPU "
             "tensors is not the GPU's compile)"
         )
-    if plan.config.precision != "bf16":
+    if is_low(plan.config.precision):
         notes.append(
             f"the plan runs {plan.config.precision}; traced (and predicted here) in "
             "bf16: torchao's low-precision linears need a GPU"
