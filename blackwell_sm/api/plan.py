@@ -181,8 +181,6 @@ def plan(
     InfeasiblePlanError (`err.plan`), unless `allow_infeasible=True`. Each plan warning is also
     issued with `warnings.warn` as a PlanWarning (its note's code on `.code`).
     """
-    from blackwell_sm.planner.profile import AppliedProfile, profile_for
-
     flags = {
         "instance_type": instance_type,
         "instance_count": instance_count,
@@ -191,6 +189,21 @@ def plan(
         "total_tokens": None if total_tokens is None else int(total_tokens),
         "optimize": optimize,
     }
+    return _plan(spec, flags, overrides, allow_infeasible, trace, calibration, instance)
+
+
+def _plan(
+    spec: SpecInput,
+    flags: dict[str, Any],
+    overrides: dict[str, Any],
+    allow_infeasible: bool,
+    trace: bool,
+    calibration: str | Path | AppliedProfile | None,
+    instance: InstanceType | None,
+) -> PlanResult:
+    """`plan()`'s body, shared with `traced_plan` (warnings point at their caller)."""
+    from blackwell_sm.planner.profile import AppliedProfile, profile_for
+
     rs = spec_for(spec, flags, overrides)
     if isinstance(calibration, AppliedProfile):
         applied: AppliedProfile | None = calibration
@@ -203,9 +216,20 @@ def plan(
     return result
 
 
-def traced_plan(spec: SpecInput, **kwargs: Any) -> TracedPlan:
-    """`plan(spec, trace=True, ...)`, typed: the plan and its traced step."""
-    result = plan(spec, trace=True, **kwargs)
+def traced_plan(
+    spec: SpecInput,
+    *,
+    allow_infeasible: bool = False,
+    calibration: str | Path | AppliedProfile | None = None,
+    instance: InstanceType | None = None,
+    **keywords: Any,
+) -> TracedPlan:
+    """`plan(spec, trace=True, ...)`, typed: the plan and its traced step (the same keywords)."""
+    names = ("instance_type", "instance_count", "seq_len", "global_batch_tokens", "optimize")
+    flags: dict[str, Any] = {k: keywords.pop(k, None) for k in names}
+    tokens = keywords.pop("total_tokens", None)
+    flags["total_tokens"] = None if tokens is None else int(tokens)
+    result = _plan(spec, flags, keywords, allow_infeasible, True, calibration, instance)
     assert isinstance(result, TracedPlan)
     return result
 
@@ -241,4 +265,5 @@ def _warn(result: PlanResult) -> None:
     for p, prefix in pairs:
         for note in p.notes:
             if note.kind == "warning":
-                warnings.warn(PlanWarning(prefix + note.text, code=note.code), stacklevel=3)
+                # _warn, _plan, plan() or traced_plan(), then the caller
+                warnings.warn(PlanWarning(prefix + note.text, code=note.code), stacklevel=4)
