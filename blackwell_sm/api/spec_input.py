@@ -5,10 +5,12 @@ refusals both front doors share (a flag and an override setting one field; an un
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Literal, NamedTuple
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
 from blackwell_sm.errors import SpecError
-from blackwell_sm.spec import RunSpec
+
+if TYPE_CHECKING:  # pydantic loads only when a spec is read: `bsm --help` stays instant
+    from blackwell_sm.spec import RunSpec
 
 
 class Flag(NamedTuple):
@@ -113,7 +115,7 @@ def check_override_keys(overrides: dict[str, Any]) -> None:
 def read_spec(spec: RunSpec | str | Path | dict[str, Any]) -> RunSpec:
     """A RunSpec from what a notebook passes: a RunSpec, a mapping, a preset name (a near miss
     gets did-you-mean, as `bsm plan --model` does) or a YAML/JSON file."""
-    from blackwell_sm.spec import load_spec, parse_spec
+    from blackwell_sm.spec import RunSpec, load_spec, parse_spec
 
     if isinstance(spec, RunSpec):
         return spec
