@@ -79,14 +79,18 @@ class DataError(SpecError):
 
 
 class InfeasiblePlanError(BsmError):
-    """No configuration fits; `plan` holds the best candidate's full prediction."""
+    """No configuration fits; `plan` holds the best candidate's full prediction (and `trace`
+    its traced step, when `bsm plan --trace` / `plan(trace=True)` ran one)."""
 
     exit_code = 3
     kind = "infeasible_plan"
 
-    def __init__(self, message: str, *, plan: Any = None, hint: str | None = None) -> None:
+    def __init__(
+        self, message: str, *, plan: Any = None, hint: str | None = None, trace: Any = None
+    ) -> None:
         super().__init__(message, hint=hint)
         self.plan = plan
+        self.trace = trace
 
     def to_json(self) -> dict[str, Any]:
         """The error object, plus the best candidate's whole prediction under `plan`."""
@@ -94,6 +98,12 @@ class InfeasiblePlanError(BsmError):
         if self.plan is not None:
             obj["plan"] = (
                 self.plan.model_dump(mode="json") if hasattr(self.plan, "model_dump") else self.plan
+            )
+        if self.trace is not None:
+            obj["trace"] = (
+                self.trace.model_dump(mode="json")
+                if hasattr(self.trace, "model_dump")
+                else self.trace
             )
         return obj
 

@@ -481,7 +481,7 @@ def test_calibration_reaches_every_preferences_plan(tmp_path, capsys):
     plan only)."""
     from aws_support import spec_dict
 
-    from blackwell_sm.planner.api import plan
+    from blackwell_sm.api.plan import plan
 
     prof = _profile(tmp_path / "b200.yaml", "b200-fit", 0.40)
     d = spec_dict("llama-3.1-8b")

@@ -3,8 +3,8 @@ The bytes are held against a real DCP save in tests/test_train_loop.py."""
 
 from __future__ import annotations
 
+from blackwell_sm.api.plan import plan
 from blackwell_sm.planner import calibration as C
-from blackwell_sm.planner.api import plan
 from blackwell_sm.planner.checkpoint_size import checkpoint_size
 
 

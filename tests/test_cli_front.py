@@ -22,7 +22,7 @@ ROOT = Path(__file__).resolve().parents[1]
 # A real `bsm plan` in its own process, with a fault planted in the planner it calls.
 FAULT = """
 import sys
-import blackwell_sm.planner.api as api
+import blackwell_sm.planner.pipeline as api
 def boom(*a, **k):
     raise RuntimeError("planted fault [not markup]")
 api.make_plan = boom

@@ -86,3 +86,96 @@ def test_the_check_catches_a_copy(tmp_path):
 def test_every_documented_command_and_flag_exists(page: Path):
     bad = [(n, inv, why) for n, inv in markdown_invocations(page) if (why := check_invocation(inv))]
     assert bad == []
+
+
+# --- claims checked against the code (issue 32): figures and names the docs state ---------------
+
+
+def _memory_figures() -> set[str]:
+    """Every GiB figure a GPU's memory may be quoted as: each catalog GPU's device and usable
+    figures (1 and 2 decimals), and the H100 96GB rows' usable figure."""
+    from blackwell_sm.hardware import CATALOG
+    from blackwell_sm.planner import calibration as C
+
+    gib = {i.gpu.memory_gib for i in CATALOG.values()}
+    gib |= {g * (1 - C.MEMORY_HEADROOM) for g in gib} | {C.H100_96GB_USABLE_GIB}
+    return {f"{g:.1f}" for g in gib} | {f"{g:.2f}" for g in gib}
+
+
+MEMORY_CLAIM = re.compile(
+    r"([\d.]+) GiB usable|usable ([\d.]+) GiB|of the usable ([\d.]+)|([\d.]+) GiB each"
+)
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: p.name)
+def test_every_usable_memory_figure_is_the_catalogs(page: Path):
+    """ "179 GiB usable" where plans print 173.7 was wrong: each figure is a GPU's own."""
+    figures = _memory_figures()
+    claims = [next(g for g in m.groups() if g) for m in MEMORY_CLAIM.finditer(page.read_text())]
+    assert [c for c in claims if c.rstrip(".") not in figures] == []
+
+
+def test_install_names_every_extra():
+    """docs/install.md names every extra pyproject.toml declares (it named 4 of 7)."""
+    import tomllib
+
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"][
+        "optional-dependencies"
+    ]
+    text = (ROOT / "docs" / "install.md").read_text()
+    assert [e for e in extras if f"`[{e}]`" not in text] == []
+
+
+def test_the_plan_keywords_table_is_plans_signature():
+    """docs/python.md's keyword table lists exactly `plan()`'s keywords, each CLI flag named
+    being `bsm plan`'s (the `trace=True` contract was wrong there)."""
+    import inspect
+
+    from blackwell_sm.api.plan import plan
+    from blackwell_sm.api.spec_input import FLAGS
+
+    text = (ROOT / "docs" / "python.md").read_text()
+    m = re.search(r"<!-- plan-keywords:begin -->\n(.*?)\n<!-- plan-keywords:end -->", text, re.S)
+    assert m, "docs/python.md needs the plan-keywords block"
+    rows = [r.split("|")[1:3] for r in m.group(1).splitlines()[2:]]
+    named = {k.strip(" `") for k, _ in rows}
+    params = inspect.signature(plan).parameters.values()
+    assert named == {p.name for p in params if p.kind is p.KEYWORD_ONLY}
+    flags = {f.keyword: f.cli for f in FLAGS}
+    for keyword, flag in ((k.strip(" `"), f) for k, f in rows):
+        if keyword in flags:
+            assert f"`{flags[keyword]}`" in flag, keyword
+
+
+def test_every_api_name_the_docs_use_exists():
+    """`bsm.NAME` in the README's and docs/python.md's Python is an attribute the package lists."""
+    import blackwell_sm
+
+    used: set[str] = set()
+    for page in (README, ROOT / "docs" / "python.md"):
+        for block in re.findall(r"```python\n(.*?)```", page.read_text(), re.S):
+            used |= set(re.findall(r"\bbsm\.(\w+)", block))
+        used |= set(re.findall(r"`bsm\.(\w+)\(", page.read_text()))
+    assert used and sorted(used - set(dir(blackwell_sm))) == []
+
+
+def test_the_readme_example_is_the_real_output(monkeypatch):
+    """The README's lead example block is the command's real output (its first lines), at 80
+    columns, and says how many lines it leaves out."""
+    import shlex
+
+    from cli_support import run
+
+    m = re.search(
+        r"## Example[^\n]*\n.*?```bash\n(bsm plan [^\n]*)\n```\n```\n(.*?)\n\.\.\.\n```\n\n"
+        r"\(First (\d+) of (\d+) lines",
+        README.read_text(),
+        re.S,
+    )
+    assert m, "the README's example: a bsm plan command, its output block, 'First N of M lines'"
+    monkeypatch.setenv("COLUMNS", "80")
+    code, out, _ = run(*shlex.split(m.group(1))[1:])
+    lines = out.splitlines()
+    assert code == 0
+    assert m.group(2).splitlines() == lines[: int(m.group(3))]
+    assert len(lines) == int(m.group(4))

@@ -14,8 +14,8 @@ import yaml
 from aws_support import P6, PLAN_ARN, PLAN_NAME, offering, plan_response, spec_dict
 from cli_support import run
 
+from blackwell_sm.api.plan import plan
 from blackwell_sm.aws.purchases import purchases
-from blackwell_sm.planner.api import plan
 
 START = (datetime.now(UTC) - timedelta(hours=1)).replace(microsecond=0)
 END = START + timedelta(hours=24)

@@ -107,7 +107,7 @@ def long_functions(root: Path = PKG) -> list[str]:
 
 # Where code may branch on instance preferences: the planner makes a plan per preference; the
 # capacity modules turn a PlanSet into request members (job/) and AWS calls (aws/).
-PREFERENCE_HOMES = ("planner/", "job/capacity.py", "aws/job_plans.py")
+PREFERENCE_HOMES = ("planner/", "api/plan.py", "job/capacity.py", "aws/job_plans.py")
 # Presentation only, each with its reason (what is printed, not what is built or sent).
 PREFERENCE_RENDERING = {
     "cli/plan.py": "bsm plan prints a row per preference and plans each (cli/plan.py's own table)",

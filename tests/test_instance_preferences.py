@@ -146,7 +146,8 @@ def test_tools_that_take_one_plan_say_which_preference_or_refuse():
     assert e.value.field == "--instance-type"
     with pytest.raises(SpecError, match="to_model_trainer does not map"):
         model_trainer_and_request(spec)
-    from blackwell_sm.planner.api import make_plan, plan
+    from blackwell_sm.api.plan import plan
+    from blackwell_sm.planner.api import make_plan
 
     with pytest.raises(SpecError, match="each type has its own plan"):
         make_plan(spec)

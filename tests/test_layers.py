@@ -36,6 +36,7 @@ class Layer(NamedTuple):
     may_import: frozenset[str]  # other layers
     never: frozenset[str] = frozenset()  # third-party roots, not even inside a function
     lazy_only: frozenset[str] = frozenset()  # third-party roots allowed only inside functions
+    lazy_layers: frozenset[str] = frozenset()  # other layers allowed only inside functions
 
 
 def _l(*names: str) -> frozenset[str]:
@@ -80,6 +81,7 @@ LAYERS: dict[str, Layer] = {
     "plan": Layer(
         (
             "planner.plan",
+            "planner.batch",
             "planner.notes",
             "planner.plan_versions",
             "planner.summary",
@@ -180,6 +182,7 @@ LAYERS: dict[str, Layer] = {
         ),
         TRAINING_STACK,
         HEAVY,
+        _l("train"),  # traces: the container's loop on fake tensors, only when asked
     ),
     "cli": Layer(
         ("cli",),
@@ -238,13 +241,6 @@ LAYERS: dict[str, Layer] = {
 # SageMaker Session's boto3 session itself when the caller passes none (aws/sdk.py could).
 PENDING: set[tuple[str, str]] = {
     ("blackwell_sm.job.sdk", "boto3"),
-}
-
-# Edges allowed only inside a function, by design (not pending removal): the notebook API's
-# `plan(..., trace=True)` runs the container's loop on fake tensors (docs/planner.md "Tracing
-# the real loop"), importing it only when asked, after checking torch is installed.
-LAZY_EDGES: set[tuple[str, str]] = {
-    ("blackwell_sm.planner.api", "blackwell_sm.train.trace"),
 }
 
 
@@ -333,7 +329,7 @@ def check_module(module: str, source: str, *, is_package: bool = False) -> list[
                 continue
             if any(module == m and target.startswith(t) for m, t in PENDING):
                 continue
-            if not at_top and (module, target) in LAZY_EDGES:
+            if not at_top and other in layer.lazy_layers:
                 continue
             out.append(f"{module} ({mine}) imports {target} ({other})")
         elif root in layer.never and (module, root) not in PENDING:
@@ -366,6 +362,8 @@ def render_table() -> str:
     for name, layer in LAYERS.items():
         mods = ", ".join(show(m) for m in layer.modules)
         may = ", ".join(sorted(layer.may_import)) or "—"
+        if layer.lazy_layers:
+            may += "; inside functions: " + ", ".join(sorted(layer.lazy_layers))
         never = ", ".join(sorted(layer.never))
         if layer.lazy_only:
             never += "; only inside functions: " + ", ".join(sorted(layer.lazy_only))
@@ -403,6 +401,9 @@ def test_layout_doc_shows_the_table() -> None:
         ("job", "from blackwell_sm.aws import s3\n", "(aws)"),
         ("job", "def f():\n    from blackwell_sm.aws.jobs import create_job\n", "(aws)"),
         ("planner", "from blackwell_sm.train.model import Transformer\n", "(train)"),
+        ("planner", "def f():\n    from blackwell_sm.train.trace import trace_plan\n", "(train)"),
+        ("api", "from blackwell_sm.train.trace import trace_plan\n", "(train)"),
+        ("planner", "def f():\n    from blackwell_sm.api.plan import plan\n", "(api)"),
         ("launch", "import torch\n", "only inside a function"),
         ("cli", "import boto3\n", "only inside a function"),
         ("train", "from blackwell_sm.hardware import CATALOG\n", "(hardware)"),

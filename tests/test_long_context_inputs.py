@@ -10,8 +10,8 @@ import json
 
 import pytest
 
+from blackwell_sm.api.plan import plan
 from blackwell_sm.cli import main
-from blackwell_sm.planner.api import plan
 
 # (id, bsm plan arguments, the field, words the message must hold)
 CASES = [

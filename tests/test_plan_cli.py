@@ -347,8 +347,11 @@ def test_the_default_plan_fits_30_lines_of_80_columns(capsys, monkeypatch):
         assert [ln for ln in lines if len(ln) > 80] == [], args
         flat = " ".join(out.split())
         words = ["params) on", "instances", "time", "configuration", "memory per GPU", "usable"]
-        words += ["runner-ups", "#1", "bsm plan -v", "per billion tokens"]
+        words += ["bsm plan -v", "per billion tokens"]
+        # runner-ups give way to the warnings that change what to do (issue 37 item 10)
+        words += ["runner-ups", "#1"] if "\nwarnings\n" not in out else ["more runner-up"]
         assert [w for w in words if w not in flat] == [], args
-        assert "MFU basis" not in flat and "--set" not in flat  # behind -v
+        head = " ".join(out.split("\nwarnings\n")[0].split())  # a warning may name flags
+        assert "MFU basis" not in flat and "--set" not in head  # behind -v
         code, full, _ = run(["plan", *args, "-v"], capsys)
         assert code == 0 and len(full.splitlines()) > len(lines) and "--set" in full

@@ -9,10 +9,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from blackwell_sm.api.plan import plan
 from blackwell_sm.errors import SpecError
 from blackwell_sm.hardware import CATALOG, local_instance
 from blackwell_sm.planner import memory
-from blackwell_sm.planner.api import make_plan, plan
+from blackwell_sm.planner.api import make_plan
 from blackwell_sm.planner.shape import Shape, shape
 from blackwell_sm.spec import PRESETS, ModelSpec, load_spec, parse_spec, with_overrides
 

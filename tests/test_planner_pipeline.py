@@ -12,11 +12,11 @@ from pathlib import Path
 import pytest
 from cli_support import run
 
+from blackwell_sm.api.plan import plan
 from blackwell_sm.errors import SpecError
 from blackwell_sm.launch.checks import check_plan
-from blackwell_sm.planner import calibration as C
 from blackwell_sm.planner import memory, pick, pipeline
-from blackwell_sm.planner.api import make_plan, plan
+from blackwell_sm.planner.api import make_plan
 from blackwell_sm.planner.frame import frame
 from blackwell_sm.planner.notes import NOTE_CODES, Note
 from blackwell_sm.planner.plan import Plan
@@ -83,7 +83,10 @@ def _brute(table: Table, n: int) -> tuple[str, object] | None:
     for p in table.precisions:
         ok = [e for e in (evaluate(ctx, c) for c in candidates(ctx, n, table.pins, (p,))) if e.fits]
         bests[p] = pick.best_of(ok, usable)[0] if ok else None
-    precision = table.pins.precision or choose_precision(ctx.model.spec, ctx.instance.gpu, bests)[0]
+    precision = (
+        table.pins.precision
+        or choose_precision(ctx.model.spec, ctx.instance.gpu, bests, finetune=ctx.packed)[0]
+    )
     best = bests[precision]
     return None if best is None else (precision, best.cand)
 
@@ -133,7 +136,8 @@ def test_the_table_chooses_as_evaluating_everything_would(spec):
     ],
 )
 def test_the_cost_scan_is_exact(spec):
-    """By cost over counts 1..16 equals choosing on every count and applying the rule by hand."""
+    """By cost over counts 1..16 equals choosing on every count and applying the rule by hand:
+    a count wins only when cheaper than the low end of every smaller count's cost range."""
     compute = {**spec.get("compute", {}), "instance_count": "auto", "optimize": "cost"}
     spec = {**spec, "compute": compute}
     problem = frame(parse_spec(spec), None, None)
@@ -141,11 +145,13 @@ def test_the_cost_scan_is_exact(spec):
     allowed = list(range(1, 17))
     got = counts.by_cost(allowed, None)
     fresh = pick._Counts(Table(problem.ctx, problem.pins))
-    want = None
+    want, floor = None, float("inf")  # a count wins only below every smaller one's range
     for n in allowed:
         cc = pick.on_count(fresh.table, n)
-        if cc is not None and (want is None or cc.cost < want.cost / (1 + C.TIE_FRACTION)):
-            want = cc
+        if cc is not None:
+            if cc.cost < floor:
+                want = cc
+            floor = min(floor, cc.cost / fresh.tie(cc))
     assert got is not None and (got.count, got.best.cand) == (want.count, want.best.cand)
 
 

@@ -16,9 +16,10 @@ torch = pytest.importorskip("torch")
 from cli_support import run  # noqa: E402
 from train_support import local_plan  # noqa: E402
 
+from blackwell_sm.api.plan import plan, trace_plan  # noqa: E402
 from blackwell_sm.errors import SpecError  # noqa: E402
 from blackwell_sm.planner import memory  # noqa: E402
-from blackwell_sm.planner.api import pinned_plan, plan, trace_plan  # noqa: E402
+from blackwell_sm.planner.api import pinned_plan  # noqa: E402
 from blackwell_sm.planner.shape import shape  # noqa: E402
 from blackwell_sm.planner.trace_check import TracedPlan, compare  # noqa: E402
 from blackwell_sm.spec import arch, long_context, parse_spec  # noqa: E402
@@ -191,7 +192,7 @@ def test_plan_trace_true_and_bsm_plan_trace(capsys):
 
 
 def test_trace_without_torch_is_refused_with_install_advice(monkeypatch):
-    import blackwell_sm.planner.api as api
+    import blackwell_sm.api.plan as api
 
     real = api.importlib.util.find_spec
     monkeypatch.setattr(

@@ -19,6 +19,12 @@ def notebook(spec: bsm.RunSpec) -> None:
     p = bsm.plan("llama-3.1-70b", seq_len=4096)
     assert_type(p, Plan | PreferencePlans)
     assert_type(bsm.plan("llama-3.2-1b", trace=True), TracedPlan)  # needs torch
+    assert_type(bsm.traced_plan("llama-3.2-1b", seq_len=2048), TracedPlan)
+    q = bsm.plan("llama-3.1-8b", seq_len=32768, total_tokens=20_000_000_000, instance_count="auto")
+    assert_type(q, Plan | PreferencePlans)
+    if isinstance(q, bsm.Plan):
+        assert_type(bsm.job_count(q), int)
+        assert_type(bsm.status_sentence(q), str)
     plans = bsm.as_plan_set(p)  # one shape: a plan per preference, or the one plan
     assert_type(plans, PlanSet)
     assert_type(plans.primary, Plan)

@@ -6,9 +6,12 @@ from typing import Any
 
 import click
 
+from blackwell_sm.api.spec_input import FLAGS
 from blackwell_sm.cli.output import OUTPUT_OPTION, emit_json
-from blackwell_sm.cli.plan_render import render, render_preferences, render_summary, render_trace
 from blackwell_sm.errors import SpecError
+
+#: Each flag and the spec paths a --set must not also set (api/spec_input.py FLAGS).
+FLAG_PATHS: dict[str, tuple[str, ...]] = {f.cli: f.paths for f in FLAGS}
 
 
 def _count(value: str | None) -> int | str | None:
@@ -48,37 +51,6 @@ def _parse_sets(items: tuple[str, ...]) -> dict[str, Any]:
         seen[path] = key
         out[key] = value
     return out
-
-
-# Each flag and the spec paths a --set must not also set (nothing is resolved silently).
-FLAG_PATHS: dict[str, tuple[str, ...]] = {
-    "--model": ("model",),
-    "--instance-type": ("compute.instance_type",),
-    "--instance-count": ("compute.instance_count",),
-    "--seq-len": ("training.seq_len",),
-    "--global-batch-tokens": ("training.global_batch_tokens", "training.global_batch_seqs"),
-    "--total-tokens": ("training.total_tokens", "training.total_steps"),
-    "--calibration": ("compute.calibration",),
-    "--optimize": ("compute.optimize",),
-}
-
-
-def check_flag_conflicts(flags: dict[str, Any], sets: dict[str, Any]) -> None:
-    """Refuse a flag and a --set that set the same spec field, naming both (exit 2)."""
-    from blackwell_sm.spec.run import override_path
-
-    for flag, value in flags.items():
-        if value is None:
-            continue
-        for key, set_value in sets.items():
-            path = override_path(key)
-            hit = next((p for p in FLAG_PATHS[flag] if path == p), None)
-            if hit:
-                raise SpecError(
-                    f"{flag} {value} and --set {key}={set_value} both set {hit}; give one",
-                    field=hit,
-                    hint=f"drop {flag} or the --set {key}",
-                )
 
 
 @click.command("plan")
@@ -139,8 +111,8 @@ def plan(
 
     Exit 2 on bad input, 3 when nothing fits (after printing the best candidate's prediction).
     """
-    from blackwell_sm.planner.api import make_plan  # the front door (a test plants a fault there)
-    from blackwell_sm.spec import load_spec, parse_spec, with_overrides
+    from blackwell_sm.api.plan import decide, require_feasible, spec_for
+    from blackwell_sm.planner.profile import profile_for
 
     count = _count(instance_count)
     if spec_path and model:
@@ -148,84 +120,55 @@ def plan(
     if not spec_path and not model:
         raise SpecError("give a SPEC file or --model PRESET", field="SPEC")
     sets_parsed = _parse_sets(sets)
-    check_flag_conflicts(
-        {
-            "--model": model,
-            "--instance-type": instance_type,
-            "--instance-count": count,
-            "--seq-len": seq_len,
-            "--global-batch-tokens": global_batch_tokens,
-            "--total-tokens": total_tokens,
-            "--calibration": calibration,
-            "--optimize": optimize,
-        },
-        sets_parsed,
+    flags = {
+        "model": model,
+        "instance_type": instance_type,
+        "instance_count": count,
+        "seq_len": seq_len,
+        "global_batch_tokens": global_batch_tokens,
+        "total_tokens": total_tokens,
+        "calibration": calibration,
+        "optimize": optimize,
+    }
+    source: Any = spec_path or _preset(model or "")
+    spec = spec_for(source, flags, sets_parsed, cli=True)
+    result = decide(spec, calibration=profile_for(spec, calibration), trace=trace)
+    if output == "json":
+        if _feasible(result):  # else the error object carries the plan (and its trace)
+            emit_json(result)
+    else:
+        render_result(result, verbose=verbose)
+    require_feasible(result)
+
+
+def _preset(name: str) -> Any:
+    """`--model NAME` as a spec (an unknown name: did-you-mean, naming --model)."""
+    from blackwell_sm.spec import parse_spec
+
+    return parse_spec({"model": name}, source="--model")
+
+
+def _feasible(result: Any) -> bool:
+    """A Plan's or a PreferencePlans' `feasible`; a TracedPlan's plan's."""
+    return bool(getattr(result, "plan", result).feasible)
+
+
+def render_result(result: Any, *, verbose: bool = False) -> None:
+    """What `api.plan.decide` returned, for people: a table of the instance preferences, or the
+    plan (summary, or everything with `verbose`) and its trace when one was run."""
+    from blackwell_sm.cli.plan_render import (
+        render,
+        render_preferences,
+        render_summary,
+        render_trace,
     )
-    spec = load_spec(spec_path) if spec_path else parse_spec({"model": model}, source="--model")
-    overrides: dict[str, Any] = {}
-    if instance_type:
-        overrides["compute.instance_type"] = instance_type
-    if count is not None:
-        overrides["compute.instance_count"] = count
-    if seq_len is not None:
-        overrides["seq_len"] = seq_len
-    if global_batch_tokens is not None:
-        overrides["training.global_batch_tokens"] = global_batch_tokens
-        overrides["training.global_batch_seqs"] = None
-    if total_tokens is not None:
-        overrides["training.total_tokens"] = total_tokens
-        overrides["training.total_steps"] = None
-    if optimize is not None:
-        overrides["compute.optimize"] = optimize
-    overrides.update(sets_parsed)
-    if overrides:
-        spec = with_overrides(spec, overrides)
-    from blackwell_sm.planner.profile import profile_for
-    from blackwell_sm.spec.hf_files import check_init_from
-
-    check_init_from(spec)  # a local init_from's headers against the model, before planning
-
-    applied = profile_for(spec, calibration)
-    if spec.compute.instance_preferences:
-        if trace:
-            raise SpecError(
-                "--trace traces one plan; this spec has compute.instance_preferences",
-                field="--trace",
-                hint="trace one preference's plan: bsm plan --instance-type TYPE --trace",
-            )
-        _plan_preferences(spec, output, applied)
-        return
-    p = make_plan(spec, calibration=applied)
-    traced = _trace(p) if trace else None
-    if output != "json":
-        render(p) if verbose else render_summary(p)
-        if traced is not None:
-            render_trace(traced)
-    elif p.feasible:
-        emit_json(p if traced is None else traced)
-    if not p.feasible:  # under --output json the error object carries the plan
-        from blackwell_sm.planner.api import infeasible_error
-
-        raise infeasible_error(p)
-
-
-def _trace(p: Any) -> Any:
-    """The plan with its traced step (planner/api.py `trace_plan`: exit 2 without torch)."""
-    from blackwell_sm.planner.api import trace_plan
+    from blackwell_sm.planner.preferences import PreferencePlans
     from blackwell_sm.planner.trace_check import TracedPlan
 
-    return TracedPlan(plan=p, trace=trace_plan(p))
-
-
-def _plan_preferences(spec: Any, output: str, calibration: Any) -> None:
-    """One plan per instance preference: a row each (or JSON with every plan); exit 3 if any
-    preference cannot fit."""
-    from blackwell_sm.planner.preferences import plan_preferences
-
-    plans = plan_preferences(spec, calibration)
-    if output == "json":
-        if plans.feasible:
-            emit_json(plans)
-    else:
-        render_preferences(plans)
-    plans.require_feasible()
+    if isinstance(result, PreferencePlans):
+        render_preferences(result)
+        return
+    p = result.plan if isinstance(result, TracedPlan) else result
+    render(p) if verbose else render_summary(p)
+    if isinstance(result, TracedPlan):
+        render_trace(result)

@@ -88,30 +88,18 @@ def render(p: Any) -> None:
     from rich.table import Table
 
     from blackwell_sm.cli.output import out_console, text
-    from blackwell_sm.spec.job import MAX_RUNTIME_HOURS
+    from blackwell_sm.planner.summary import headline
 
     con = out_console()
     c, m, t, r = p.config, p.memory_gib, p.throughput, p.run
-    status = ("fits", "green") if p.feasible else ("does NOT fit", "bold red")
-    if not p.feasible and m.usable is not None and m.total <= m.usable:
-        status = ("misses the deadline", "bold red")
-    elif p.feasible and r.jobs > 1:
-        # Never a bare "fits" for a run that outlives one job: the time is the headline too.
-        longer = r.hours > MAX_RUNTIME_HOURS
-        status = (
-            f"fits in memory, but {'takes' if longer else 'may take'} "
-            f"{hours_text(r.hours if longer else r.hours_range[1])}, longer than one 28-day "
-            "SageMaker job (see warnings)",
-            "bold yellow",
-        )
-    con.print(
-        text(
-            (p.model.name, "bold"),
-            f" ({count_text(p.model.n_params)} params) on {p.instance.count} x "
-            f"{p.instance.type} ({p.instance.gpus_per_instance} x {p.instance.gpu}): ",
-            status,
-        )
+    style = (
+        "bold green"
+        if p.feasible and r.jobs == 1
+        else "bold red"
+        if not p.feasible
+        else "bold yellow"
     )
+    con.print(text((headline(p), style)))  # the status sentence's one home: planner/summary.py
     cfg = Table(title="configuration", show_header=False, title_justify="left")
     for k, v in c.model_dump().items():
         cfg.add_row(k, str(v).lower() if isinstance(v, bool) else str(v))

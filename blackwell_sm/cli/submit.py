@@ -263,7 +263,7 @@ def _show_dry_run(job: Any, output: str) -> None:
             }
         )
     else:
-        from blackwell_sm.cli.plan import render, render_preferences
+        from blackwell_sm.cli.plan_render import render, render_preferences
 
         if job.preference_plans:
             render_preferences(job.preference_plans)

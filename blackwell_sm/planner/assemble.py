@@ -4,12 +4,11 @@ the warnings that need the ranges (pure)."""
 
 from __future__ import annotations
 
-import math
-
 from blackwell_sm.hardware import InstanceType
 from blackwell_sm.planner import calibration as C
 from blackwell_sm.planner.alternatives import to_config
 from blackwell_sm.planner.checkpoint_size import checkpoint_size
+from blackwell_sm.planner.jobs import job_count, job_notes
 from blackwell_sm.planner.memory import GIB, MemoryTerms
 from blackwell_sm.planner.notes import Note, warning
 from blackwell_sm.planner.plan import (
@@ -29,7 +28,6 @@ from blackwell_sm.planner.plan import (
 from blackwell_sm.planner.search import Candidate, Evaluation
 from blackwell_sm.planner.uncertainty import over_published, speed_range
 from blackwell_sm.spec import RunSpec
-from blackwell_sm.spec.job import MAX_RUNTIME_HOURS
 
 
 def memory_breakdown(m: MemoryTerms, limit: float) -> MemoryBreakdown:
@@ -104,13 +102,8 @@ def assemble_plan(
     if warn:
         notes.append(warning("over_published", warn))
     hours_range = (best.hours * tps / sr.high, best.hours * tps / sr.low)
-    jobs = max(1, math.ceil(hours_range[1] / MAX_RUNTIME_HOURS))
-    if jobs > 1 and best.hours <= MAX_RUNTIME_HOURS and not local:
-        text = (
-            f"at the pessimistic end of the range ({hours_range[1]:,.1f} h) the run needs {jobs} "
-            "SageMaker jobs of at most 28 days, each resuming from the same checkpoints"
-        )
-        notes.append(warning("jobs_at_slow_end", text))
+    jobs = job_count(hours_range[1])
+    notes += job_notes(best.hours, hours_range, local)
     cost_range = None
     if best.price_per_hour is not None:
         cost_range = (

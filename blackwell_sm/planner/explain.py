@@ -12,6 +12,7 @@ from typing import NamedTuple
 
 from blackwell_sm.planner import calibration as C
 from blackwell_sm.planner.alternatives import alternatives, differs
+from blackwell_sm.planner.batch import batch_text, plural
 from blackwell_sm.planner.cp_choice import cp_advice, cp_reason
 from blackwell_sm.planner.frame import Problem
 from blackwell_sm.planner.levers import (
@@ -24,7 +25,12 @@ from blackwell_sm.planner.notes import Note, advice, reason, warning
 from blackwell_sm.planner.offload import offloadable
 from blackwell_sm.planner.pick import Choice
 from blackwell_sm.planner.plan import Alternative, ObjectivePick
-from blackwell_sm.planner.precision import lowp_ineligible
+from blackwell_sm.planner.precision import (
+    LOW_PRECISIONS,
+    PREFERRED_LOW,
+    is_low,
+    lowp_ineligible,
+)
 from blackwell_sm.planner.search import (
     Context,
     Evaluation,
@@ -87,9 +93,9 @@ def explain(problem: Problem, choice: Choice) -> Explanation:
         notes.append(
             warning(
                 "batch_rounded",
-                f"global batch is {c.global_batch_seqs} sequences, not the "
-                f"{ctx.global_batch_seqs} asked: {c.world} GPUs x micro_batch_size "
-                f"{c.micro_batch_size} x grad_accum_steps {c.grad_accum_steps}",
+                f"global batch is {plural(c.global_batch_seqs, 'sequence')}, not the "
+                f"{ctx.global_batch_seqs:,} asked: "
+                f"{batch_text(c.micro_batch_size, c.grad_accum_steps, c.data_parallel)}",
             )
         )
     notes += memory_notes(choice, ctx, pins, problem.allowed)
@@ -231,7 +237,7 @@ def advice_for(
             )
             break
         s //= 2
-    for p in ("fp8", "mxfp8"):
+    for p in LOW_PRECISIONS:
         if p in precs and pins.precision is None:
             continue  # already considered
         if ctx.instance.gpu.supports(p) and p != best.cand.precision:
@@ -331,8 +337,8 @@ def comm_bound(best: Evaluation, ctx: Context) -> Note | None:
         )
     if c.reshard_after_forward:
         helps.append("reshard_after_forward=false (one all-gather fewer)")
-    if c.precision == "bf16" and ctx.instance.gpu.supports("fp8"):
-        helps.append("precision=fp8 (fp8 all-gathers move half the bytes)")
+    if not is_low(c.precision) and ctx.instance.gpu.supports(PREFERRED_LOW):
+        helps.append(f"precision={PREFERRED_LOW} (fp8 all-gathers move half the bytes)")
     helps.append("fewer instances with more steps each (if the deadline allows)")
     return warning(
         "comm_bound",
@@ -360,8 +366,8 @@ def reasons_for(e: Evaluation, ctx: Context, pins: Pins) -> list[Note]:
     out.append(
         reason(
             "batch",
-            f"micro_batch_size {c.micro_batch_size} ({mb_src}) x grad_accum_steps "
-            f"{c.grad_accum_steps} x {c.world} GPUs = {c.global_batch_seqs} sequences per step",
+            f"{batch_text(c.micro_batch_size, c.grad_accum_steps, c.data_parallel)} per step "
+            f"(micro-batch {mb_src})",
         )
     )
     modes = {

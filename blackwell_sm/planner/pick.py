@@ -9,8 +9,10 @@ steps, each over the result of the one before:
 3. instance count, by the objective (`choose`): "time" (the default) takes the fewest instances
    whose pick finishes within the deadline (the user's, else one SageMaker job's 28 days), and the
    fastest count found when none does; "cost" takes the cheapest pick over every allowed count
-   (within the user's deadline, if one is set; counts taken upward, a larger one only when more
-   than TIE_FRACTION cheaper), so one node for twice as long can win at half the price.
+   (within the user's deadline, if one is set; counts taken upward, a larger one only when
+   cheaper than the low end of the pick so far's cost range: a saving inside the prediction's
+   uncertainty is a tie, and ties go to fewer nodes), so one node for twice as long can win at
+   half the price.
 
 With a fixed count only steps 1 and 2 choose; the other objective would pick the same.
 """
@@ -24,15 +26,15 @@ from blackwell_sm.planner import calibration as C
 from blackwell_sm.planner.frame import Problem
 from blackwell_sm.planner.memory import GIB
 from blackwell_sm.planner.notes import Note, reason, warning
-from blackwell_sm.planner.precision import bf16_unless_it_cannot_fit, choose_precision
-from blackwell_sm.planner.search import Candidate, Evaluation, usable_bytes
+from blackwell_sm.planner.precision import RANK, bf16_unless_it_cannot_fit, choose_precision
+from blackwell_sm.planner.search import Candidate, Evaluation, constants, usable_bytes
 from blackwell_sm.planner.table import Table
+from blackwell_sm.planner.uncertainty import speed_range
 from blackwell_sm.planner.units import usd_text
 
 # Simplicity rank for ties: less recompute is simpler (selective-op recomputes half the matmuls);
 # a mode without an entry ranks as selective.
 _MODE_RANK = {"none": 0, "selective": 1, "selective-op": 2, "full": 3}
-_PREC_RANK = {"bf16": 0, "fp8": 1, "mxfp8": 2}
 
 
 def complexity(c: Candidate) -> tuple:
@@ -44,7 +46,7 @@ def complexity(c: Candidate) -> tuple:
         c.replicate_degree > 1,
         c.cp_degree,
         _MODE_RANK.get(c.activation_checkpointing, 1),
-        _PREC_RANK[c.precision],
+        RANK[c.precision],
         c.compile,
         not c.reshard_after_forward,
         c.grad_accum_steps,
@@ -113,7 +115,8 @@ def precision_step(table: Table, bests: dict[str, Evaluation | None]) -> tuple[s
     fits at that precision)."""
     if table.pins.precision:
         return table.pins.precision, []
-    return choose_precision(table.ctx.model.spec, table.ctx.instance.gpu, bests)
+    ctx = table.ctx  # packed rows: the spec's task finetune (frame.context)
+    return choose_precision(ctx.model.spec, ctx.instance.gpu, bests, finetune=ctx.packed)
 
 
 @dataclass(frozen=True)
@@ -169,27 +172,42 @@ class _Counts:
 
     def by_cost(self, allowed: list[int], deadline: float | None) -> CountChoice | None:
         """The cheapest choice over the allowed counts (each within `deadline` when given),
-        counts taken upward: a count replaces the pick so far only when its choice costs more
-        than TIE_FRACTION less (more instances must pay for themselves). None: no count
-        qualifies.
+        counts taken upward: a count replaces the pick so far only when it costs less than the
+        low end of the cost range of every smaller count's choice (a saving inside the
+        prediction's uncertainty is a tie, which fewer nodes win). None: no count qualifies.
 
-        Exact without choosing on every count: a count none of whose candidates would cost
-        less is passed over on `Table.any_within`'s answer, which rarely models memory."""
+        Exact without choosing on every count: a count none of whose candidates could cost
+        less than `floor` x `reach` is passed over on `Table.any_within`'s answer."""
         pick: CountChoice | None = None
+        floor = math.inf  # the lowest cost-range low end of the counts chosen on so far
         price = self.table.ctx.price_per_hour or 1.0  # every catalogued type has a price
+        # the most a choice's cost lies above its range's low end: the speed range's fast side
+        reach = max(1.0 + C.TIE_FRACTION, 1.0 + constants(self.table.ctx).range[1])
         for n in allowed:
             if not self.table.fits(n):
                 continue
-            hours = math.inf if pick is None else pick.cost / (1.0 + C.TIE_FRACTION) / (price * n)
+            hours = floor * reach / (price * n)
             if deadline is not None:
                 hours = min(hours, deadline)
             if pick is not None and not self._could_cost(n, hours, allowed[-1]):
                 continue
             cc = self.on(n)
-            if cc is None or cc.hours > hours:
+            if cc is None or (deadline is not None and cc.hours > deadline):
                 continue
-            pick = cc
+            if cc.cost < floor:
+                pick = cc
+            floor = min(floor, cc.cost / self.tie(cc))
         return pick
+
+    def tie(self, cc: CountChoice) -> float:
+        """How many times cheaper than `cc` another count must be to win: past the low end of
+        `cc`'s cost range (its speed range's fast end), and at least TIE_FRACTION."""
+        ctx, e = self.table.ctx, cc.best
+        tps = e.tokens_per_s_per_gpu
+        sr = speed_range(
+            tps, ctx.instance.gpu, ctx.model.spec, e.cand.precision, ctx.seq_len, ctx.constants
+        )
+        return max(1.0 + C.TIE_FRACTION, sr.high / tps if tps > 0 else 1.0)
 
     def _could_cost(self, n: int, hours: float, top: int) -> bool:
         """Whether the choice on `n` could take at most `hours`: some candidate of a precision
@@ -198,7 +216,7 @@ class _Counts:
         if (
             table.pins.precision is None
             and "bf16" in table.precisions
-            and bf16_unless_it_cannot_fit(table.ctx.model.spec)
+            and bf16_unless_it_cannot_fit(table.ctx.model.spec, table.ctx.packed)
             and table.fits(n, ("bf16",))
         ):
             return table.any_within(n, hours, ("bf16",), top)
@@ -227,13 +245,14 @@ def _by_time_notes(cc: CountChoice, met: bool, allowed: list[int], deadline: flo
     ]
 
 
-def _by_cost_note(cc: CountChoice, allowed: list[int], deadline: float | None) -> Note:
+def _by_cost_note(cc: CountChoice, allowed: list[int], deadline: float | None, tie: float) -> Note:
     within = f" that finish within compute.deadline_hours {deadline:g}" if deadline else ""
     return reason(
         "count_auto",
         f"instance_count auto: {cc.count} is the cheapest ({usd_text(cc.cost)}) of the instance "
-        f"counts {allowed[0]}-{allowed[-1]}{within} (more instances only when at least "
-        f"{C.TIE_FRACTION:.0%} cheaper)",
+        f"counts {allowed[0]}-{allowed[-1]}{within}; more instances only when cheaper than "
+        f"{usd_text(cc.cost / tie)}, this cost range's low end (a smaller saving is inside the "
+        "prediction's uncertainty: a tie, which fewer nodes win)",
     )
 
 
@@ -252,7 +271,8 @@ def choose(table: Table, problem: Problem) -> Choice:
         timed, met = counts.by_time(allowed, deadline)
         cheap = counts.by_cost(allowed, user_deadline)
         if objective == "cost" and cheap is not None:
-            cc, notes = cheap, [_by_cost_note(cheap, allowed, user_deadline)]
+            cc = cheap
+            notes = [_by_cost_note(cheap, allowed, user_deadline, counts.tie(cheap))]
             other = ("time", timed) if timed else None
         else:
             cc, late = timed, timed is not None and not met

@@ -17,6 +17,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, computed_field, model_serializer, model_validator
 
+from blackwell_sm.planner.batch import data_parallel_ranks, global_batch
 from blackwell_sm.planner.notes import Note
 from blackwell_sm.planner.plan_versions import from_v1, seq_len_into_spec
 from blackwell_sm.spec import Checkpointing, ModelSpec, Precision, TrainingSpec
@@ -90,11 +91,11 @@ class PlanConfig(_Out):
     @property
     def data_parallel_size(self) -> int:
         """Ranks that read different sequences: the world over the context-parallel groups."""
-        return self.world_size // self.cp_degree
+        return data_parallel_ranks(self.world_size, self.cp_degree)
 
     @property
     def global_batch_sequences(self) -> int:
-        return self.micro_batch_size * self.grad_accum_steps * self.data_parallel_size
+        return global_batch(self.micro_batch_size, self.grad_accum_steps, self.data_parallel_size)
 
 
 class MemoryBreakdown(_Out):

@@ -29,6 +29,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from blackwell_sm.errors import SpecError
 from blackwell_sm.hardware import CATALOG, InstanceType
 from blackwell_sm.planner import calibration as C
+from blackwell_sm.planner.precision import is_low
 
 PROFILE_VERSION: Final = 1
 ENV_CALIBRATION = "BSM_CALIBRATION"
@@ -366,7 +367,7 @@ def mode_constants(precision: str, compile: bool) -> list[str]:
     """The constants a configuration's prediction uses: the matmul efficiency of its precision
     and compile setting (and bf16's, for the output head of a low-precision run), the others."""
     keys = [f"matmul_efficiency.{matmul_key(precision, compile)}"]
-    if precision != "bf16":
+    if is_low(precision):
         keys.append(f"matmul_efficiency.{matmul_key('bf16', compile)}")
     return keys + list(C.FITTABLE[1:])
 

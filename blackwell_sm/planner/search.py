@@ -15,6 +15,8 @@ from typing import Any, NamedTuple, get_args
 
 from blackwell_sm.hardware import InstanceType
 from blackwell_sm.planner import calibration as C
+from blackwell_sm.planner import precision as precision_rules
+from blackwell_sm.planner.batch import data_parallel_ranks, global_batch
 from blackwell_sm.planner.frame import Context, Pins
 from blackwell_sm.planner.memory import GIB, MemoryTerms, memory_terms
 from blackwell_sm.planner.step_time import Comm, StepTime, step_time
@@ -23,7 +25,7 @@ from blackwell_sm.spec import Checkpointing
 # Every activation-checkpointing mode the spec accepts is searched (a new mode in
 # spec.training.Checkpointing joins the search, the alternatives and the round-trip test).
 MODES: tuple[str, ...] = get_args(Checkpointing)
-PRECISIONS = ("bf16", "fp8", "mxfp8")
+PRECISIONS = precision_rules.PRECISIONS
 
 
 class Candidate(NamedTuple):
@@ -48,11 +50,11 @@ class Candidate(NamedTuple):
     @property
     def data_parallel(self) -> int:
         """Ranks that read different sequences: the world over the context-parallel groups."""
-        return self.world // self.cp_degree
+        return data_parallel_ranks(self.world, self.cp_degree)
 
     @property
     def global_batch_seqs(self) -> int:
-        return self.micro_batch_size * self.grad_accum_steps * self.data_parallel
+        return global_batch(self.micro_batch_size, self.grad_accum_steps, self.data_parallel)
 
 
 class Evaluation(NamedTuple):

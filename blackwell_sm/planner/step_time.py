@@ -193,6 +193,14 @@ def exposed(comm: Comm, compute_s: float, overlap: float, cp_s: float = 0.0) -> 
     return comm.first + max(0.0, comm.total - comm.first - overlap * compute_s) + cp_s
 
 
+def micro_batch_compute_s(
+    micro_batch: int, seq_len: int, cp_degree: int, per_token: tuple[float, float]
+) -> float:
+    """One micro-batch's compute on one GPU, recompute included: its seq_len / cp_degree tokens
+    of each sequence at `per_token` (`compute_terms_per_token`: base and recompute seconds)."""
+    return micro_batch * seq_len // cp_degree * (per_token[0] + per_token[1])
+
+
 def step_seconds(
     compute_s: float,
     comm: Comm,
@@ -243,10 +251,11 @@ def step_time(
     k = constants or C.constants_for(instance.gpu.name)
     tokens = micro_batch * seq_len // cp_degree
     dense = dense_mask(packed, cp_degree, micro_batch, seq_len, instance)
-    base, rec = per_token or compute_terms_per_token(
+    per_token = per_token or compute_terms_per_token(
         model, instance, seq_len, precision, mode, compile, dense, k, loss_impl
     )
-    t_comp = tokens * (base + rec)
+    rec = per_token[1]
+    t_comp = micro_batch_compute_s(micro_batch, seq_len, cp_degree, per_token)
     comm = comm or comm_per_micro_batch(
         model, instance, shard_degree, replicate_degree, precision, reshard_after_forward, k
     )

@@ -13,6 +13,7 @@ import html
 import textwrap
 from typing import TYPE_CHECKING, NamedTuple
 
+from blackwell_sm.planner.batch import batch_text
 from blackwell_sm.planner.units import count_text, hours_text, usd_text
 from blackwell_sm.spec.job import MAX_RUNTIME_HOURS
 
@@ -20,7 +21,26 @@ if TYPE_CHECKING:
     from blackwell_sm.planner.plan import Alternative, Plan
 
 WIDTH = 80
+#: The most lines the summary takes (`bsm plan`'s default view, tested).
+MAX_LINES = 30
 RUNNER_UPS = 3
+#: Warnings that change what the user should do (quota, batch rounding, jobs, fit, deadline):
+#: the summary prints them in full, the others are counted and shown by -v.
+DECISIVE = frozenset(
+    {
+        "quota_instances_per_job",
+        "scale_beyond_search",
+        "batch_rounded",
+        "over_max_runtime",
+        "jobs_at_slow_end",
+        "over_deadline",
+        "misses_deadline",
+        "no_fit",
+        "no_count_fits",
+        "no_count_meets_deadline",
+        "memory_high",
+    }
+)
 KEY_WIDTH = 12
 #: How `bsm plan` shows what the summary leaves out.
 MORE_HINT = "bsm plan -v"
@@ -89,8 +109,8 @@ def config_rows(p: Plan) -> list[tuple[str, str]]:
     if c.cp_degree > 1:
         layout += f", context parallel {c.cp_degree}"
     batch = (
-        f"micro-batch {c.micro_batch_size} x accumulation {c.grad_accum_steps} x "
-        f"{c.data_parallel_size} = {c.global_batch_sequences:,} sequences of {c.seq_len:,}"
+        f"{batch_text(c.micro_batch_size, c.grad_accum_steps, c.data_parallel_size)} of "
+        f"{c.seq_len:,}"
     )
     knobs = (
         f"{c.precision}; checkpointing {c.activation_checkpointing}; compile "
@@ -128,7 +148,22 @@ def objective_rows(p: Plan) -> list[tuple[str, str]]:
     cost = "" if other.cost_usd is None else f", {usd_text(other.cost_usd)}"
     n = other.instance_count
     pick = f"{n} instance{'s' if n != 1 else ''}, {hours_text(other.hours)}{cost}"
-    return [("objective", f"{p.objective}; --optimize {other.objective} would pick {pick}")]
+    return [
+        (
+            "objective",
+            f"{p.objective}; {flat_text(p)}--optimize {other.objective} would pick {pick}",
+        )
+    ]
+
+
+def flat_text(p: Plan) -> str:
+    """`cost is flat across 1-46 instances (...); ` when the other objective's pick costs within
+    this plan's cost range (a tie, which fewer nodes win under --optimize cost), else ''."""
+    other, rng = p.other_objective, p.run.cost_usd_range
+    if other is None or other.cost_usd is None or not rng or not rng[0] <= other.cost_usd <= rng[1]:
+        return ""
+    lo, hi = sorted((p.instance.count, other.instance_count))
+    return f"cost is flat across {lo}-{hi} instances (within the cost range); "
 
 
 def speed_row(p: Plan) -> tuple[str, str]:
@@ -151,8 +186,13 @@ def runner_up_rows(p: Plan) -> list[tuple[str, str]]:
     return [(f"#{n}", f"{a.why_not}; {a.memory_total_gib:,.1f} GiB") for n, a in enumerate(top, 1)]
 
 
-def sections(p: Plan) -> list[Section]:
-    """The summary's sections (the headline is `headline(p)`)."""
+def decisive(p: Plan) -> list[str]:
+    """The plan's warnings that change what the user should do (`DECISIVE`), in order."""
+    return [n.text for n in p.notes if n.kind == "warning" and n.code in DECISIVE]
+
+
+def sections(p: Plan, runner_ups: int = RUNNER_UPS) -> list[Section]:
+    """The summary's sections (the headline is `headline(p)`), with `runner_ups` runner-ups."""
     out = [
         Section("run", run_rows(p)),
         Section("configuration", config_rows(p)),
@@ -160,19 +200,21 @@ def sections(p: Plan) -> list[Section]:
     ]
     if not p.feasible and p.advice:
         out.append(Section("to make it fit", [("-", a) for a in p.advice[:RUNNER_UPS]]))
-    if p.alternatives:
-        out.append(Section("runner-ups", runner_up_rows(p)))
+    if p.alternatives and runner_ups:
+        out.append(Section("runner-ups", runner_up_rows(p)[:runner_ups]))
     return out
 
 
-def more_line(p: Plan, hint: str = MORE_HINT) -> str:
-    """What the summary leaves out, and how to see it."""
-    counts = [(len(p.warnings), "warning"), (len(p.reasons), "reason")]
-    shown = ", ".join(f"{n} {w}{'s' if n != 1 else ''}" for n, w in counts if n)
-    extra = len(p.alternatives) - min(len(p.alternatives), RUNNER_UPS)
+def more_line(p: Plan, hint: str = MORE_HINT, runner_ups: int = RUNNER_UPS, shown: int = 0) -> str:
+    """What the summary leaves out (`shown` warnings printed, `runner_ups` runner-ups), and how
+    to see it."""
+    counts = [(len(p.warnings) - shown, "more warning" if shown else "warning")]
+    counts.append((len(p.reasons), "reason"))
+    said = ", ".join(f"{n} {w}{'s' if n != 1 else ''}" for n, w in counts if n)
+    extra = len(p.alternatives) - min(len(p.alternatives), runner_ups)
     if extra:
-        shown += f", {extra} more runner-up{'s' if extra != 1 else ''}"
-    return f"{shown.lstrip(', ')}: {hint}" if shown else ""
+        said += f", {extra} more runner-up{'s' if extra != 1 else ''}"
+    return f"{said.lstrip(', ')}: {hint}" if said else ""
 
 
 def _wrap(text: str, width: int, first: str, rest: str) -> list[str]:
@@ -216,15 +258,32 @@ def detail_sections(p: Plan) -> list[Section]:
 def summary_text(
     p: Plan, *, width: int = WIDTH, hint: str = MORE_HINT, verbose: bool = False
 ) -> str:
-    """The summary as plain text, every line at most `width` columns (`verbose`: with
-    `detail_sections` after it)."""
-    lines = text_block(headline(p), sections(p), width)
-    more = more_line(p, hint)
+    """The summary as plain text, every line at most `width` columns: the sections, the
+    decisive warnings in full, at most MAX_LINES lines (runner-ups give way first); `verbose`:
+    with `detail_sections` after it and nothing left out."""
     if verbose:
-        lines += text_block("", detail_sections(p), width)[1:]
-    elif more:
-        lines += _wrap(more, width, "", "")
+        lines = text_block(headline(p), sections(p), width)
+        return "\n".join(lines + text_block("", detail_sections(p), width)[1:])
+    warns = decisive(p)
+    for n_warn in range(len(warns), -1, -1):
+        for n_alt in range(RUNNER_UPS, -1, -1):
+            lines = text_block(headline(p), sections(p, n_alt), width)
+            lines += _warning_lines(warns[:n_warn], width)
+            more = more_line(p, hint, n_alt, n_warn)
+            lines += _wrap(more, width, "", "") if more else []
+            if len(lines) <= MAX_LINES:
+                return "\n".join(lines)
     return "\n".join(lines)
+
+
+def _warning_lines(warns: list[str], width: int) -> list[str]:
+    """The decisive warnings, each a wrapped `- ` item under a title."""
+    if not warns:
+        return []
+    out = ["warnings"]
+    for w in warns:
+        out += _wrap(w, width, "  - ", "    ")
+    return out
 
 
 def html_block(title: str, secs: list[Section], extra: list[Section] | None = None) -> str:

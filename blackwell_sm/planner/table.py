@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterator
 
+from blackwell_sm.planner.batch import data_parallel_ranks
 from blackwell_sm.planner.memory import MemoryTerms
 from blackwell_sm.planner.offload import seconds as offload_seconds
 from blackwell_sm.planner.search import (
@@ -39,6 +40,7 @@ from blackwell_sm.planner.step_time import (
     context_parallel_comm_s,
     dense_mask,
     exposed,
+    micro_batch_compute_s,
     optimizer_time,
     step_seconds,
 )
@@ -134,7 +136,6 @@ class Table:
     def hours(self, c: Candidate) -> float:
         """`c`'s hours to train, exactly as `evaluate` has them, without its memory."""
         ctx, k = self.ctx, constants(self.ctx)
-        base, rec = self.per_token(c)
         t_opt = self._opt.get(c.shard_degree)
         if t_opt is None:
             t_opt = self._opt[c.shard_degree] = optimizer_time(
@@ -149,7 +150,9 @@ class Table:
                     grad_accum=c.grad_accum_steps,
                 )
             )
-        t_comp = c.micro_batch_size * ctx.seq_len // c.cp_degree * (base + rec)
+        t_comp = micro_batch_compute_s(
+            c.micro_batch_size, ctx.seq_len, c.cp_degree, self.per_token(c)
+        )
         step = step_seconds(
             t_comp, self.comm(c), k.comm_overlap, c.grad_accum_steps, t_opt, self.cp_s(c)
         )
@@ -280,7 +283,7 @@ class Table:
             for cp in cps:
                 if probe.world % cp:  # a count too small for a pinned degree
                     continue
-                mb = min(m for m, _ in self._splits(probe.world // cp))
+                mb = min(m for m, _ in self._splits(data_parallel_ranks(probe.world, cp)))
                 lean = probe._replace(cp_degree=cp, micro_batch_size=mb)
                 if fits_candidate(self.ctx, lean, self.memory(lean)):
                     return True

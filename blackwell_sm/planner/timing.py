@@ -1,5 +1,5 @@
-"""Time and scale, part of the explain step: a plan longer than the deadline or than one
-SageMaker job says so, with the instance count, token count or sequence length that would finish
+"""Time and scale, part of the explain step: a plan longer than the deadline says so (one longer
+than a SageMaker job: planner/jobs.py), with the instance count, token count or sequence length that would finish
 in time; a plan whose instance count passes a quota the planner knows, or the counts its search
 covers, says which.
 """
@@ -14,7 +14,6 @@ from blackwell_sm.planner.notes import Note, advice, warning
 from blackwell_sm.planner.pick import Choice
 from blackwell_sm.planner.search import evaluate
 from blackwell_sm.planner.units import hours_text
-from blackwell_sm.spec.job import MAX_RUNTIME_HOURS
 
 
 class Quota(NamedTuple):
@@ -48,21 +47,11 @@ def deadline_notes(
     user_deadline: float | None,
 ) -> list[Note]:
     """Warnings (and, for a late instance_count auto, advice) for the chosen configuration's
-    time: longer than one SageMaker job, past `deadline` (the time objective's: the user's, else
-    28 days; None: the cost objective without a user deadline, no time limit)."""
+    time past `deadline` (the time objective's: the user's, else 28 days; None: the cost
+    objective without a user deadline, no time limit). A run longer than one job: jobs.py."""
     best, n = choice.best, choice.count
     hours = best.hours
     out: list[Note] = []
-    if hours > MAX_RUNTIME_HOURS:
-        jobs = math.ceil(hours / MAX_RUNTIME_HOURS)
-        out.append(
-            warning(
-                "over_max_runtime",
-                f"predicted {hours_text(hours)} is longer than one SageMaker job (28-day "
-                f"MaxRuntime, {MAX_RUNTIME_HOURS} h): the run needs at least {jobs} jobs, each "
-                "resuming from the same checkpoints (bsm submit --new resumes)",
-            )
-        )
     if deadline is None or hours <= deadline:
         return out
     if user_deadline is not None:
