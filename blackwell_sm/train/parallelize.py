@@ -1,5 +1,5 @@
-"""Apply a plan to a meta-device model: loss and context parallelism → precision → activation
-checkpointing → compile → FSDP2.
+"""Apply a plan to a meta-device model: loss and context parallelism → LoRA adapters (with
+`training.peft`, train/lora.py) → precision → activation checkpointing → compile → FSDP2.
 
 The order matters and is the torchtitan order: low-precision linears are swapped in first (FSDP
 must shard the swapped modules' weights), checkpointing wraps each block's forward, compile sees
@@ -32,6 +32,10 @@ def apply_plan(model: Transformer, plan: Plan, mesh, cp: CpGroup | None = None) 
             f"the plan has cp_degree {cfg.cp_degree}; got a group of {cp.degree if cp else 1}"
         )
     model.loss_impl = plan.spec.training.loss_impl
+    if plan.spec.training.peft is not None:  # adapters first: FSDP shards them with the base
+        from blackwell_sm.train.lora import apply_lora
+
+        apply_lora(model, plan.spec.training.peft)
     model.set_context_parallel(cp)
     convert_precision(model, cfg.precision)
     apply_activation_checkpointing(model, cfg.activation_checkpointing)
@@ -75,3 +79,7 @@ def materialize(model: nn.Module, device: torch.device, seed: int, *, init: bool
         model.init_weights(seed)
     else:
         model.init_rope()
+    if getattr(model, "lora", None) is not None:  # the adapters start as PEFT's, always
+        from blackwell_sm.train.lora import init_adapters
+
+        init_adapters(model, seed)
