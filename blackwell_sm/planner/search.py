@@ -275,6 +275,8 @@ def precisions_for(ctx: Context, pins: Pins) -> tuple[str, ...]:
     """The precisions searched: the pinned one, else every one the GPU supports."""
     if pins.precision:
         return (pins.precision,)
+    if ctx.model.lora is not None:  # LoRA adapters run on bf16 linears (spec/peft.py)
+        return ("bf16",)
     return tuple(p for p in PRECISIONS if ctx.instance.gpu.supports(p))
 
 

@@ -6,7 +6,8 @@ torchtitan's per-op policy: it counts the block's matmuls in forward order and k
 5th, ... (q, v, gate, down; `arch.saved_matmuls`) and the attention, and also recomputes the other
 matmuls (k, o, up). `full` keeps only each block's input and recomputes the whole block. What each
 mode keeps is the planner's `arch.block_saved_bytes_per_token`, held to the real bytes by
-tests/test_activation_memory.py.
+tests/test_activation_memory.py. A LoRA adapter's matmuls are not counted: its rank-wide
+lora_A output is kept and its lora_B output recomputed (`lora.adapter_policy`).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import torch
 from torch import nn
 
 from blackwell_sm.spec import arch
+from blackwell_sm.train.lora import adapter_policy, adapter_rank
 
 _MATMUL_OPS = {
     torch.ops.aten.mm.default,
@@ -38,6 +40,8 @@ def _policy_fn(every_other: bool):
     def policy(ctx, op, *args, **kwargs):
         if op in _ATTENTION_OPS:
             return CheckpointPolicy.MUST_SAVE
+        if op in _MATMUL_OPS and adapter_rank() is not None:  # LoRA: train/lora.py
+            return adapter_policy(args)
         if op in _MATMUL_OPS:
             counts[ctx.is_recompute] += 1
             if not every_other or counts[ctx.is_recompute] % 2 == 1:
