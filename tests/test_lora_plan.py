@@ -123,4 +123,6 @@ def test_70b_lora_at_128k_fits_one_node():
     p = make_plan(spec)
     assert p.feasible and p.instance.count == 1
     assert p.config.seq_len == SEQ_128K
+    trained = lora_shape(spec.model, spec.training.peft).trainable(spec.model.n_layers)
+    assert p.checkpoint.bytes_per_save == trained * 12  # fp32 adapters + AdamW, no base
     assert arch.FAMILIES[spec.model.family].hf_class == "LlamaForCausalLM"
