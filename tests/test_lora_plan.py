@@ -126,3 +126,35 @@ def test_70b_lora_at_128k_fits_one_node():
     trained = lora_shape(spec.model, spec.training.peft).trainable(spec.model.n_layers)
     assert p.checkpoint.bytes_per_save == trained * 12  # fp32 adapters + AdamW, no base
     assert arch.FAMILIES[spec.model.family].hf_class == "LlamaForCausalLM"
+
+
+@pytest.mark.slow
+def test_the_trace_builds_the_lora_model_and_agrees():
+    """`bsm plan --trace`'s check on a 3-block llama-3.1-8b with LoRA under full checkpointing:
+    the traced peak is in an adapter's backward and the planner is within 5 % of it (as for a
+    full fine-tune of the same shape: tests/test_trace.py)."""
+    pytest.importorskip("torch")
+    from blackwell_sm.planner.api import trace_plan
+
+    t = {
+        "task": "finetune",
+        "seq_len": 16384,
+        "global_batch_seqs": 16,
+        "total_steps": 10,
+        "schedule": {"warmup_steps": 1},
+        "activation_checkpointing": "full",
+        "pins": {"micro_batch_size": 1, "cp_degree": 1, "compile": False},
+        "peft": {"rank": 16},
+    }
+    spec = parse_spec(
+        {
+            "model": {"preset": "llama-3.1-8b", "n_layers": 3},
+            "training": t,
+            "compute": {"instance_type": "ml.p6-b200.48xlarge", "instance_count": 1},
+        }
+    )
+    check = trace_plan(make_plan(spec))
+    assert ".lora_B" in check.peak_at
+    traced = {r.term: r.traced_gib for r in check.rows}
+    assert traced["grads_fp32"] < 0.01 and traced["optimizer_states"] < 0.01  # adapters only
+    assert abs(check.error) < 0.05, check.error

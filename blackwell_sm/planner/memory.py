@@ -150,6 +150,8 @@ def activation_bytes(
     )
     tokens = micro_batch * seq_len
     work = tokens * dtype_bytes * (model.ffn_dim + model.d_model)
+    if model.lora is not None:
+        work += tokens * lora.backward_work_bytes_per_token(model.lora, dtype_bytes)
     if mode != "none":
         none = activation_bytes_per_block(
             model, micro_batch, seq_len, "none", dtype_bytes, fused_norm=fused_norm
