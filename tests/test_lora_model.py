@@ -102,3 +102,39 @@ def test_every_checkpointing_mode_gives_the_same_gradients(mode):
         # ... and the base matmuls kept are the full fine-tune's (selective: all 7; -op: 4 of 7)
         lin = {64, 32, 160}  # q/o/down out 64, k/v out 32, gate/up out 160
         assert sum(w in lin for w in widths) == 2 * (7 if mode == "selective" else 4)
+
+
+def test_an_adapter_peft_saved_loads_with_peft_logits(tmp_path):
+    """An adapter trained elsewhere (saved by the real peft, adapter name in its keys or not)
+    continues here: loaded into our model it gives PEFT's logits; a rank that differs from
+    training.peft is refused before any tensor is read."""
+    peft = pytest.importorskip("peft")
+    transformers = pytest.importorskip("transformers")
+    from hf_support import TINY, hf_model
+
+    from blackwell_sm.errors import BsmError
+    from blackwell_sm.spec.hf import from_hf_config
+    from blackwell_sm.train.hf_import import load_hf_weights
+    from blackwell_sm.train.peft_adapter import load_adapter
+
+    cfg = TINY["llama-rope-scaled"]
+    hf_model(cfg).to(torch.bfloat16).save_pretrained(tmp_path / "base")  # our base is bf16
+    base = transformers.AutoModelForCausalLM.from_pretrained(tmp_path / "base", dtype=torch.float32)
+    targets = ["q_proj", "v_proj", "down_proj"]
+    lora = peft.LoraConfig(r=2, lora_alpha=5, target_modules=targets, init_lora_weights=False)
+    theirs = peft.get_peft_model(base, lora).eval()
+    theirs.save_pretrained(tmp_path / "adapter")
+    spec = ModelSpec(name="t", **from_hf_config(cfg))
+    ours = apply_lora(
+        Transformer(spec, max_seq_len=16), PeftSpec(rank=2, alpha=5.0, target_modules=targets)
+    )
+    load_hf_weights(ours, spec, tmp_path / "base")
+    assert load_adapter(ours, ours.lora, tmp_path / "adapter") == 2 * 3 * 2
+    tokens = torch.randint(0, 97, (2, 16), generator=torch.Generator().manual_seed(6))
+    with torch.no_grad():
+        a, b = ours.float().eval()(tokens), theirs(input_ids=tokens).logits
+    torch.testing.assert_close(a, b, atol=1e-5 * b.abs().max().item(), rtol=1e-5)
+    with pytest.raises(BsmError, match=r"differs: r 2 \(training.peft: 4\)"):
+        load_adapter(
+            ours, PeftSpec(rank=4, alpha=5.0, target_modules=targets), tmp_path / "adapter"
+        )
