@@ -52,6 +52,11 @@ def test_bad_peft_input_names_its_field(peft, training, path, words):
     assert f"{path}: " in str(e.value) and words in str(e.value)
 
 
+def test_the_rank_stays_below_the_adapted_widths():
+    with pytest.raises(SpecError, match=r"training\.peft\.rank: rank 1024 is not below .* 1024"):
+        _spec(peft={"rank": 1024, "target_modules": ["k_proj"]})  # k_proj: 4096 -> 1024
+
+
 def test_a_tied_model_has_no_lm_head_to_train():
     with pytest.raises(SpecError, match=r"training\.peft\.modules_to_save: lm_head is tied"):
         _spec("llama-3.2-1b", peft={"modules_to_save": ["lm_head"]})

@@ -28,6 +28,7 @@ PEFT = {
     "rank": 4,
     "alpha": 8.0,
     "target_modules": ["q_proj", "v_proj", "o_proj", "gate_proj", "down_proj"],
+    "modules_to_save": ["embed_tokens"],  # trained in full beside the adapters (fp32)
     "export_merged": True,
 }
 
@@ -89,6 +90,7 @@ def test_loss_goes_down_and_the_resume_is_exact(runs):
     assert _losses(runs["resumed"]) == whole
     log = (runs["resumed"] / "stdout-rank0.log").read_text()  # the second run's
     assert f"resumed from step-{STOP:08d} at step {STOP}" in log
+    assert "LoRA r 4 on q_proj, v_proj, o_proj, gate_proj, down_proj: " in log
     a = _safetensors(runs["whole"] / "model/adapter_model.safetensors")
     b = _safetensors(runs["resumed"] / "model/adapter_model.safetensors")
     assert a.keys() == b.keys()
@@ -101,14 +103,15 @@ def test_the_base_is_bit_identical_and_not_in_checkpoints(runs):
     src = _safetensors(runs["src"] / "model.safetensors")
     for run in ("whole", "resumed"):
         frozen = torch.load(runs[run] / "frozen-after.pt")
-        assert {arch.hf_key(n) for n in frozen} == set(src)
+        assert {arch.hf_key(n) for n in frozen} == set(src) - {"model.embed_tokens.weight"}
         for name, t in frozen.items():
             assert t.dtype == torch.bfloat16 and torch.equal(t, src[arch.hf_key(name)]), name
     ckpt = runs["whole"] / f"checkpoints/step-{STEPS:08d}"
     keys = set(FileSystemReader(str(ckpt)).read_metadata().state_dict_metadata)
     model_keys = {k for k in keys if k.startswith("model.")}
     assert "model.layers.0.self_attn.q_proj.lora_A.weight" in model_keys
-    assert model_keys and all(".lora_" in k for k in model_keys)  # adapters only
+    assert "model.embed_tokens.weight" in model_keys  # modules_to_save
+    assert all(".lora_" in k for k in model_keys - {"model.embed_tokens.weight"})  # no base
     assert any(k.startswith("optim.state.layers.0.mlp.down_proj.lora_B") for k in keys)
 
 
@@ -146,6 +149,8 @@ def test_peft_loads_the_adapter_with_our_logits(runs):
         with theirs.disable_adapter():
             plain = base(input_ids=tokens).logits
     assert (b - plain).abs().max() > 1e-3  # the adapters changed the model
+    adapter = _safetensors(runs["resumed"] / "model/adapter_model.safetensors")
+    assert "base_model.model.model.embed_tokens.weight" in adapter
     torch.testing.assert_close(a, b, atol=1e-5 * b.abs().max().item(), rtol=1e-5)
 
 

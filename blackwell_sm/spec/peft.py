@@ -6,9 +6,12 @@ is a PEFT adapter folder (docs/lora.md).
 
 from __future__ import annotations
 
-from typing import Literal, Self
+from typing import TYPE_CHECKING, Literal, Self
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+if TYPE_CHECKING:
+    from blackwell_sm.spec.model import ModelSpec
 
 from blackwell_sm.spec.types import Bool, KeyedValueError, NonNegFloat, PosFloat, PosInt
 
@@ -105,11 +108,29 @@ def check_peft_precision(peft: PeftSpec | None, precision: str) -> None:
         )
 
 
-def check_peft_model(peft: PeftSpec | None, tie_embeddings: bool) -> None:
-    """A tied model has no lm_head of its own: its embedding is the head."""
-    if peft is not None and tie_embeddings and "lm_head" in peft.modules_to_save:
+def check_peft_model(peft: PeftSpec | None, model: ModelSpec) -> None:
+    """What `peft` needs of the model: an lm_head of its own to train it in full (a tied model's
+    head is its embedding), and a rank below every adapted linear's widths (a low-rank update;
+    the checkpointing policy tells adapter matmuls from the base's by that width)."""
+    if peft is None:
+        return
+    if model.tie_embeddings and "lm_head" in peft.modules_to_save:
         raise KeyedValueError(
             "lm_head is tied to embed_tokens in this model: list embed_tokens instead; "
             "allowed: embed_tokens",
             key="training.peft.modules_to_save",
+        )
+    from blackwell_sm.spec import arch
+
+    widths = [
+        w
+        for lin in arch.block_linears(model)
+        if lin.name.split(".")[1] in peft.target_modules
+        for w in (lin.in_features, lin.out_features)
+    ]
+    if peft.rank >= min(widths):
+        raise KeyedValueError(
+            f"rank {peft.rank} is not below the adapted linears' smallest width {min(widths)}; "
+            f"allowed: 1..{min(widths) - 1}",
+            key="training.peft.rank",
         )

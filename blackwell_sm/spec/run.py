@@ -89,7 +89,7 @@ class RunSpec(BaseModel):
 
     @model_validator(mode="after")
     def _seq_fits_model(self) -> RunSpec:
-        check_peft_model(self.training.peft, self.model.tie_embeddings)
+        check_peft_model(self.training.peft, self.model)
         if self.training.seq_len > self.model.max_seq_len:
             raise KeyedValueError(
                 f"{self.training.seq_len} exceeds the model's max_seq_len "

@@ -205,6 +205,14 @@ class Trainer:
             f"{self.tr.loss_impl}, {self.total_steps} steps",
             is_main=env.is_main,
         )
+        if self.tr.peft is not None:
+            n_train = sum(p.numel() for p in self.model.parameters() if p.requires_grad)
+            log(
+                f"LoRA r {self.tr.peft.rank} on {', '.join(self.tr.peft.target_modules)}: "
+                f"{n_train:,} trainable parameters ({100 * n_train / spec.n_params:.2f} %), "
+                "the base frozen in bf16",
+                is_main=env.is_main,
+            )
         start, resumed_from = 0, None
         say = lambda m: log(m.removeprefix("[bsm] "), is_main=env.is_main)  # noqa: E731
         # Past a complete checkpoint that fails to load, to the previous one (checkpoint.py).

@@ -44,32 +44,23 @@ class LoraLinear(nn.Linear):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         out = F.linear(x, self.weight, self.bias)
-        _SCOPE.append(self.lora_A.out_features)  # the checkpoint policy's view (adapter_rank)
-        try:
-            delta = self.lora_B(self.lora_A(self.lora_dropout(x)))
-        finally:
-            _SCOPE.pop()
-        return out + delta * self.scaling
+        return out + self.lora_B(self.lora_A(self.lora_dropout(x))) * self.scaling
 
 
-_SCOPE: list[int] = []  # the rank of the adapter running now (a forward or its recompute)
-
-
-def adapter_rank() -> int | None:
-    """The rank of the adapter whose matmuls run now, or None outside adapters."""
-    return _SCOPE[-1] if _SCOPE else None
-
-
-def adapter_policy(args: tuple) -> object:
-    """Selective checkpointing inside an adapter: keep lora_A's output (rank wide: small, and
-    what lora_B's backward needs), recompute lora_B's (as wide as the base linear's output)."""
+def adapter_policy(args: tuple, rank: int) -> object | None:
+    """Selective checkpointing of a matmul `args` (mm's operands) under adapters of `rank`:
+    keep lora_A's output (rank wide: small, and what lora_B's backward needs), recompute
+    lora_B's (as wide as the base linear's output); None for a base matmul. Told apart by shape
+    alone (so compiled graphs see the same): the spec keeps the rank below every adapted width."""
     from torch.utils.checkpoint import CheckpointPolicy
 
-    rank = adapter_rank()
-    out_width = args[1].shape[-1] if len(args) > 1 else None
-    if out_width == rank:
+    if len(args) < 2 or not hasattr(args[0], "shape") or not hasattr(args[1], "shape"):
+        return None
+    if args[1].shape[-1] == rank:
         return CheckpointPolicy.MUST_SAVE
-    return CheckpointPolicy.PREFER_RECOMPUTE
+    if args[0].shape[-1] == rank:
+        return CheckpointPolicy.PREFER_RECOMPUTE
+    return None
 
 
 def adapter_layers(model: nn.Module) -> dict[str, LoraLinear]:
