@@ -64,7 +64,8 @@ class PeftSpec(BaseModel):
         None,
         min_length=1,
         max_length=1024,
-        description="A PEFT adapter folder (adapter_config.json + adapter_model.safetensors) to "
+        description="A PEFT adapter folder, 1-1024 characters (adapter_config.json + "
+        "adapter_model.safetensors), to "
         "continue training from (its rank, alpha, targets must equal these); on resume a "
         "newer checkpoint wins.",
     )

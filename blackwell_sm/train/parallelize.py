@@ -32,11 +32,11 @@ def apply_plan(model: Transformer, plan: Plan, mesh, cp: CpGroup | None = None) 
             f"the plan has cp_degree {cfg.cp_degree}; got a group of {cp.degree if cp else 1}"
         )
     model.loss_impl = plan.spec.training.loss_impl
-    if plan.spec.training.peft is not None:  # adapters first: FSDP shards them with the base
+    model.set_context_parallel(cp)
+    if plan.spec.training.peft is not None:  # before FSDP: it shards them with the base
         from blackwell_sm.train.lora import apply_lora
 
         apply_lora(model, plan.spec.training.peft)
-    model.set_context_parallel(cp)
     convert_precision(model, cfg.precision)
     apply_activation_checkpointing(model, cfg.activation_checkpointing)
     if cfg.compile:
