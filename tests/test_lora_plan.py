@@ -163,3 +163,26 @@ def test_the_trace_builds_the_lora_model_and_agrees():
     traced = {r.term: r.traced_gib for r in check.rows}
     assert traced["grads_fp32"] < 0.01 and traced["optimizer_states"] < 0.01  # adapters only
     assert abs(check.error) < 0.05, check.error
+
+
+def test_a_lora_job_request_and_a_local_adapter_refused_at_submit():
+    from aws_support import plan_for, spec_dict
+
+    from blackwell_sm.job.request import build_job_request
+    from blackwell_sm.job.validate import validate_request
+
+    d = spec_dict("llama-3.1-8b")
+    d["training"] = {
+        "task": "finetune",
+        "seq_len": 8192,
+        "total_steps": 100,
+        "init_from": "s3://bsm-test-bucket/models/Llama-3.1-8B/",
+        "peft": {"rank": 16},
+    }
+    spec = parse_spec(d)
+    validate_request(build_job_request(spec, plan_for(spec)).request)
+    d["training"]["peft"]["init_adapter"] = "/data/adapter"
+    spec = parse_spec(d)
+    with pytest.raises(SpecError) as e:
+        build_job_request(spec, plan_for(spec))
+    assert e.value.field == "training.peft.init_adapter" and "run-local" in (e.value.hint or "")

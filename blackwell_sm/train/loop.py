@@ -215,10 +215,10 @@ class Trainer:
             )
         start, resumed_from = 0, None
         say = lambda m: log(m.removeprefix("[bsm] "), is_main=env.is_main)  # noqa: E731
-        # Past a complete checkpoint that fails to load, to the previous one (checkpoint.py).
         peft = self.tr.peft
         if peft is not None and self.tr.init_from:  # the frozen base is in no checkpoint
             self._init_from()
+        # Past a complete checkpoint that fails to load, to the previous one (checkpoint.py).
         found = self.ckpt.resume(self.model, self.optimizer, log=say)
         if found is not None:
             start = resumed_from = found[0]
