@@ -33,7 +33,7 @@ class LoraShape(NamedTuple):
     dropout: bool
     n_targets: int  # adapted linears per block
     target_in: int  # the adapted linears' input widths, summed (dropout's saves)
-    last_width: int  # in + 2 x out of the block's last adapted linear (backward's first)
+    last_in: int  # the input width of the block's last adapted linear (backward's first)
     block_params: int  # adapter parameters per block
     root_trainable: int  # parameters outside the blocks trained in full (modules_to_save)
     head_trainable: bool  # the output head's weight gets a gradient (lm_head, or tied embedding)
@@ -60,7 +60,7 @@ def lora_shape(model: ModelSpec, peft: PeftSpec) -> LoraShape:
         dropout=peft.dropout > 0,
         n_targets=len(lins),
         target_in=sum(lin.in_features for lin in lins),
-        last_width=lins[-1].in_features + 2 * lins[-1].out_features,
+        last_in=lins[-1].in_features,
         block_params=sum(peft.rank * (lin.in_features + lin.out_features) for lin in lins),
         root_trainable=root,
         head_trainable=head in peft.modules_to_save,
@@ -104,10 +104,9 @@ def recompute_bytes_per_token(lora: LoraShape, dtype_bytes: int = 2) -> float:
 
 def backward_work_bytes_per_token(lora: LoraShape, dtype_bytes: int = 2) -> float:
     """What an adapter's backward adds to the block's backward working set, per token (traced:
-    the peak moves to the backward of the block's last adapted linear): the incoming gradient
-    scaled by alpha / r and its copy for lora_B's weight gradient (2 x out wide), and the
-    adapter's input gradient before it joins the frozen linear's (in wide)."""
-    return float(lora.last_width * dtype_bytes)
+    the peak moves to the backward of the block's last adapted linear): the adapter's input
+    gradient, alive beside the frozen linear's until the two are summed (in wide)."""
+    return float(lora.last_in * dtype_bytes)
 
 
 def linear_flops_per_param(lora: LoraShape | None) -> float:
