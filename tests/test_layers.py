@@ -25,7 +25,7 @@ PKG = "blackwell_sm"
 # Third-party packages by role. Client code never imports the training stack; container code never
 # imports the AWS stack; heavy client imports wait inside the functions that need them, so
 # `bsm --help` stays instant.
-TRAINING_STACK = frozenset({"torch", "torchao", "safetensors"})
+TRAINING_STACK = frozenset({"torch", "torchao", "safetensors", "peft"})
 AWS_STACK = frozenset({"boto3", "botocore", "sagemaker"})
 HEAVY = frozenset({"boto3", "botocore", "sagemaker", "matplotlib", "transformers", "tokenizers"})
 

@@ -230,3 +230,40 @@ def recording_worker(plan_json: str, opt_ml: str, stop_after: int | None = None)
     with _stdout_to_file(opt_ml):
         loop.train(Plan.from_json(plan_json), Path(opt_ml))
     Path(opt_ml, f"positions-rank{os.environ['RANK']}.json").write_text(json.dumps(seen))
+
+
+def lora_jobs_worker(jobs: list[tuple[str, str, int | None]], ports: list[int]) -> None:
+    """`train_many_worker` for (plan JSON, /opt/ml dir, stop after step or None) runs; with a
+    stop, rank 0 receives SIGTERM during that step (as `sigterm_worker`). After each run the
+    frozen parameters as the trained model holds them go to OPT_ML/frozen-after.pt (rank 0)."""
+    import signal
+
+    import torch
+
+    from blackwell_sm.train import loop
+
+    original_run, original_step = loop.Trainer.run, loop.Trainer.train_step
+    stop: list[int | None] = [None]
+
+    def train_step(self, step: int):
+        if stop[0] is not None and self.env.rank == 0 and step + 1 == stop[0]:
+            os.kill(os.getpid(), signal.SIGTERM)
+        return original_step(self, step)
+
+    def run(self):
+        summary = original_run(self)
+        frozen = {}
+        for name, p in self.model.named_parameters():
+            if not p.requires_grad:
+                full = p.full_tensor() if hasattr(p, "full_tensor") else p
+                frozen[name] = full.detach().cpu().clone()
+        if self.env.is_main:
+            torch.save(frozen, self.paths.root / "frozen-after.pt")
+        return summary
+
+    loop.Trainer.train_step, loop.Trainer.run = train_step, run
+    for (plan_json, opt_ml, stop_after), port in zip(jobs, ports, strict=True):
+        os.environ["MASTER_PORT"] = str(port)
+        stop[0] = stop_after
+        with _stdout_to_file(opt_ml):
+            loop.train(Plan.from_json(plan_json), Path(opt_ml))

@@ -39,6 +39,14 @@ def check_plan_matches(spec: RunSpec, plan: Plan) -> None:
 def check_init_from(spec: RunSpec, job: JobSpec) -> str | None:
     """The S3 URI of `training.init_from` for the `init` channel, or None when it is unset."""
     init = spec.training.init_from
+    peft = spec.training.peft
+    if peft is not None and peft.init_adapter is not None:
+        raise SpecError(
+            f"training.peft.init_adapter is a local folder ({peft.init_adapter}); a SageMaker "
+            "job cannot read it (an adapter from S3 is not supported yet)",
+            field="training.peft.init_adapter",
+            hint="continue it with bsm run-local, or unset init_adapter",
+        )
     if init is None:
         return None
     if not init.startswith("s3://"):

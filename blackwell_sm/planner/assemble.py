@@ -9,6 +9,7 @@ from blackwell_sm.planner import calibration as C
 from blackwell_sm.planner.alternatives import to_config
 from blackwell_sm.planner.checkpoint_size import checkpoint_size
 from blackwell_sm.planner.jobs import job_count, job_notes
+from blackwell_sm.planner.lora import lora_shape
 from blackwell_sm.planner.memory import GIB, MemoryTerms
 from blackwell_sm.planner.notes import Note, warning
 from blackwell_sm.planner.plan import (
@@ -116,7 +117,10 @@ def assemble_plan(
                 f"compute.confirm_cost_usd ${comp.confirm_cost_usd:,.0f}: bsm submit asks first"
             )
             notes.append(warning("cost_confirm", text))
-    ck = checkpoint_size(model.n_params, c.shard_degree, inst.gpus_per_instance)
+    saved = model.n_params  # LoRA: a checkpoint holds the trained parameters only
+    if tr.peft is not None:
+        saved = lora_shape(model, tr.peft).trainable(model.n_layers)
+    ck = checkpoint_size(saved, c.shard_degree, inst.gpus_per_instance)
     return Plan(
         feasible=feasible,
         model=ModelRef(name=model.name, n_params=model.n_params),

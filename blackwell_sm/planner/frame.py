@@ -13,6 +13,7 @@ from blackwell_sm.errors import SpecError
 from blackwell_sm.hardware import InstanceType, get_instance
 from blackwell_sm.opt_ml import is_local_run
 from blackwell_sm.planner import calibration as C
+from blackwell_sm.planner.lora import with_peft
 from blackwell_sm.planner.notes import Note, warning
 from blackwell_sm.planner.plan import CalibrationRef
 from blackwell_sm.planner.shape import Shape, shape
@@ -202,7 +203,7 @@ def context(
             )
         )
     ctx = Context(
-        shape(model),
+        with_peft(shape(model), tr.peft),
         inst,
         tr.seq_len,
         tr.global_batch_sequences,

@@ -15,6 +15,7 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from blackwell_sm.planner import calibration as C
+from blackwell_sm.planner import lora
 from blackwell_sm.planner.shape import Shape
 from blackwell_sm.spec import arch, long_context
 
@@ -34,7 +35,10 @@ def root_params(model: Shape) -> int:
 
 
 def state_bytes(model: Shape, shard_degree: int) -> tuple[float, float, float]:
-    """(fp32 master params, fp32 grads, AdamW exp_avg + exp_avg_sq) per GPU, sharded N ways."""
+    """(fp32 master params, fp32 grads, AdamW exp_avg + exp_avg_sq) per GPU, sharded N ways
+    (with LoRA: the frozen base in bf16, state for the trainable parameters only)."""
+    if model.lora is not None:
+        return lora.state_bytes(model, model.lora, shard_degree)
     p = model.n_params / shard_degree
     return p * C.MASTER_PARAM_BYTES, p * C.GRAD_BYTES, p * C.ADAM_STATE_BYTES
 
@@ -46,6 +50,7 @@ def gathered_param_bytes(model: Shape, precision: str, reshard_after_forward: bo
     prefetch, or every block when kept gathered between forward and backward."""
     lin = block_linear_params(model)
     block = lin * C.GATHER_BYTES[precision] + (model.params_per_layer - lin) * 2
+    block += model.lora.block_params * 2 if model.lora is not None else 0  # the adapters
     n_blocks = min(
         C.LIVE_GATHERED_BLOCKS if reshard_after_forward else model.n_layers, model.n_layers
     )
@@ -54,7 +59,9 @@ def gathered_param_bytes(model: Shape, precision: str, reshard_after_forward: bo
 
 def head_grad_bytes(model: Shape) -> float:
     """The head's bf16 gradient (the embedding's, when tied): made in the loss's backward, alive
-    through the whole backward (the root unit reduce-scatters it last)."""
+    through the whole backward (the root unit reduce-scatters it last); none when frozen."""
+    if model.lora is not None and not model.lora.head_trainable:
+        return 0.0
     return float(model.vocab_size * model.d_model * 2)
 
 
@@ -64,7 +71,8 @@ def grad_transient_bytes(model: Shape, block_saved: float = 0.0) -> float:
     block's reduce-scatter in flight, beyond the `block_saved` activations that block's
     backward has freed (the peak is then the next block's recompute; with more saved per block
     than its gradients, the last block's recompute, before any block gradient exists)."""
-    block = model.params_per_layer * C.BLOCK_GRAD_BYTES
+    trained = model.params_per_layer if model.lora is None else model.lora.block_params
+    block = trained * C.BLOCK_GRAD_BYTES
     return head_grad_bytes(model) + max(0.0, block - block_saved)
 
 
@@ -82,7 +90,9 @@ def activation_bytes_per_block(
 ) -> float:
     """Bytes one block keeps for backward between its forward and its backward
     (`arch.block_saved_bytes_per_token` x tokens: the description says what each mode keeps)."""
-    per_tok = arch.block_saved_bytes_per_token(model.spec, mode, dtype_bytes, fused_norm)
+    per_tok: float = arch.block_saved_bytes_per_token(model.spec, mode, dtype_bytes, fused_norm)
+    if model.lora is not None:
+        per_tok += lora.saved_bytes_per_token(model.lora, mode, dtype_bytes)
     return float(micro_batch * seq_len * per_tok)
 
 
@@ -140,6 +150,8 @@ def activation_bytes(
     )
     tokens = micro_batch * seq_len
     work: float = tokens * dtype_bytes * (model.ffn_dim + model.d_model)
+    if model.lora is not None:
+        work += tokens * lora.backward_work_bytes_per_token(model.lora, dtype_bytes)
     if mode != "none":
         none = activation_bytes_per_block(
             model, micro_batch, seq_len, "none", dtype_bytes, fused_norm=fused_norm
@@ -348,7 +360,8 @@ def phase_terms(
     gt = grad_transient_bytes(model, per_block)
     acc = grads if grad_accum > 1 else 0.0  # earlier micro-batches' sharded gradients
     # Backward's end (the first block's recompute): every block's sharded gradient but the root's.
-    late = grads if grad_accum > 1 else grads - root_params(model) * C.GRAD_BYTES / shard_degree
+    root_trained = root_params(model) if model.lora is None else model.lora.root_trainable
+    late = grads if grad_accum > 1 else grads - root_trained * C.GRAD_BYTES / shard_degree
     late = 0.0 if offload else late
     phases = {  # (sharded grads, gathered, unsharded grads, activations, loss)
         "loss": (acc, root + min(n1, L) * block, head_grad_bytes(model), saved, logits),

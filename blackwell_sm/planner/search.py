@@ -260,7 +260,9 @@ def space(ctx: Context, count: int, pins: Pins) -> Space:
     if pins.offload is not None:
         offloads: tuple[bool, ...] = (pins.offload,)
     else:
-        offloads = (False, True) if offloadable(inst) else (False,)
+        # LoRA's adapter state is small: the lever (and its model) is a full fine-tune's
+        lean = offloadable(inst) and ctx.model.lora is None
+        offloads = (False, True) if lean else (False,)
     return Space(layouts, modes, compiles, reshards, offloads)
 
 
@@ -317,6 +319,8 @@ def precisions_for(ctx: Context, pins: Pins) -> tuple[str, ...]:
     """The precisions searched: the pinned one, else every one the GPU supports."""
     if pins.precision:
         return (pins.precision,)
+    if ctx.model.lora is not None:  # LoRA adapters run on bf16 linears (spec/peft.py)
+        return ("bf16",)
     return tuple(p for p in PRECISIONS if ctx.instance.gpu.supports(p))
 
 

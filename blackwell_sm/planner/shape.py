@@ -7,6 +7,7 @@ from __future__ import annotations
 from functools import lru_cache
 from typing import NamedTuple
 
+from blackwell_sm.planner.lora import LoraShape
 from blackwell_sm.spec import ModelSpec, arch
 
 
@@ -24,6 +25,7 @@ class Shape(NamedTuple):
     n_matmul_params: int
     linear_params: int  # one block's linears (weights and biases), arch.block_linear_params
     spec: ModelSpec  # the description everything above comes from
+    lora: LoraShape | None = None  # training.peft's adapters (planner/lora.py `with_peft`)
 
 
 @lru_cache(maxsize=256)

@@ -10,6 +10,7 @@ from typing import NamedTuple
 
 from blackwell_sm.hardware import InstanceType
 from blackwell_sm.planner import calibration as C
+from blackwell_sm.planner import lora
 from blackwell_sm.planner.memory import root_params
 from blackwell_sm.planner.shape import Shape
 from blackwell_sm.spec import arch, long_context
@@ -69,8 +70,12 @@ def compute_terms_per_token(
     lin_params = model.n_layers * model.linear_params
     head_params = model.n_matmul_params - model.n_layers * model.params_per_layer
     rec_lin, rec_attn = recompute_flops_per_token(model, seq_len, mode)
-    t_lin = 6.0 * lin_params / (lowp_peak * eff_lin)
+    # LoRA (planner/lora.py): no weight gradient for frozen linears; the adapters' own FLOPs.
+    lin_flops = lora.linear_flops_per_param(model.lora) * lin_params
+    t_lin = (lin_flops + lora.adapter_flops_per_token(model)) / (lowp_peak * eff_lin)
     head_flops = 8.0 if loss_impl == "chunked" else 6.0
+    if model.lora is not None and not model.lora.head_trainable:
+        head_flops -= 2.0  # no gradient for the frozen head's weight
     t_head = head_flops * head_params / (bf16_peak * eff_bf16)  # the output head stays bf16
     frac = 1.0 if packed else C.ATTENTION_CAUSAL_FRACTION
     attn = 12.0 * model.n_layers * model.spec.q_dim * seq_len * frac
@@ -137,12 +142,20 @@ def context_parallel_comm_s(
     return model.n_layers * (2 if mode == "none" else 3) * kv / bw
 
 
+def _trained(model: Shape) -> int:
+    """Parameters with gradients and optimizer state: all, or with LoRA the adapters (and
+    the modules trained in full)."""
+    if model.lora is None:
+        return model.n_params
+    return model.lora.trainable(model.n_layers)
+
+
 def optimizer_time(
     model: Shape, instance: InstanceType, shard_degree: int, constants: C.Constants | None = None
 ) -> float:
     """Seconds of the AdamW step and grad-norm on each GPU's shard (HBM-bound)."""
     k = constants or C.constants_for(instance.gpu.name)
-    bytes_opt = model.n_params / shard_degree * C.OPTIMIZER_BYTES_PER_PARAM
+    bytes_opt = _trained(model) / shard_degree * C.OPTIMIZER_BYTES_PER_PARAM
     return bytes_opt / (instance.gpu.hbm_tb_s * 1e12 * k.hbm_efficiency)
 
 
@@ -174,15 +187,18 @@ def comm_per_micro_batch(
         bw = link_bandwidth(instance, n > gpn, k)
         lin = model.n_layers * model.linear_params
         gather = lin * C.GATHER_BYTES[precision] + (model.n_params - lin) * 2
+        if model.lora is not None:  # the adapters, gathered with their block
+            gather += 2 * model.n_layers * model.lora.block_params
         frac = (n - 1) / n
         t_ag = (2 if reshard_after_forward else 1) * frac * gather / bw
-        t_rs = frac * model.n_params * 4 / bw
+        t_rs = frac * _trained(model) * 4 / bw  # gradients of trained parameters only
         root = root_params(model)
-        t_first = frac * (root * 2 + model.params_per_layer * 2 + root * 4) / bw
+        root_grads = root if model.lora is None else model.lora.root_trainable
+        t_first = frac * (root * 2 + model.params_per_layer * 2 + root_grads * 4) / bw
     t_ar = 0.0
     if r > 1:
         bw = link_bandwidth(instance, n * r > gpn, k)
-        t_ar = 2 * (r - 1) / r * model.n_params * 4 / n / bw
+        t_ar = 2 * (r - 1) / r * _trained(model) * 4 / n / bw
     return Comm(t_ag + t_rs + t_ar, t_first)
 
 

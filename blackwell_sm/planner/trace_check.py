@@ -15,6 +15,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from blackwell_sm.planner import memory
+from blackwell_sm.planner.lora import with_peft
 from blackwell_sm.planner.memory import GIB
 from blackwell_sm.planner.plan import Plan
 from blackwell_sm.planner.shape import shape
@@ -91,7 +92,7 @@ def predicted_terms(plan: Plan, precision: str = "bf16", form: str = "cpu") -> d
     kind = "cuda" if form == "gpu" else "cpu"
     c, spec = plan.config, plan.spec
     phases = memory.phase_terms(
-        shape(spec.model),
+        with_peft(shape(spec.model), spec.training.peft),
         shard_degree=c.shard_degree,
         replicate_degree=c.replicate_degree,
         micro_batch=c.micro_batch_size,

@@ -15,6 +15,7 @@ from blackwell_sm.hardware import CATALOG, GpuSpec, InstanceType, get_instance, 
 from blackwell_sm.opt_ml import is_local_run
 from blackwell_sm.planner import calibration as C
 from blackwell_sm.planner.fit import Row
+from blackwell_sm.planner.lora import with_peft
 from blackwell_sm.planner.plan import Plan
 from blackwell_sm.planner.profile import ProfileSource
 from blackwell_sm.planner.search import Candidate, Context
@@ -198,7 +199,7 @@ def plan_row(run: RunFiles) -> Row:
     # PlanConfig holds Candidate's knobs by the same names, and seq_len
     cand = Candidate(plan.instance.count, **cfg.model_dump(exclude={"seq_len"}))
     ctx = Context(
-        shape(plan.spec.model),
+        with_peft(shape(plan.spec.model), plan.spec.training.peft),
         inst,
         cfg.seq_len,
         cand.global_batch_seqs,

@@ -21,6 +21,7 @@ from blackwell_sm.spec.compute import ComputeSpec
 from blackwell_sm.spec.defaults import model_context
 from blackwell_sm.spec.job import JobSpec
 from blackwell_sm.spec.model import ModelSpec
+from blackwell_sm.spec.peft import check_peft_model
 from blackwell_sm.spec.presets import PRESETS, get_preset
 from blackwell_sm.spec.suggest import UnknownNameError, did_you_mean
 from blackwell_sm.spec.training import TrainingSpec
@@ -89,6 +90,7 @@ class RunSpec(BaseModel):
 
     @model_validator(mode="after")
     def _seq_fits_model(self) -> RunSpec:
+        check_peft_model(self.training.peft, self.model)
         if self.training.seq_len > self.model.max_seq_len:
             raise KeyedValueError(
                 f"{self.training.seq_len} exceeds the model's max_seq_len "

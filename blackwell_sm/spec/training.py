@@ -8,6 +8,7 @@ from typing import Literal, Self
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator, model_validator
 
 from blackwell_sm.spec.defaults import adjust_default, model_max_seq_len, was_set
+from blackwell_sm.spec.peft import PeftSpec, check_peft_offload, check_peft_precision
 from blackwell_sm.spec.trackers import MlflowSpec, Tracker, WandbSpec, check_trackers
 from blackwell_sm.spec.types import (
     FLOAT64_EXACT,
@@ -247,6 +248,11 @@ class TrainingSpec(_Strict):
             raise ValueError("expected a folder or an s3:// URI")
         return v
 
+    peft: PeftSpec | None = Field(
+        None,
+        description="Parameter-efficient fine-tuning (LoRA adapters on the frozen base; "
+        "docs/lora.md); null: every parameter is trained.",
+    )
     pins: PlannerPins = Field(
         default_factory=PlannerPins, description="Planner knobs fixed by the user (none: searched)."
     )
@@ -264,6 +270,8 @@ class TrainingSpec(_Strict):
     @model_validator(mode="after")
     def _one_of_each(self) -> Self:
         check_trackers(self.report_to, self.mlflow, self.wandb)
+        check_peft_precision(self.peft, self.precision)
+        check_peft_offload(self.peft, self.pins.offload)
         limit = model_max_seq_len()  # the model's context, while a RunSpec validates this
         if limit is not None and self.seq_len > limit and not was_set(self, "seq_len"):
             adjust_default(

@@ -132,7 +132,7 @@ class Checkpointer:
     def _state(model: nn.Module, optimizer: torch.optim.Optimizer, step: int) -> dict[str, Any]:
         from torch.distributed.checkpoint.state_dict import get_state_dict
 
-        model_sd, optim_sd = get_state_dict(model, optimizer)
+        model_sd, optim_sd = get_state_dict(model, optimizer, options=_options(model))
         return {"model": model_sd, "optim": optim_sd, "train": {"step": torch.tensor(step)}}
 
     # -- save --------------------------------------------------------------------------------
@@ -356,12 +356,28 @@ class Checkpointer:
         state = self._state(model, optimizer, 0)
         dcp.load(state, checkpoint_id=str(path))
         set_state_dict(
-            model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"]
+            model,
+            optimizer,
+            model_state_dict=state["model"],
+            optim_state_dict=state["optim"],
+            options=_options(model),
         )
         rng = path / "rng" / f"rank-{self.env.rank:05d}.pt"
         if rng.exists():  # absent when resuming on a different world size
             _set_rng_state(torch.load(rng, weights_only=False))
         return int(state["train"]["step"])
+
+
+def _options(model: nn.Module) -> Any:
+    """DCP's state-dict options: with frozen base weights (LoRA, train/lora.py) the checkpoint
+    holds the trainable parameters and their optimizer state only."""
+    from torch.distributed.checkpoint.state_dict import StateDictOptions
+
+    from blackwell_sm.train.lora import trainable_only
+
+    if trainable_only(model):
+        return StateDictOptions(ignore_frozen_params=True, strict=False)
+    return None
 
 
 def _now() -> float:

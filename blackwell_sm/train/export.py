@@ -1,4 +1,5 @@
 """Export the trained model as its family's Hugging Face safetensors + config.json (DIR/model/).
+A LoRA model's adapters are merged into its weights here (its PEFT adapter: train/peft_adapter.py).
 
 The class, config and key names come from the architecture description (`spec.hf.to_hf_config`,
 `arch.hf_key`): a model that came in as Qwen3 leaves as Qwen3.
@@ -73,7 +74,11 @@ def export_model(
     from safetensors.torch import save_file
     from torch.distributed.tensor import DTensor
 
-    params = list(model.named_parameters())
+    from blackwell_sm.train.lora import is_adapter, merged_deltas
+
+    # With LoRA adapters (train/lora.py) each adapted weight leaves merged: W + B A x alpha / r.
+    deltas = merged_deltas(model)
+    params = [(n, p) for n, p in model.named_parameters() if not is_adapter(n)]
     itemsize = torch.tensor([], dtype=dtype).element_size()
     # Plan the files from shapes alone so every file name is known before any gather.
     groups: list[list[int]] = [[]]
@@ -101,6 +106,9 @@ def export_model(
         for i in idx:
             name, p = params[i]
             full = p.full_tensor() if isinstance(p, DTensor) else p
+            delta = deltas[name]() if name in deltas else None  # collective, every rank
+            if delta is not None:
+                full = full.detach().float() + delta
             if is_main:
                 # copy_ into a plain tensor also unwraps fp8/MX weight wrapper subclasses.
                 t = torch.empty(full.shape, dtype=dtype, device="cpu")

@@ -55,8 +55,11 @@ def load_hf_weights(model: nn.Module, spec: ModelSpec, folder: Path) -> int:
     number of tensors loaded. Refuses a mismatch before reading any tensor."""
     from safetensors import safe_open
 
+    from blackwell_sm.train.lora import is_adapter
+
     where = check_checkpoint(spec, folder)
-    params = dict(model.named_parameters())
+    # LoRA adapters (train/lora.py) are not in a base checkpoint: they start as PEFT's.
+    params = {n: p for n, p in model.named_parameters() if not is_adapter(n)}
     by_file: dict[Path, list[str]] = {}
     for name in params:
         by_file.setdefault(where[arch.hf_key(name)], []).append(name)

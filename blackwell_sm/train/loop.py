@@ -207,20 +207,32 @@ class Trainer:
             f"{self.tr.loss_impl}, {self.total_steps} steps",
             is_main=env.is_main,
         )
+        if self.tr.peft is not None:
+            n_train = sum(p.numel() for p in self.model.parameters() if p.requires_grad)
+            log(
+                f"LoRA r {self.tr.peft.rank} on {', '.join(self.tr.peft.target_modules)}: "
+                f"{n_train:,} trainable parameters ({100 * n_train / spec.n_params:.2f} %), "
+                "the base frozen in bf16",
+                is_main=env.is_main,
+            )
         start, resumed_from = 0, None
         say = lambda m: log(m.removeprefix("[bsm] "), is_main=env.is_main)  # noqa: E731
+        peft = self.tr.peft
+        if peft is not None and self.tr.init_from:  # the frozen base is in no checkpoint
+            self._init_from()
         # Past a complete checkpoint that fails to load, to the previous one (checkpoint.py).
         found = self.ckpt.resume(self.model, self.optimizer, log=say)
         if found is not None:
             start = resumed_from = found[0]
             newer = f" (newer than init_from {self.tr.init_from})" if self.tr.init_from else ""
             log(f"resumed from {found[1].name} at step {start}{newer}", is_main=env.is_main)
-        elif self.tr.init_from:
-            from blackwell_sm.train.hf_import import init_path, load_hf_weights
+        elif self.tr.init_from and peft is None:
+            self._init_from()
+        if found is None and peft is not None and peft.init_adapter:
+            from blackwell_sm.train.peft_adapter import load_adapter
 
-            folder = init_path(self.tr.init_from, self.paths.channel("init"))
-            n = load_hf_weights(self.model, spec, folder)
-            log(f"initialised {n} tensors from {folder}", is_main=env.is_main)
+            n = load_adapter(self.model, peft, Path(peft.init_adapter).expanduser())
+            log(f"adapters: {n} tensors from {peft.init_adapter}", is_main=env.is_main)
         resumed = found[1].name if found else None
         self.metrics.start(
             start, resumed_from=resumed_from, checkpoint=resumed, world_size=env.world_size
@@ -290,27 +302,59 @@ class Trainer:
             self.metrics.saved(step, self.ckpt.save(self.model, self.optimizer, step))
         self.ckpt.wait()
         if status == "completed" and self.tr.export_model:
-            from blackwell_sm.train.export import export_dtype, export_model
-
-            source = None
-            if self.tr.init_from:
-                from blackwell_sm.train.hf_import import init_path
-
-                source = init_path(self.tr.init_from, self.paths.channel("init"))
-            export_model(
-                self.model,
-                spec,
-                self.paths.model,
-                is_main=env.is_main,
-                dtype=export_dtype(spec, self.tr.export_dtype),
-                source=source,
-                tokenizer=getattr(self.train_data, "tokenizer_dir", None),
-            )
-            log(f"exported the model to {self.paths.model}", is_main=env.is_main)
+            self._export()
         summary = self.metrics.summary(status=status, final_step=step, resumed_from=resumed_from)
         if env.is_main:
             self.metrics.write_summary(summary)
         return summary
+
+    def _init_from(self) -> None:
+        """Fill the model's (base) weights from `training.init_from`."""
+        from blackwell_sm.train.hf_import import init_path, load_hf_weights
+
+        assert self.tr.init_from is not None
+        folder = init_path(self.tr.init_from, self.paths.channel("init"))
+        n = load_hf_weights(self.model, self.plan.spec.model, folder)
+        log(f"initialised {n} tensors from {folder}", is_main=self.env.is_main)
+
+    def _export(self) -> None:
+        """The trained model in Hugging Face's layout (a LoRA run: its PEFT adapter, and the
+        merged weights under merged/ when `training.peft.export_merged`)."""
+        from blackwell_sm.train.export import export_dtype, export_model
+
+        spec, out, peft = self.plan.spec.model, self.paths.model, self.tr.peft
+        source = None
+        if self.tr.init_from:
+            from blackwell_sm.train.hf_import import init_path
+
+            source = init_path(self.tr.init_from, self.paths.channel("init"))
+        if peft is not None:
+            from blackwell_sm.spec import arch
+            from blackwell_sm.train.peft_adapter import export_adapter
+
+            hf_class = arch.FAMILIES[spec.family].hf_class
+            export_adapter(
+                self.model,
+                peft,
+                out,
+                is_main=self.env.is_main,
+                base=self.tr.init_from,
+                hf_class=hf_class,
+            )
+            log(f"exported the LoRA adapter (PEFT) to {out}", is_main=self.env.is_main)
+            if not peft.export_merged:
+                return
+            out = out / "merged"
+        export_model(
+            self.model,
+            spec,
+            out,
+            is_main=self.env.is_main,
+            dtype=export_dtype(spec, self.tr.export_dtype),
+            source=source,
+            tokenizer=getattr(self.train_data, "tokenizer_dir", None),
+        )
+        log(f"exported the model to {out}", is_main=self.env.is_main)
 
 
 def train(plan: Plan, opt_ml: Path) -> Summary:

@@ -1,5 +1,5 @@
-"""Apply a plan to a meta-device model: loss and context parallelism → precision → activation
-checkpointing → compile → FSDP2.
+"""Apply a plan to a meta-device model: loss and context parallelism → LoRA adapters (with
+`training.peft`, train/lora.py) → precision → activation checkpointing → compile → FSDP2.
 
 The order matters and is the torchtitan order: low-precision linears are swapped in first (FSDP
 must shard the swapped modules' weights), checkpointing wraps each block's forward, compile sees
@@ -33,6 +33,10 @@ def apply_plan(model: Transformer, plan: Plan, mesh, cp: CpGroup | None = None) 
         )
     model.loss_impl = plan.spec.training.loss_impl
     model.set_context_parallel(cp)
+    if plan.spec.training.peft is not None:  # before FSDP: it shards them with the base
+        from blackwell_sm.train.lora import apply_lora
+
+        apply_lora(model, plan.spec.training.peft)
     convert_precision(model, cfg.precision)
     apply_activation_checkpointing(model, cfg.activation_checkpointing)
     if cfg.compile:
@@ -89,3 +93,7 @@ def materialize(model: nn.Module, device: torch.device, seed: int, *, init: bool
         model.init_weights(seed)
     else:
         model.init_rope()
+    if getattr(model, "lora", None) is not None:  # the adapters start as PEFT's, always
+        from blackwell_sm.train.lora import init_adapters
+
+        init_adapters(model, seed)

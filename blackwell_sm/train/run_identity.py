@@ -31,13 +31,16 @@ from blackwell_sm.planner.plan import Plan
 def run_identity(plan: Plan) -> dict[str, Any]:
     """The run part: what may not change between a run and its resumption."""
     tr, cfg = plan.spec.training, plan.config
-    return {
+    identity = {
         "model": plan.spec.model.model_dump(mode="json"),
         "seed": tr.seed,
         "seq_len": cfg.seq_len,
         "global_batch_sequences": cfg.global_batch_sequences,
         "data": {"source": tr.data.source, "train_channel": tr.data.train_channel},
     }
+    if tr.peft is not None:  # adapters of another shape (or a full fine-tune) do not resume
+        identity["peft"] = tr.peft.model_dump(mode="json", exclude={"init_adapter"})
+    return identity
 
 
 def _show(v: Any) -> str:
