@@ -15,8 +15,9 @@ from blackwell_sm.job.iam_calls import BUY_ACTIONS, CALLER_RESOURCES, COMMAND_CA
 from blackwell_sm.job.iam_trackers import tracker_statements
 from blackwell_sm.job.images import default_image_uri
 from blackwell_sm.job.names import JOB_NAME_PREFIX, name_stem
-from blackwell_sm.spec.aws_rules import ECR_IMAGE_RE
+from blackwell_sm.spec.aws_rules import ECR_IMAGE_RE, is_placeholder
 from blackwell_sm.spec.job import S3_URI_RE
+from blackwell_sm.spec.placeholders import spec_placeholders
 from blackwell_sm.spec.run import RunSpec
 
 __all__ = [
@@ -263,6 +264,22 @@ def job_role_policy(spec: RunSpec | None = None) -> dict[str, Any]:
     return _doc(*statements)
 
 
+def without_placeholders(doc: dict[str, Any]) -> dict[str, Any]:
+    """`doc` less every resource that is still a REPLACE-ME placeholder (and any statement
+    left without one): a spec's policy grants nothing on a bucket or role not yet named."""
+    kept = []
+    for st in doc["Statement"]:
+        res = st["Resource"]
+        if isinstance(res, str):
+            if not is_placeholder(res):
+                kept.append(st)
+            continue
+        left = [r for r in res if not is_placeholder(r)]
+        if left:
+            kept.append({**st, "Resource": left})
+    return {**doc, "Statement": kept}
+
+
 def trust_policy() -> dict[str, Any]:
     """The job role's trust policy: SageMaker may assume it."""
     return {
@@ -286,7 +303,10 @@ def iam_policies(spec: RunSpec | None = None) -> dict[str, Any]:
             "and region (bsm iam-policy SPEC.yaml derives them)"
         )
     else:
-        notes += [f"{p} is still a placeholder" for p in spec.job.placeholders()]
+        notes += [
+            f"{p} is still a placeholder: nothing is granted on it until it is set"
+            for p in spec_placeholders(spec)
+        ]
         if spec.job.region is None:
             notes.append("job.region is unset: ARNs use region '*'")
         repo, image = _ecr_repository(_Ctx(spec))
@@ -301,9 +321,13 @@ def iam_policies(spec: RunSpec | None = None) -> dict[str, Any]:
         "and by the SageMaker SDK's role validation (to_model_trainer); drop it if you use "
         "neither"
     )
+    with_job = spec if spec and spec.job else None
+    caller, role = caller_policy(with_job), job_role_policy(with_job)
+    if with_job is not None:  # a spec's placeholders are never granted (a template's are shown)
+        caller, role = without_placeholders(caller), without_placeholders(role)
     return {
-        "caller": caller_policy(spec if spec and spec.job else None),
-        "job_role": job_role_policy(spec if spec and spec.job else None),
+        "caller": caller,
+        "job_role": role,
         "job_role_trust": trust_policy(),
         "notes": notes,
     }
