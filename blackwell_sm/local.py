@@ -27,7 +27,7 @@ import socket
 import subprocess
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import IO, Any
 
@@ -265,6 +265,10 @@ def _stop_launcher(proc: subprocess.Popen[bytes]) -> None:
         proc.wait()
 
 
+def _warn(message: str) -> None:
+    print(f"warning: {message}", file=sys.stderr)
+
+
 def run_local(
     spec: RunSpec,
     *,
@@ -273,6 +277,7 @@ def run_local(
     channels: dict[str, Path] | None = None,
     fresh: bool = False,
     stdout: IO[str] | None = None,
+    notify: Callable[[str], None] | None = None,
 ) -> LocalRunResult:
     """Plan `spec` for this machine, lay out `out` like /opt/ml and run the real launcher there.
 
@@ -280,8 +285,14 @@ def run_local(
     with the launcher's failure reason. Ctrl-C, SIGTERM and SIGHUP stop the workers cleanly (they
     save) and wait for them; then Ctrl-C re-raises, a stop signal raises BsmError (exit 128 +
     the signal). The folder is locked for the run (`run_folder_lock`); a stale `output/failure`
-    is removed at the start.
+    is removed at the start. The data channels' manifests are checked against the spec and the
+    model first (`data/agree.py`: tokenizer, vocabulary, sequence length and count); what could
+    not be checked goes to `notify` (default: stderr, as `warning: ...`).
     """
+    from blackwell_sm.data.agree import check_local_channels
+
+    for line in check_local_channels(spec, channels or {}):  # before any worker starts
+        (notify or _warn)(line)
     plan_local(spec, nproc=nproc)  # memory does not depend on the peak: refuse before measuring
     out = out.resolve()
     with run_folder_lock(out) as lock_fd:

@@ -2,7 +2,8 @@
 
 Order matters, so that no failure leaves partial state that a job would use:
 1. plan and build the request (pure; a dry run stops here: no AWS call, nothing uploaded);
-2. refuse REPLACE-ME placeholders before any call;
+2. refuse REPLACE-ME placeholders before any call; then check each data channel's manifest
+   against the spec and the model (`aws/data_check.py`: one GET per channel);
 3. take this machine's lock on the spec's checkpoint prefix (`aws/one_job.py`), so that
    concurrent submits of one spec here take turns;
 4. reattach: a job with the spec's deterministic name and spec-hash tag is returned as is
@@ -144,6 +145,10 @@ def submit(
     from blackwell_sm.aws.session import AwsContext
 
     aws = aws or AwsContext(jr.region)
+    # The data against the spec and the model: manifests read from S3 (aws/data_check.py).
+    from blackwell_sm.aws.data_check import check_submit_data
+
+    check_submit_data(aws, rs, say)
     jr, infos = resolve_plan_names(aws, plans, jr, _rebuild(rs, plans, jr, new=new, run=run))
     from blackwell_sm.aws.one_job import checkpoint_lock
 

@@ -33,7 +33,6 @@ import numpy as np
 
 from blackwell_sm.errors import DataError
 
-FORMAT_NAME = "bsm-tokens-v1"
 MAGIC = b"BSMTOKS\0"
 VERSION = 1
 VERSION_FLAGS = 2
