@@ -20,12 +20,14 @@ from blackwell_sm.planner.pick import Choice
 from blackwell_sm.planner.plan import Alternative, ObjectivePick
 from blackwell_sm.planner.precision import lowp_ineligible
 from blackwell_sm.planner.search import (
+    Candidate,
     Context,
     Evaluation,
     Pins,
     fits_somewhere,
     min_memory,
     precisions_for,
+    steps_for,
     usable_bytes,
 )
 from blackwell_sm.planner.timing import deadline_notes, scale_notes
@@ -81,7 +83,8 @@ def explain(problem: Problem, choice: Choice) -> Explanation:
                 "batch_rounded",
                 f"global batch is {c.global_batch_seqs} sequences, not the "
                 f"{ctx.global_batch_seqs} asked: {c.world} GPUs x micro_batch_size "
-                f"{c.micro_batch_size} x grad_accum_steps {c.grad_accum_steps}",
+                f"{c.micro_batch_size} x grad_accum_steps {c.grad_accum_steps}"
+                + _epochs_kept(ctx, c),
             )
         )
     notes += memory_notes(choice, ctx, pins, problem.allowed)
@@ -91,6 +94,16 @@ def explain(problem: Problem, choice: Choice) -> Explanation:
         choice.evaluated, best, ctx, pins, count_auto=problem.count is None and not problem.local
     )
     return Explanation(notes, alts, other)
+
+
+def _epochs_kept(ctx: Context, c: Candidate) -> str:
+    """With training.epochs, how the steps follow the changed batch (the epochs stay true)."""
+    if ctx.epochs is None:
+        return ""
+    return (
+        f"; training.epochs {ctx.epochs:g} kept: {steps_for(ctx, c):,} steps of "
+        f"{c.global_batch_seqs} sequences"
+    )
 
 
 def memory_notes(choice: Choice, ctx: Context, pins: Pins, allowed: list[int]) -> list[Note]:
