@@ -33,7 +33,7 @@ from typing import IO, Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from blackwell_sm.errors import BsmError, InfeasiblePlanError, SpecError
+from blackwell_sm.errors import BsmError, InfeasiblePlanError, MissingExtraError, SpecError
 from blackwell_sm.opt_ml import COMPLETE_MARKER, ENV_MASTER_PORT, PLAN_FILE, OptMl
 from blackwell_sm.planner.plan import Plan
 from blackwell_sm.records import Summary, read_summary
@@ -161,6 +161,10 @@ def measure_cpu_peak(spec: RunSpec, nproc: int) -> float:
     """This machine's achieved bf16 matmul rate per worker, TFLOP/s: a ~0.25 s timed matmul of
     the model's largest per-sequence shape in a fresh Python with the workers' kernels and thread
     count (`blackwell_sm.train.peak`; this side never imports torch)."""
+    import importlib.util
+
+    if importlib.util.find_spec("torch") is None:  # the workers need it too
+        raise MissingExtraError("torch", "`bsm run-local` (the real training loop)")
     m = spec.model
     threads = 1 if nproc > 1 else (os.cpu_count() or 1)  # torchrun: 1 thread per worker if > 1
     # Capped so that one call stays in milliseconds: past ~1k a dimension the rate is flat.
@@ -171,9 +175,11 @@ def measure_cpu_peak(spec: RunSpec, nproc: int) -> float:
         done = subprocess.run(cmd, capture_output=True, text=True, timeout=120, check=True)
         return float(json.loads(done.stdout.strip().splitlines()[-1])["flops_per_s"]) / 1e12
     except (subprocess.SubprocessError, OSError, ValueError, KeyError, IndexError) as e:
+        last = (getattr(e, "stderr", None) or "").strip().splitlines()[-1:]
         raise BsmError(
-            f"could not measure this machine's matmul rate for the local plan: {e}",
-            hint="run-local needs the container extra (pip install 'blackwell-sm[train]')",
+            f"could not measure this machine's matmul rate for the local plan: {e}"
+            + (f" ({last[0]})" if last else ""),
+            hint="the matmul probe (python -m blackwell_sm.train.peak) failed: see the error",
         ) from None
 
 

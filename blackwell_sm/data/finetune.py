@@ -34,7 +34,7 @@ from blackwell_sm.data.prepare import DEFAULT_SHARD_TOKENS, TOKENIZER_DIR, shard
 from blackwell_sm.data.shards import FLAG_LOSS, FLAG_START, ShardWriter, token_dtype
 from blackwell_sm.data.staging import check_out, staged_dir
 from blackwell_sm.data.tokenizer_files import tokenizer_files, tokenizer_sha256
-from blackwell_sm.errors import SpecError
+from blackwell_sm.errors import MissingExtraError, SpecError
 
 FORMAT_NAME = FINETUNE_FORMAT_NAME
 Format = Literal["chat", "prompt-completion"]
@@ -63,11 +63,7 @@ def load_tokenizer(path: Path):
     try:
         from transformers import AutoTokenizer
     except ImportError as e:
-        raise SpecError(
-            "--format chat|prompt-completion needs the `transformers` package",
-            field="--tokenizer",
-            hint="pip install transformers",
-        ) from e
+        raise MissingExtraError(e.name or "transformers", "--format chat|prompt-completion") from e
     try:
         return AutoTokenizer.from_pretrained(str(path))
     except Exception as e:  # transformers raises many kinds on a bad folder

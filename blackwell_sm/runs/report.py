@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from blackwell_sm.errors import BsmError, SpecError
+from blackwell_sm.errors import MissingExtraError, SpecError
 from blackwell_sm.planner.plan import Plan
 from blackwell_sm.records import Record, Summary, TrainRecord
 from blackwell_sm.runs.read import RunFiles, read_run
@@ -247,9 +247,7 @@ def write_report(
     try:
         import matplotlib  # noqa: F401
     except ImportError:
-        raise BsmError(
-            "bsm report needs matplotlib", hint="pip install 'blackwell-sm[report]'"
-        ) from None
+        raise MissingExtraError("matplotlib", "`bsm report`") from None
     sources = [source] if isinstance(source, str) else list(source)
     runs = load_runs(sources, aws)
     doc = render_html(runs, figures(runs))
