@@ -337,6 +337,16 @@ def test_wandb_offline_logs_the_runs_metrics(tmp_path, monkeypatch):
             "training.mlflow.tracking_uri",
             "http(s)://",
         ),
+        (  # MLflow 3 refuses file stores: refused here, with the fix (issue 37)
+            {"report_to": ["mlflow"], "mlflow": {"tracking_uri": "file:/tmp/mlruns"}},
+            "training.mlflow.tracking_uri",
+            "use a database store, sqlite:////tmp/mlruns/mlflow.db",
+        ),
+        (
+            {"report_to": ["mlflow"], "mlflow": {"tracking_uri": "./mlruns"}},
+            "training.mlflow.tracking_uri",
+            "MLflow 3 refuses",
+        ),
         (
             {
                 "report_to": ["mlflow"],
