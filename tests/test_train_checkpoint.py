@@ -16,8 +16,9 @@ def test_async_save_marks_complete_only_after_the_write(tmp_path):
     spawn(async_checkpoint_worker, str(tmp_path / "ck"), tmp=tmp_path / "errors")
 
 
-def test_prune_keeps_the_last_complete_and_find_latest_skips_unmarked(tmp_path):
+def test_prune_keeps_the_last_complete_and_never_an_unmarked_one(tmp_path):
     from blackwell_sm.train.checkpoint import MARKER, Checkpointer, find_latest
+    from blackwell_sm.train.checkpoint_dirs import incomplete_refusal
     from blackwell_sm.train.distributed import Env
 
     for step, complete in [(2, True), (4, False), (6, True), (8, True), (9, False)]:
@@ -29,10 +30,13 @@ def test_prune_keeps_the_last_complete_and_find_latest_skips_unmarked(tmp_path):
     env = Env(rank=0, world_size=1, local_rank=0, device=torch.device("cpu"))
     Checkpointer(tmp_path, env, keep_last=2, async_save=False)._prune()
     assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "step-00000004",  # unverified: never removed (issue 37)
         "step-00000006",
         "step-00000008",
         "step-00000009",
     ]
+    why = incomplete_refusal(tmp_path)  # and a resume refuses to start past them, naming each
+    assert why is not None and "step-00000009, step-00000004" in why
     logged: list[str] = []
     assert find_latest(tmp_path, log=logged.append) == (8, tmp_path / "step-00000008")
     assert logged == ["[bsm] skipping incomplete checkpoint step-00000009 (no COMPLETE marker)"]
@@ -52,9 +56,10 @@ def test_run_identity_names_what_differs():
 def fallback_worker(root: str) -> None:
     """Saves at steps 4 and 8; step 8's shard of rank 0 truncated: its checksums fail before any
     rank loads it, it is set aside with the reason and step 4 loads. A step 12 with a broken
-    marker goes the same way. A step 16 saved without checksums (an older blackwell_sm) and
-    truncated fails in DCP's load: the warning names the real cause, not
-    `CheckpointException ranks:...`. With step 4 corrupted too, resume fails naming it."""
+    marker goes the same way. A step 16 whose marker lists no files (saved without checksums,
+    or the list removed) is refused: the run stops naming it, nothing is loaded or moved (issue
+    37); moved out of the way by hand, step 4 loads. With step 4 corrupted too, resume fails
+    naming it."""
     import torch.distributed as dist
 
     from blackwell_sm.errors import BsmError
@@ -99,12 +104,18 @@ def fallback_worker(root: str) -> None:
 
     Checkpointer(base, env, keep_last=5, async_save=False, checksums=False).save(model, opt, 16)
     corrupt(16)
-    logged.clear()
+    try:
+        ckpt.resume(model, opt, log=logged.append)
+        raise AssertionError("resume should have refused the unverified checkpoint")
+    except BsmError as e:
+        assert e.code == "checkpoint_unverified" and "step-00000016" in e.message
+        assert "lists no files" in e.message
+    assert (base / "step-00000016" / MARKER).is_file()  # left as it was
+    dist.barrier()
+    if env.rank == 0:
+        (base / "step-00000016").rename(base / "step-00000016.unverified")
+    dist.barrier()
     assert ckpt.resume(model, opt, log=logged.append) == (4, base / "step-00000004")
-    assert any("carries no checksums" in m for m in logged), logged
-    warning = next(m for m in logged if "WARNING" in m)
-    assert "CheckpointException" not in warning and "ranks:" not in warning, warning
-    assert "failed to load (rank " in warning and "Error: " in warning, warning
 
     corrupt(4)
     try:
@@ -117,7 +128,7 @@ def fallback_worker(root: str) -> None:
         "step-00000004.corrupt-step-4",
         "step-00000008.corrupt-step-8",
         "step-00000012.corrupt-step-12",
-        "step-00000016.corrupt-step-16",
+        "step-00000016.unverified",
     ]
     dist.destroy_process_group()
 

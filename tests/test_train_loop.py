@@ -5,7 +5,7 @@ map, seeded order, disjoint ranks) is what feeds every run. Six short runs (modu
 shared by several assertions):
   base    - 10 steps, checkpoints every 4 (4, 8, final 10), validation every 5
   repeat  - the same plan again (reproducibility)
-  skip    - base's checkpoints with step 10's COMPLETE marker removed: resumes from 8
+  skip    - base's checkpoints with step 10's COMPLETE marker removed: refused before step 0
   stopped - SIGTERM reaches rank 0 during step 5: saves step 5 and stops cleanly
   resumed - the stopped run started again: continues from 5 to the end
   single  - one process, micro-batch 4: the same global batch as base's 2 ranks x micro-batch 2;
@@ -97,7 +97,9 @@ def skip(base, tmp_path_factory):
     root = tmp_path_factory.mktemp("skip")
     shutil.copytree(base / "checkpoints", root / "checkpoints")
     (root / "checkpoints/step-00000010/COMPLETE").unlink()
-    return _run(root)
+    with pytest.raises(AssertionError) as e:  # the workers fail: spawn re-raises their errors
+        _run(root)
+    return root, str(e.value)
 
 
 @pytest.fixture(scope="module")
@@ -152,14 +154,20 @@ def test_checkpoints_are_complete_and_pruned(base):
     assert predicted <= written <= predicted + 2048 * items, (predicted, written)
 
 
-def test_a_checkpoint_without_its_marker_is_skipped(base, skip):
-    out = (skip / "stdout-rank0.log").read_text()
-    assert "skipping incomplete checkpoint step-00000010 (no COMPLETE marker)" in out
-    assert "resumed from step-00000008 at step 8" in out
-    summary = json.loads((skip / "output/data/summary.json").read_text())
-    assert summary["resumed_from_step"] == 8
-    assert sorted(_losses(skip)) == [9, 10]
-    assert _losses(skip) == {s: v for s, v in _losses(base).items() if s > 8}
+def test_a_checkpoint_without_its_marker_is_refused_and_left_alone(base, skip):
+    """Issue 37: never skipped (the run restarted from an older step and later wrote its own
+    step 10 over it): the run stops before step 0 naming it, and the folder is untouched."""
+    root, errors = skip
+    assert "without a COMPLETE marker" in errors and "step-00000010" in errors, errors
+    assert "refusing to resume past it" in errors
+    metrics = root / "output/data/metrics.jsonl"
+    assert not metrics.exists() or _records(root) == []  # not one step trained
+    kept, orig = root / "checkpoints/step-00000010", base / "checkpoints/step-00000010"
+    files = sorted(str(p.relative_to(orig)) for p in orig.rglob("*") if p.is_file())
+    assert sorted(str(p.relative_to(kept)) for p in kept.rglob("*") if p.is_file()) == [
+        f for f in files if f != "COMPLETE"
+    ]
+    assert all((kept / f).read_bytes() == (orig / f).read_bytes() for f in files if f != "COMPLETE")
 
 
 def test_sigterm_saves_and_stops_cleanly(stopped):
@@ -169,7 +177,7 @@ def test_sigterm_saves_and_stops_cleanly(stopped):
     assert not (stopped / "model").exists()  # not exported: training is not finished
 
 
-def test_the_log_records_each_launch_save_and_stop(base, stopped, skip):
+def test_the_log_records_each_launch_save_and_stop(base, stopped, resumed):
     """start, save and stop records (records.py): the report reads saves from the log, not from
     the checkpoints still on disk (keep_last 2 of base's saves at 4, 8 and 10)."""
     from blackwell_sm.records import SaveRecord, StartRecord, StopRecord, read_metrics
@@ -187,8 +195,8 @@ def test_the_log_records_each_launch_save_and_stop(base, stopped, skip):
         ("save", 5, None),
         ("stop", 5, "SIGTERM"),
     ]
-    start = events(skip)[0]
-    assert (start.step, start.resumed_from_step, start.checkpoint) == (8, 8, "step-00000008")
+    start = events(resumed)[0]
+    assert (start.step, start.resumed_from_step, start.checkpoint) == (5, 5, "step-00000005")
     assert start.world_size == 2
 
 

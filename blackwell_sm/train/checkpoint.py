@@ -11,7 +11,8 @@ Layout under `DIR/checkpoints/`:
     .step-00000130.tmp/     a save in progress (renamed to step-00000130 when all ranks are done)
     step-00000110.corrupt-step-110/   set aside: it failed its checksums or did not load
 
-A directory without `COMPLETE` is never resumed from (it is reported and skipped). Before any rank
+A directory without `COMPLETE`, or whose marker lists no files, is refused loudly: the run stops
+before step 0 naming it (never skipped, never later overwritten or pruned). Before any rank
 loads a checkpoint its files are checked against the marker's sums (`checkpoint_files.py`), and
 its `run` and `data` against this run's (`run_identity.py`): another run's checkpoint is refused,
 and so is a resume on different data unless `training.data.accept_changed_data` says so. A
@@ -35,6 +36,7 @@ from blackwell_sm.errors import BsmError
 from blackwell_sm.train.checkpoint_dirs import (
     MARKER,
     find_latest,
+    incomplete_refusal,
     list_checkpoints,
     prune,
     set_aside,
@@ -247,6 +249,15 @@ class Checkpointer:
         """
         choice: list[Any] = [None]
         self.marker_error, self._sums, self._data_note = None, None, None
+        refusal: list[Any] = [incomplete_refusal(self.root) if self.env.is_main else None]
+        dist.broadcast_object_list(refusal, src=0)
+        if refusal[0]:
+            raise BsmError(
+                refusal[0],
+                hint="inspect it; to resume from the newest complete checkpoint, move it out of "
+                "the way (mv DIR DIR.incomplete); or start in an empty checkpoint location",
+                code="checkpoint_incomplete",
+            )
         if self.env.is_main:
             found = find_latest(self.root, log=log, skip=skip)
             if found is not None:
@@ -279,12 +290,15 @@ class Checkpointer:
 
     def _verify(self, path: Path, log) -> list[str]:
         """Every file of `path` against its marker's sums, split over this host's ranks."""
-        if self._sums is None:
-            log(
-                f"[bsm] checkpoint {path.name} carries no checksums (saved by an older "
-                "blackwell_sm): loaded unverified"
+        if self._sums is None:  # every rank: the sums came from rank 0's broadcast
+            raise BsmError(
+                f"checkpoint {path.name} in {self.root}: its {MARKER} marker lists no files "
+                "(saved without checksums, or the list was removed), so its bytes cannot be "
+                "verified: refusing to train on them",
+                hint="to resume from the previous complete checkpoint, move it out of the way "
+                "(mv DIR DIR.unverified); or start in an empty checkpoint location",
+                code="checkpoint_unverified",
             )
-            return []
         local = local_world_size(self.env.world_size)
         return self._agree(verify_share(path, self._sums, self.env.local_rank, local))
 

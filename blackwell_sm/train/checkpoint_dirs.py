@@ -2,8 +2,10 @@
 set aside as unloadable, and what is pruned (torch-free: plain files and JSON).
 
 Retention. After every complete save, `prune` keeps the newest `keep_last` complete checkpoints
-and removes older ones, incomplete directories older than the newest complete one, and stale
-`.step-*.tmp` saves. A checkpoint set aside as unloadable (`step-N.corrupt-step-N`, with a
+and removes older ones and stale `.step-*.tmp` saves. A `step-XXXXXXXX` directory without its
+marker is never removed, skipped or replaced: nothing says what it holds (a save cut short, or a
+checkpoint whose marker was lost), so a resume refuses to start while one is there
+(`incomplete_refusal`) and the user decides. A checkpoint set aside as unloadable (`step-N.corrupt-step-N`, with a
 `SET_ASIDE` file saying why) is kept for inspection and ages out like the checkpoint it was: it
 is removed once `keep_last` complete checkpoints newer than it exist.
 
@@ -79,6 +81,20 @@ def find_latest(
     return None
 
 
+def incomplete_refusal(root: Path) -> str | None:
+    """Why a resume must not start in `root`, or None: every `step-XXXXXXXX` directory without
+    its marker, named. Skipping one would restart the run from an older step and later write
+    the same step's save over it."""
+    bad = [p.name for _, p, complete in list_checkpoints(root) if not complete]
+    if not bad:
+        return None
+    return (
+        f"checkpoint folder(s) without a {MARKER} marker in {root}: {', '.join(bad)}; a save "
+        "cut short or a checkpoint whose marker was lost, its bytes unverified: refusing to "
+        "resume past it (the run would restart from an older step and later overwrite it)"
+    )
+
+
 def set_aside(path: Path, step: int, reason: str) -> Path:
     """Rename an unloadable checkpoint to `step-N.corrupt-step-N` with a `SET_ASIDE` file giving
     the reason (the local rank 0 of each host calls it for its own copy)."""
@@ -100,8 +116,6 @@ def prune(root: Path, keep_last: int) -> list[Path]:
     complete = [s for s, _, ok in found if ok]
     kept = set(complete[:keep_last])
     gone = [p for s, p, ok in found if ok and s not in kept]
-    newest = complete[0] if complete else None
-    gone += [p for s, p, ok in found if not ok and newest is not None and s < newest]
     gone += [p for s, p in set_aside_checkpoints(root) if sum(c > s for c in complete) >= keep_last]
     gone += list(root.glob(".step-*.tmp"))
     for p in gone:
