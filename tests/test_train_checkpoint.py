@@ -18,7 +18,7 @@ def test_async_save_marks_complete_only_after_the_write(tmp_path):
 
 def test_prune_keeps_the_last_complete_and_never_an_unmarked_one(tmp_path):
     from blackwell_sm.train.checkpoint import MARKER, Checkpointer, find_latest
-    from blackwell_sm.train.checkpoint_dirs import incomplete_refusal
+    from blackwell_sm.train.checkpoint_dirs import SET_ASIDE, incomplete_steps, set_aside_incomplete
     from blackwell_sm.train.distributed import Env
 
     for step, complete in [(2, True), (4, False), (6, True), (8, True), (9, False)]:
@@ -35,11 +35,22 @@ def test_prune_keeps_the_last_complete_and_never_an_unmarked_one(tmp_path):
         "step-00000008",
         "step-00000009",
     ]
-    why = incomplete_refusal(tmp_path)  # and a resume refuses to start past them, naming each
-    assert why is not None and "step-00000009, step-00000004" in why
     logged: list[str] = []
     assert find_latest(tmp_path, log=logged.append) == (8, tmp_path / "step-00000008")
     assert logged == ["[bsm] skipping incomplete checkpoint step-00000009 (no COMPLETE marker)"]
+    # a resume sets them aside, with the reason, and no pruning ever removes them
+    assert incomplete_steps(tmp_path) == [9, 4]
+    moved = set_aside_incomplete(tmp_path, [9, 4])
+    assert [p.name for p in moved] == [
+        "step-00000009.incomplete-step-9",
+        "step-00000004.incomplete-step-4",
+    ]
+    assert "no COMPLETE marker" in json.loads((moved[0] / SET_ASIDE).read_text())["reason"]
+    for step in (10, 12, 14):
+        (tmp_path / f"step-{step:08d}").mkdir()
+        (tmp_path / f"step-{step:08d}" / MARKER).write_text(json.dumps({"step": step}))
+    Checkpointer(tmp_path, env, keep_last=2, async_save=False)._prune()
+    assert all(p.is_dir() for p in moved)
 
 
 def test_run_identity_names_what_differs():
@@ -56,10 +67,9 @@ def test_run_identity_names_what_differs():
 def fallback_worker(root: str) -> None:
     """Saves at steps 4 and 8; step 8's shard of rank 0 truncated: its checksums fail before any
     rank loads it, it is set aside with the reason and step 4 loads. A step 12 with a broken
-    marker goes the same way. A step 16 whose marker lists no files (saved without checksums,
-    or the list removed) is refused: the run stops naming it, nothing is loaded or moved (issue
-    37); moved out of the way by hand, step 4 loads. With step 4 corrupted too, resume fails
-    naming it."""
+    marker goes the same way, and so does a step 16 whose marker lists no files (saved without
+    checksums, or the list removed): never loaded unverified (issue 37). With step 4 corrupted
+    too, resume fails naming it."""
     import torch.distributed as dist
 
     from blackwell_sm.errors import BsmError
@@ -104,18 +114,10 @@ def fallback_worker(root: str) -> None:
 
     Checkpointer(base, env, keep_last=5, async_save=False, checksums=False).save(model, opt, 16)
     corrupt(16)
-    try:
-        ckpt.resume(model, opt, log=logged.append)
-        raise AssertionError("resume should have refused the unverified checkpoint")
-    except BsmError as e:
-        assert e.code == "checkpoint_unverified" and "step-00000016" in e.message
-        assert "lists no files" in e.message
-    assert (base / "step-00000016" / MARKER).is_file()  # left as it was
-    dist.barrier()
-    if env.rank == 0:
-        (base / "step-00000016").rename(base / "step-00000016.unverified")
-    dist.barrier()
+    logged.clear()
     assert ckpt.resume(model, opt, log=logged.append) == (4, base / "step-00000004")
+    warning = next(m for m in logged if "WARNING" in m)
+    assert "step-00000016 failed to load" in warning and "lists no files" in warning, warning
 
     corrupt(4)
     try:
@@ -128,7 +130,7 @@ def fallback_worker(root: str) -> None:
         "step-00000004.corrupt-step-4",
         "step-00000008.corrupt-step-8",
         "step-00000012.corrupt-step-12",
-        "step-00000016.unverified",
+        "step-00000016.corrupt-step-16",
     ]
     dist.destroy_process_group()
 

@@ -11,8 +11,8 @@ Layout under `DIR/checkpoints/`:
     .step-00000130.tmp/     a save in progress (renamed to step-00000130 when all ranks are done)
     step-00000110.corrupt-step-110/   set aside: it failed its checksums or did not load
 
-A directory without `COMPLETE`, or whose marker lists no files, is refused loudly: the run stops
-before step 0 naming it (never skipped, never later overwritten or pruned). Before any rank
+A directory without `COMPLETE` is never trusted, skipped silently or overwritten: a resume names it
+in a WARNING and sets it aside as `step-N.incomplete-step-N` (kept, never pruned). Before any rank
 loads a checkpoint its files are checked against the marker's sums (`checkpoint_files.py`), and
 its `run` and `data` against this run's (`run_identity.py`): another run's checkpoint is refused,
 and so is a resume on different data unless `training.data.accept_changed_data` says so. A
@@ -36,10 +36,11 @@ from blackwell_sm.errors import BsmError
 from blackwell_sm.train.checkpoint_dirs import (
     MARKER,
     find_latest,
-    incomplete_refusal,
+    incomplete_steps,
     list_checkpoints,
     prune,
     set_aside,
+    set_aside_incomplete,
     step_dir_name,
     write_atomic,
 )
@@ -249,15 +250,7 @@ class Checkpointer:
         """
         choice: list[Any] = [None]
         self.marker_error, self._sums, self._data_note = None, None, None
-        refusal: list[Any] = [incomplete_refusal(self.root) if self.env.is_main else None]
-        dist.broadcast_object_list(refusal, src=0)
-        if refusal[0]:
-            raise BsmError(
-                refusal[0],
-                hint="inspect it; to resume from the newest complete checkpoint, move it out of "
-                "the way (mv DIR DIR.incomplete); or start in an empty checkpoint location",
-                code="checkpoint_incomplete",
-            )
+        self._set_aside_incomplete(log)
         if self.env.is_main:
             found = find_latest(self.root, log=log, skip=skip)
             if found is not None:
@@ -282,6 +275,23 @@ class Checkpointer:
             self.history = list(m["history"])
         return step, Path(path)
 
+    def _set_aside_incomplete(self, log) -> None:
+        """Folders without a marker (rank 0's list), named and set aside on every host."""
+        steps: list[Any] = [incomplete_steps(self.root) if self.env.is_main else []]
+        dist.broadcast_object_list(steps, src=0)
+        if not steps[0]:
+            return
+        names = ", ".join(step_dir_name(s) for s in steps[0])
+        log(
+            f"[bsm] WARNING: checkpoint folder(s) without a {MARKER} marker in {self.root}: "
+            f"{names} (a save cut short or a marker lost, bytes unverified): not resumed from, "
+            "set aside as step-N.incomplete-step-N (kept, never pruned; remove them once "
+            "inspected)"
+        )
+        if self.env.local_rank == 0:
+            set_aside_incomplete(self.root, steps[0])
+        dist.barrier()
+
     def _agree(self, err: str | None) -> list[str]:
         """Every rank's error (or None) gathered: each rank takes the same branch."""
         errors: list[Any] = [None] * self.env.world_size
@@ -291,14 +301,10 @@ class Checkpointer:
     def _verify(self, path: Path, log) -> list[str]:
         """Every file of `path` against its marker's sums, split over this host's ranks."""
         if self._sums is None:  # every rank: the sums came from rank 0's broadcast
-            raise BsmError(
-                f"checkpoint {path.name} in {self.root}: its {MARKER} marker lists no files "
-                "(saved without checksums, or the list was removed), so its bytes cannot be "
-                "verified: refusing to train on them",
-                hint="to resume from the previous complete checkpoint, move it out of the way "
-                "(mv DIR DIR.unverified); or start in an empty checkpoint location",
-                code="checkpoint_unverified",
-            )
+            return [
+                f"its {MARKER} marker lists no files (saved without checksums, or the list "
+                "was removed): its bytes cannot be verified"
+            ]
         local = local_world_size(self.env.world_size)
         return self._agree(verify_share(path, self._sums, self.env.local_rank, local))
 

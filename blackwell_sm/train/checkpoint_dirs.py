@@ -3,9 +3,10 @@ set aside as unloadable, and what is pruned (torch-free: plain files and JSON).
 
 Retention. After every complete save, `prune` keeps the newest `keep_last` complete checkpoints
 and removes older ones and stale `.step-*.tmp` saves. A `step-XXXXXXXX` directory without its
-marker is never removed, skipped or replaced: nothing says what it holds (a save cut short, or a
-checkpoint whose marker was lost), so a resume refuses to start while one is there
-(`incomplete_refusal`) and the user decides. A checkpoint set aside as unloadable (`step-N.corrupt-step-N`, with a
+marker is never removed, skipped silently or replaced: nothing says what it holds (a save cut
+short, or a checkpoint whose marker was lost). A resume sets it aside loudly
+(`set_aside_incomplete`: `step-N.incomplete-step-N`, with its `SET_ASIDE` reason), where it stays,
+never pruned, for a person to inspect or remove; the same step saved again is a new folder. A checkpoint set aside as unloadable (`step-N.corrupt-step-N`, with a
 `SET_ASIDE` file saying why) is kept for inspection and ages out like the checkpoint it was: it
 is removed once `keep_last` complete checkpoints newer than it exist.
 
@@ -36,6 +37,7 @@ MARKER = COMPLETE_MARKER
 SET_ASIDE = "SET_ASIDE"  # why a checkpoint was set aside (JSON), inside the renamed folder
 _STEP_DIR = re.compile(r"^step-(\d{8})$")
 _ASIDE_DIR = re.compile(r"^step-(\d{8})\.corrupt-step-\d+$")
+INCOMPLETE = "incomplete"  # `step-N.incomplete-step-N`: set aside without a marker, never pruned
 
 
 def step_dir_name(step: int) -> str:
@@ -81,18 +83,36 @@ def find_latest(
     return None
 
 
-def incomplete_refusal(root: Path) -> str | None:
-    """Why a resume must not start in `root`, or None: every `step-XXXXXXXX` directory without
-    its marker, named. Skipping one would restart the run from an older step and later write
-    the same step's save over it."""
-    bad = [p.name for _, p, complete in list_checkpoints(root) if not complete]
-    if not bad:
-        return None
-    return (
-        f"checkpoint folder(s) without a {MARKER} marker in {root}: {', '.join(bad)}; a save "
-        "cut short or a checkpoint whose marker was lost, its bytes unverified: refusing to "
-        "resume past it (the run would restart from an older step and later overwrite it)"
-    )
+def incomplete_steps(root: Path) -> list[int]:
+    """Steps of the `step-XXXXXXXX` directories without a marker, newest first."""
+    return [step for step, _, complete in list_checkpoints(root) if not complete]
+
+
+def set_aside_incomplete(root: Path, steps: list[int]) -> list[Path]:
+    """Rename each of `steps`' directories (no marker: unverified) to
+    `step-N.incomplete-step-N` with a `SET_ASIDE` reason; kept, never pruned (the local rank 0
+    of each host calls it for its own copy, with the steps rank 0 found)."""
+    moved = []
+    for step in steps:
+        path = root / step_dir_name(step)
+        aside = path.with_name(f"{step_dir_name(step)}.{INCOMPLETE}-step-{step}")
+        if not path.is_dir() or aside.exists():
+            continue
+        with contextlib.suppress(OSError):  # another host sharing the folder moved it first
+            path.rename(aside)
+            write_atomic(
+                aside / SET_ASIDE,
+                json.dumps(
+                    {
+                        "step": step,
+                        "reason": f"no {MARKER} marker: a save cut short or a marker lost; its "
+                        "bytes are unverified (kept for inspection, never pruned)",
+                        "time": time.time(),
+                    }
+                ),
+            )
+            moved.append(aside)
+    return moved
 
 
 def set_aside(path: Path, step: int, reason: str) -> Path:
