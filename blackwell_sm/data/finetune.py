@@ -29,6 +29,7 @@ from blackwell_sm.data.manifest import (
     MANIFEST_FILE,
     MANIFEST_VERSION,
     FinetuneManifest,
+    ShardInfo,
 )
 from blackwell_sm.data.prepare import DEFAULT_SHARD_TOKENS, TOKENIZER_DIR, shard_info
 from blackwell_sm.data.shards import FLAG_LOSS, FLAG_START, ShardWriter, token_dtype
@@ -115,7 +116,7 @@ def prompt_completion_sample(tok, prompt: str, completion: str) -> Sample:
 
 
 def _chat_record(where: str, obj: dict[str, Any]) -> list[dict[str, str]]:
-    msgs = obj.get("messages")
+    msgs: Any = obj.get("messages")
     ok = (
         isinstance(msgs, list)
         and msgs
@@ -287,7 +288,7 @@ def prepare_finetune(
     counts: dict[str, int] = {}
     cut: list[str] = []
     with staged_dir(out_dir, overwrite=overwrite) as tmp:
-        shards = []
+        shards: list[ShardInfo] = []
         writer: ShardWriter | None = None
         # Streamed row by row: at 128k tokens a row is 1 MiB; the data set is never in memory.
         try:
@@ -322,13 +323,13 @@ def prepare_finetune(
             tokenizer_dir=TOKENIZER_DIR,
             vocab_size=vocab,
             eos_id=tok.eos_token_id,
-            dtype=dtype.name,
+            dtype="uint16" if dtype.itemsize == 2 else "uint32",
             documents=st.samples,
             tokens=sum(s.tokens for s in shards),
             shards=shards,
             data_format=fmt,
             seq_len=seq_len,
-            packing=packing,
+            packing="pad" if packing == "pad" else "pack",
             sequences=st.rows,
             samples=st.samples,
             loss_tokens=st.loss_tokens,

@@ -179,7 +179,7 @@ def prepare(
             tokenizer_dir=tok_dir,
             vocab_size=tok.vocab_size,
             eos_id=tok.eos_id,
-            dtype=dtype.name,
+            dtype="uint16" if dtype.itemsize == 2 else "uint32",
             documents=docs,
             tokens=sum(s.tokens for s in shards),
             shards=shards,

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import struct
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -40,7 +41,7 @@ FLAG_LOSS = 1  # this token counts as a target
 FLAG_START = 2  # this token begins a sample (or a padding run)
 HEADER = struct.Struct("<8sIIQQ")
 HEADER_BYTES = HEADER.size  # 32
-_DTYPES = {2: np.dtype("<u2"), 4: np.dtype("<u4")}
+_DTYPES: dict[int, np.dtype[Any]] = {2: np.dtype("<u2"), 4: np.dtype("<u4")}
 
 
 def token_dtype(vocab_size: int) -> np.dtype:
@@ -76,7 +77,9 @@ class ShardWriter:
             raise ValueError(f"token dtype must be uint16 or uint32, not {dtype}")
         self.path, self.dtype, self.count = Path(path), _DTYPES[dtype.itemsize], 0
         self.flags_tmp = self.path.with_name(f".{self.path.name}.flags.tmp") if flags else None
-        self._f = self._flags = self._open = None
+        self._f: Any = None  # the open temporary file (atomic_open), while writing
+        self._flags: Any = None
+        self._open: Any = None
 
     def __enter__(self) -> ShardWriter:
         from blackwell_sm.atomic_write import atomic_open
@@ -116,7 +119,7 @@ class ShardWriter:
             exc_type, exc, tb = type(e), e, e.__traceback__
             raise
         finally:
-            if fl is not None:
+            if fl is not None and self.flags_tmp is not None:
                 fl.close()
                 self.flags_tmp.unlink(missing_ok=True)
             self._open.__exit__(exc_type, exc, tb)  # renamed into place, or removed

@@ -12,6 +12,7 @@ These fields do not change what is trained, so they stay out of the job's spec h
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
@@ -112,7 +113,7 @@ class WandbSpec(_Strict):
 
 
 def check_trackers(
-    report_to: list[str], mlflow: MlflowSpec | None, wandb: WandbSpec | None
+    report_to: Sequence[str], mlflow: MlflowSpec | None, wandb: WandbSpec | None
 ) -> None:
     """Each tracker named once, with its settings (ValueError otherwise)."""
     dupes = sorted({t for t in report_to if report_to.count(t) > 1})
