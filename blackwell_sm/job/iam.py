@@ -91,8 +91,9 @@ class _Ctx:
         self.checkpoints = job.checkpoint_prefix if job else f"{self.s3_prefix}/checkpoints"
         self.channels = [c.s3_uri for _, c in sorted(job.channels.items())] if job else []
         init = spec.training.init_from if spec else None
-        if job and init and init.startswith("s3://"):
-            self.channels.append(init)  # the `init` channel: starting weights
+        self.init = init if job and init and init.startswith("s3://") else None
+        if self.init:
+            self.channels.append(self.init)  # the `init` channel: starting weights
         self.job = job
 
     def arn(self, service: str, resource: str) -> str:
@@ -156,6 +157,9 @@ def caller_resources(spec: RunSpec | None = None) -> dict[str, list[str] | str]:
             c.arn("logs", f"log-group:{LOG_GROUP}"),
             c.arn("logs", f"log-group:{LOG_GROUP}:*"),
         ],
+        # submit's data check: the channels' manifests, an S3 init_from's tokenizer files
+        "data_objects": [c.s3_objects(u) for u in c.channels] if c.job else [],
+        "init_list": [f"arn:{c.partition}:s3:::{_s3_parts(c.init)[0]}"] if c.init else [],
     }
 
 
@@ -169,6 +173,11 @@ def caller_policy(spec: RunSpec | None = None) -> dict[str, Any]:
         "role": {"Condition": {"StringEquals": {"iam:PassedToService": "sagemaker.amazonaws.com"}}},
         "checkpoint_list": {"Condition": {"StringLike": {"s3:prefix": [f"{ck_key}/*"]}}},
     }
+    if c.init:
+        init_key = _s3_parts(c.init)[1]
+        extra["init_list"] = {
+            "Condition": {"StringLike": {"s3:prefix": [f"{init_key}/*" if init_key else "*"]}}
+        }
     if spec is not None:
         extra["spec_jobs"] = {
             "Condition": {
@@ -199,7 +208,7 @@ def caller_policy(spec: RunSpec | None = None) -> dict[str, Any]:
         if kind == "reserved":
             statements.append(_stmt(sid, sorted(actions), resources[kind]))
             continue
-        if actions:
+        if actions and resources[kind]:  # none: nothing of that kind in this spec
             statements.append(_stmt(sid, sorted(actions), resources[kind], **extra.get(kind, {})))
     return _doc(*statements)
 

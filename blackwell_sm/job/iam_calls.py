@@ -74,6 +74,10 @@ _READ_MARKER = Call("s3:GetObject", "s3:GetObject", "checkpoint_objects")
 # report / calibrate JOB: the plan from the job's code bundle, its figures from output.tar.gz
 _READ_CODE = Call("s3:GetObject", "s3:GetObject", "code_objects")
 _READ_OUTPUT = Call("s3:GetObject", "s3:GetObject", "job_output")
+# submit's data check (aws/data_check.py): each data channel's manifest.json, and an S3
+# init_from's tokenizer files (listed, then read), before CreateTrainingJob
+_READ_DATA = Call("s3:GetObject", "s3:GetObject", "data_objects")
+_LIST_INIT = Call("s3:ListObjectsV2", "s3:ListBucket", "init_list")
 _LOG_STREAMS = Call("logs:DescribeLogStreams", "logs:DescribeLogStreams", "job_logs")
 _LOG_EVENTS = Call("logs:GetLogEvents", "logs:GetLogEvents", "job_logs")
 _FILTER_EVENTS = Call("logs:FilterLogEvents", "logs:FilterLogEvents", "job_logs")
@@ -99,6 +103,8 @@ COMMAND_CALLS: dict[str, tuple[Call, ...]] = {
         *_LOGS,  # --logs / --wait
         _LIST_CHECKPOINTS,
         _READ_MARKER,  # --until-done / --resume
+        _READ_DATA,
+        _LIST_INIT,  # the data against the model, before the job (aws/data_check.py)
     ),
     "status": (
         _DESCRIBE_JOB,
@@ -137,6 +143,8 @@ CALLER_RESOURCES: dict[str, tuple[str, str]] = {
     "checkpoint_objects": ("ReadCheckpointMarkers", "a run's COMPLETE markers (step, time)"),
     "job_output": ("ReadJobOutputs", "bsm report/calibrate JOB read its output.tar.gz"),
     "job_logs": ("ReadJobLogs", "bsm logs / submit --logs / status's progress"),
+    "data_objects": ("ReadDataManifestsAndInitTokenizer", "submit checks data against model"),
+    "init_list": ("ListInitFromTokenizerFiles", "submit finds init_from's tokenizer files"),
 }
 # Reserving and extending spend money: without these a caller can use plans but never buy.
 BUY_ACTIONS = frozenset(
