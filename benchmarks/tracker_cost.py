@@ -10,7 +10,13 @@ Figures (one JSON line each, benchmarks/_common.py):
   installed);
 - tracker.mlflow_sqlite_us: one step's `log_batch` into an MLflow SQLite store (the client's
   own cost, no network);
-- tracker.wheels_bytes.*: what each choice adds to the job's code bundle.
+- tracker.wheels_bytes.*: what each choice adds to the job's code bundle;
+- tracker.rank0_cpu_us.mlflow_sqlite: what a live MLflow tracker (sqlite store, the real
+  `Trackers`: the trackers in their own process) costs rank 0's process per record, in CPU
+  time of all its threads; tracker.step_fraction.mlflow_sqlite: that over a ~10 ms CPU step
+  (torch matmuls on one thread; target < 0.01); tracker.rss_mib.mlflow_sqlite: what it adds to
+  rank 0's peak RSS (in-process it was +238 MiB and steps x1.9-x3.0 slower: the client's imports
+  and schema migration, then a SQLAlchemy transaction per record, holding the GIL).
 """
 
 from __future__ import annotations
@@ -57,6 +63,68 @@ def per_step_us(write, steps: int) -> float:
     for s in range(1, steps + 1):
         write(s)
     return (time.perf_counter() - t0) / steps * 1e6
+
+
+def rank0_cost(tmp: Path, recs: list[TrainRecord], n: int = 300) -> None:
+    """tracker.rank0_cpu_us.mlflow_sqlite, tracker.step_fraction.mlflow_sqlite and
+    tracker.rss_mib.mlflow_sqlite (module docstring)."""
+    import resource
+    import statistics
+
+    import torch
+
+    sys.path.insert(0, str(HERE.parent / "tests"))
+    from train_support import local_plan
+
+    from blackwell_sm.train.tracker_process import Trackers
+
+    torch.set_num_threads(1)
+    a = torch.randn(256, 256)
+
+    def step() -> float:
+        t0 = time.perf_counter()
+        x = a
+        for _ in range(20):
+            x = torch.tanh(x @ a) * 0.5
+        return time.perf_counter() - t0
+
+    steps = [step() for _ in range(50)]
+    rss0 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    uri = f"sqlite:///{tmp}/ratio.db"
+    plan = local_plan(training={"report_to": ["mlflow"], "mlflow": {"tracking_uri": uri}})
+    live = Trackers(plan, tensorboard_dir=tmp / "tb", out_dir=tmp)
+    live.write(recs[0])
+    time.sleep(5.0)  # its start (imports, schema) is the child's, not timed here
+
+    def paced(write: bool) -> float:  # this process's CPU (all its threads) over n records
+        c0 = time.process_time()
+        for s in range(n):
+            if write:
+                live.write(recs[s % len(recs)])
+            time.sleep(0.002)  # a step's pace: the feeding thread runs between writes
+        time.sleep(0.2)
+        return time.process_time() - c0
+
+    idle = paced(False)
+    busy = paced(True)
+    live.close("completed")
+    rss1 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    per = max(0.0, busy - idle) / n
+    step_s = statistics.median(steps)
+    emit(
+        "tracker.rank0_cpu_us.mlflow_sqlite",
+        round(per * 1e6, 1),
+        "us/record",
+        detail="rank 0's CPU (queue put + the feeding thread's JSON line) per record",
+    )
+    emit(
+        "tracker.step_fraction.mlflow_sqlite",
+        round(per / step_s, 5),
+        "of a step",
+        target="< 0.01",
+        detail=f"of this machine's {step_s * 1e3:.1f} ms CPU step (a GPU step is longer)",
+    )
+    emit("tracker.rss_mib.mlflow_sqlite", round((rss1 - rss0) / 1024, 1), "MiB", target="< 50")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -129,7 +197,10 @@ def main(argv: list[str] | None = None) -> int:
                 detail="log_batch of 8 metrics into a SQLite store",
             )
 
-        from blackwell_sm.train import trackers as tr
+        if importlib.util.find_spec("mlflow") and importlib.util.find_spec("torch"):
+            rank0_cost(Path(tmp), recs)
+
+        from blackwell_sm.train import tracker_process as tr
 
         q = tr.Trackers.__new__(tr.Trackers)  # the queue alone: what the training thread pays
         import queue

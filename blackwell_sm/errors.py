@@ -1,8 +1,8 @@
 """The toolkit's error types. Each carries the exit code the CLI uses for it.
 
 Exit codes: 2 bad input (spec, flag, data, request SageMaker would reject), 3 infeasible plan,
-4 AWS error, 5 refused for safety (e.g. spending money without consent), 6 capability,
-1 anything else.
+4 AWS error, 5 refused for safety (e.g. spending money without consent), 6 capability (a
+missing extra too: code ``missing_extra``, naming the extra to install), 1 anything else (a bug).
 
 Every error also has a JSON form (`to_json()`), the contract `--output json` prints on stdout:
 ``{"error": {"code": ..., "message": ..., "field": ..., "hint": ..., "exit_code": ...}}``.
@@ -139,3 +139,42 @@ class CapabilityError(BsmError):
 
     exit_code = 6
     kind = "capability"
+
+
+# The optional packages, by their import name, and the extra of pyproject.toml that installs
+# each (one table: `MissingExtraError` and tests/test_missing_extra.py read it).
+EXTRAS: dict[str, str] = {
+    "numpy": "data",
+    "tokenizers": "data",
+    "transformers": "data",
+    "torch": "train",
+    "safetensors": "train",
+    "torchao": "train",
+    "sagemaker": "sdk",
+    "matplotlib": "report",
+    "scipy": "calibrate",
+    "mlflow": "trackers",
+    "wandb": "trackers",
+}
+
+
+class MissingExtraError(CapabilityError):
+    """An optional package this command needs is not installed: the message names it and the
+    hint the extra that installs it (exit 6, code ``missing_extra``; never exit 1, a bug)."""
+
+    kind = "missing_extra"
+
+    def __init__(self, module: str, needed_for: str, *, extra: str | None = None) -> None:
+        root = module.split(".")[0]
+        self.module, self.extra = root, extra or EXTRAS.get(root)
+        how = f"pip install 'blackwell-sm[{self.extra}]'" if self.extra else f"pip install {root}"
+        super().__init__(f"{needed_for} needs {root}, which is not installed", hint=how)
+
+
+def missing_extra(e: BaseException, needed_for: str) -> MissingExtraError | None:
+    """`e` as a MissingExtraError when it is the import of an optional package (`EXTRAS`)
+    that failed; None for anything else (a bug stays a bug)."""
+    name = getattr(e, "name", None)
+    if not isinstance(e, ImportError) or not name or name.split(".")[0] not in EXTRAS:
+        return None
+    return MissingExtraError(name, needed_for)

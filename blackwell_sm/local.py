@@ -27,13 +27,13 @@ import socket
 import subprocess
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import IO, Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from blackwell_sm.errors import BsmError, InfeasiblePlanError, SpecError
+from blackwell_sm.errors import BsmError, InfeasiblePlanError, MissingExtraError, SpecError
 from blackwell_sm.opt_ml import COMPLETE_MARKER, ENV_MASTER_PORT, PLAN_FILE, OptMl
 from blackwell_sm.planner.plan import Plan
 from blackwell_sm.records import Summary, read_summary
@@ -161,6 +161,10 @@ def measure_cpu_peak(spec: RunSpec, nproc: int) -> float:
     """This machine's achieved bf16 matmul rate per worker, TFLOP/s: a ~0.25 s timed matmul of
     the model's largest per-sequence shape in a fresh Python with the workers' kernels and thread
     count (`blackwell_sm.train.peak`; this side never imports torch)."""
+    import importlib.util
+
+    if importlib.util.find_spec("torch") is None:  # the workers need it too
+        raise MissingExtraError("torch", "`bsm run-local` (the real training loop)")
     m = spec.model
     threads = 1 if nproc > 1 else (os.cpu_count() or 1)  # torchrun: 1 thread per worker if > 1
     # Capped so that one call stays in milliseconds: past ~1k a dimension the rate is flat.
@@ -171,9 +175,11 @@ def measure_cpu_peak(spec: RunSpec, nproc: int) -> float:
         done = subprocess.run(cmd, capture_output=True, text=True, timeout=120, check=True)
         return float(json.loads(done.stdout.strip().splitlines()[-1])["flops_per_s"]) / 1e12
     except (subprocess.SubprocessError, OSError, ValueError, KeyError, IndexError) as e:
+        last = (getattr(e, "stderr", None) or "").strip().splitlines()[-1:]
         raise BsmError(
-            f"could not measure this machine's matmul rate for the local plan: {e}",
-            hint="run-local needs the container extra (pip install 'blackwell-sm[train]')",
+            f"could not measure this machine's matmul rate for the local plan: {e}"
+            + (f" ({last[0]})" if last else ""),
+            hint="the matmul probe (python -m blackwell_sm.train.peak) failed: see the error",
         ) from None
 
 
@@ -265,6 +271,10 @@ def _stop_launcher(proc: subprocess.Popen[bytes]) -> None:
         proc.wait()
 
 
+def _warn(message: str) -> None:
+    print(f"warning: {message}", file=sys.stderr)
+
+
 def run_local(
     spec: RunSpec,
     *,
@@ -273,6 +283,7 @@ def run_local(
     channels: dict[str, Path] | None = None,
     fresh: bool = False,
     stdout: IO[str] | None = None,
+    notify: Callable[[str], None] | None = None,
 ) -> LocalRunResult:
     """Plan `spec` for this machine, lay out `out` like /opt/ml and run the real launcher there.
 
@@ -280,8 +291,14 @@ def run_local(
     with the launcher's failure reason. Ctrl-C, SIGTERM and SIGHUP stop the workers cleanly (they
     save) and wait for them; then Ctrl-C re-raises, a stop signal raises BsmError (exit 128 +
     the signal). The folder is locked for the run (`run_folder_lock`); a stale `output/failure`
-    is removed at the start.
+    is removed at the start. The data channels' manifests are checked against the spec and the
+    model first (`data/agree.py`: tokenizer, vocabulary, sequence length and count); what could
+    not be checked goes to `notify` (default: stderr, as `warning: ...`).
     """
+    from blackwell_sm.data.agree import check_local_channels
+
+    for line in check_local_channels(spec, channels or {}):  # before any worker starts
+        (notify or _warn)(line)
     plan_local(spec, nproc=nproc)  # memory does not depend on the peak: refuse before measuring
     out = out.resolve()
     with run_folder_lock(out) as lock_fd:

@@ -21,6 +21,7 @@ import pytest
 import yaml
 from aws_support import (
     ACCOUNT,
+    BUCKET,
     PLAN_ARN,
     PLAN_NAME,
     REGION,
@@ -177,8 +178,12 @@ def test_every_call_of_every_command_is_allowed_by_the_generated_policy(aws, tmp
     """Every command's calls are in its row and allowed; and every entry of every row is
     exercised by a call that really happens (a row entry nothing calls could hide a missing
     one: `bsm stop` on a job that had already ended never called StopTrainingJob)."""
+    # a run --resume can continue; starting weights on S3 with a tokenizer, which submit's data
+    # check reads (aws/data_check.py) beside the train channel's manifest
+    aws.s3.put_object(Bucket=BUCKET, Key="hf/tiny/tokenizer.json", Body=b"{}")
     rec = Recorder(aws)
-    spec = {**spec_dict(), "training": {"total_steps": 100}}  # a run --resume can continue
+    init = {"total_steps": 100, "init_from": f"s3://{BUCKET}/hf/tiny/"}
+    spec = {**spec_dict(), "training": init}
     parsed = parse_spec(spec)
     path = tmp_path / "spec.yaml"
     path.write_text(yaml.safe_dump(spec))
@@ -376,6 +381,9 @@ def _a_bad_upload_is_removed(aws, rec, path: Path, checked) -> None:
     from botocore.stub import Stubber as S3Stub
 
     with S3Stub(aws.s3) as st:
+        # submit's data check first (aws/data_check.py): init_from's files, the train manifest
+        st.add_response("list_objects_v2", {"KeyCount": 0})
+        st.add_client_error("get_object", service_error_code="NoSuchKey", http_status_code=404)
         st.add_response("get_bucket_location", {"LocationConstraint": REGION})
         st.add_client_error("head_object", service_error_code="404", http_status_code=404)
         st.add_response("put_object", {})

@@ -146,10 +146,13 @@ def test_cli_derives_from_a_spec_file(capsys):
     assert e.value.code == 0
     data = json.loads(out)
     caller = _statements(data["caller"])
-    assert caller["PassTheJobRoleToSageMaker"]["Resource"] == [
-        "arn:aws:iam::123456789012:role/REPLACE-ME-SageMakerExecutionRole"
-    ]
-    assert "job.role_arn is still a placeholder" in data["notes"]
+    # a spec's placeholder role and bucket are never granted (issue 37): only named in notes
+    assert "PassTheJobRoleToSageMaker" not in caller
+    assert "REPLACE-ME" not in json.dumps([data["caller"], data["job_role"]])
+    assert (
+        "job.role_arn is still a placeholder: nothing is granted on it until it is set"
+        in data["notes"]
+    )
 
 
 def test_job_role_reads_init_from():

@@ -333,8 +333,12 @@ def test_templates_build_with_placeholder_warnings(path):
     r = build_job_request(spec, plan)
     assert r.request["ResourceConfig"]["InstanceCount"] == plan.instance.count
     assert r.max_runtime_s >= plan.run.hours * 3600
-    assert set(r.placeholders) == {"job.role_arn", "job.s3_prefix", "job.channels.train"}
-    assert sum("REPLACE-ME" in w for w in r.warnings) == 3
+    # every field of the spec is searched (issue 37): init_from's placeholder too
+    want = {"job.role_arn", "job.s3_prefix", "job.channels.train.s3_uri"}
+    if spec.training.init_from:
+        want.add("training.init_from")
+    assert set(r.placeholders) == want
+    assert sum("REPLACE-ME" in w for w in r.warnings) == len(want)
 
 
 def test_builder_imports_neither_torch_nor_the_sdk():

@@ -125,7 +125,16 @@ LAYERS: dict[str, Layer] = {
         ("aws",),
         "every network call (boto3): S3, jobs, logs, training plans; purchase locks and records",
         _l(
-            "package", "job", "spec", "plan", "planner", "metrics", "records", "errors", "safe_load"
+            "package",
+            "job",
+            "spec",
+            "plan",
+            "planner",
+            "data",
+            "metrics",
+            "records",
+            "errors",
+            "safe_load",
         ),
         TRAINING_STACK | {"click", "sagemaker"},
         _l("boto3", "botocore"),
@@ -140,7 +149,17 @@ LAYERS: dict[str, Layer] = {
     "local": Layer(
         ("local",),
         "`bsm run-local`: an /opt/ml tree here, the real launcher",
-        _l("spec", "hardware", "plan", "planner", "records", "errors", "opt_ml", "safe_load"),
+        _l(
+            "spec",
+            "hardware",
+            "plan",
+            "planner",
+            "data",
+            "records",
+            "errors",
+            "opt_ml",
+            "safe_load",
+        ),
         TRAINING_STACK | AWS_STACK,
     ),
     "runs": Layer(

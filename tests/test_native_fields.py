@@ -234,6 +234,6 @@ def test_the_v2_view_refuses_what_it_cannot_send_before_any_call():
     with pytest.raises(SpecError, match="not an ARN") as e:
         to_estimator(named, plan_for(spec))
     assert e.value.field == "compute.training_plan"
-    with pytest.raises(BsmError, match=r"SDK v2 is not installed") as e:
+    with pytest.raises(BsmError, match=r"SDK v2 view .* needs sagemaker") as e:
         to_estimator(spec, plan_for(spec))
     assert "sdk-v2" in str(e.value.hint)

@@ -380,4 +380,4 @@ def test_calibrate_without_scipy_says_which_extra_before_reading_anything(tmp_pa
     missing = tmp_path / "not-there.csv"  # never read: the extra is checked first
     code, out, _ = run("calibrate", str(missing), "--out", str(tmp_path / "p.yaml"), "-o", "json")
     e = json.loads(out)["error"]
-    assert code == 1 and e["code"] == "missing_extra" and "blackwell-sm[calibrate]" in e["hint"]
+    assert code == 6 and e["code"] == "missing_extra" and "blackwell-sm[calibrate]" in e["hint"]

@@ -16,8 +16,9 @@ def test_async_save_marks_complete_only_after_the_write(tmp_path):
     spawn(async_checkpoint_worker, str(tmp_path / "ck"), tmp=tmp_path / "errors")
 
 
-def test_prune_keeps_the_last_complete_and_find_latest_skips_unmarked(tmp_path):
+def test_prune_keeps_the_last_complete_and_never_an_unmarked_one(tmp_path):
     from blackwell_sm.train.checkpoint import MARKER, Checkpointer, find_latest
+    from blackwell_sm.train.checkpoint_dirs import SET_ASIDE, incomplete_steps, set_aside_incomplete
     from blackwell_sm.train.distributed import Env
 
     for step, complete in [(2, True), (4, False), (6, True), (8, True), (9, False)]:
@@ -29,6 +30,7 @@ def test_prune_keeps_the_last_complete_and_find_latest_skips_unmarked(tmp_path):
     env = Env(rank=0, world_size=1, local_rank=0, device=torch.device("cpu"))
     Checkpointer(tmp_path, env, keep_last=2, async_save=False)._prune()
     assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "step-00000004",  # unverified: never removed (issue 37)
         "step-00000006",
         "step-00000008",
         "step-00000009",
@@ -36,6 +38,19 @@ def test_prune_keeps_the_last_complete_and_find_latest_skips_unmarked(tmp_path):
     logged: list[str] = []
     assert find_latest(tmp_path, log=logged.append) == (8, tmp_path / "step-00000008")
     assert logged == ["[bsm] skipping incomplete checkpoint step-00000009 (no COMPLETE marker)"]
+    # a resume sets them aside, with the reason, and no pruning ever removes them
+    assert incomplete_steps(tmp_path) == [9, 4]
+    moved = set_aside_incomplete(tmp_path, [9, 4])
+    assert [p.name for p in moved] == [
+        "step-00000009.incomplete-step-9",
+        "step-00000004.incomplete-step-4",
+    ]
+    assert "no COMPLETE marker" in json.loads((moved[0] / SET_ASIDE).read_text())["reason"]
+    for step in (10, 12, 14):
+        (tmp_path / f"step-{step:08d}").mkdir()
+        (tmp_path / f"step-{step:08d}" / MARKER).write_text(json.dumps({"step": step}))
+    Checkpointer(tmp_path, env, keep_last=2, async_save=False)._prune()
+    assert all(p.is_dir() for p in moved)
 
 
 def test_run_identity_names_what_differs():
@@ -52,9 +67,9 @@ def test_run_identity_names_what_differs():
 def fallback_worker(root: str) -> None:
     """Saves at steps 4 and 8; step 8's shard of rank 0 truncated: its checksums fail before any
     rank loads it, it is set aside with the reason and step 4 loads. A step 12 with a broken
-    marker goes the same way. A step 16 saved without checksums (an older blackwell_sm) and
-    truncated fails in DCP's load: the warning names the real cause, not
-    `CheckpointException ranks:...`. With step 4 corrupted too, resume fails naming it."""
+    marker goes the same way, and so does a step 16 whose marker lists no files (saved without
+    checksums, or the list removed): never loaded unverified (issue 37). With step 4 corrupted
+    too, resume fails naming it."""
     import torch.distributed as dist
 
     from blackwell_sm.errors import BsmError
@@ -101,10 +116,8 @@ def fallback_worker(root: str) -> None:
     corrupt(16)
     logged.clear()
     assert ckpt.resume(model, opt, log=logged.append) == (4, base / "step-00000004")
-    assert any("carries no checksums" in m for m in logged), logged
     warning = next(m for m in logged if "WARNING" in m)
-    assert "CheckpointException" not in warning and "ranks:" not in warning, warning
-    assert "failed to load (rank " in warning and "Error: " in warning, warning
+    assert "step-00000016 failed to load" in warning and "lists no files" in warning, warning
 
     corrupt(4)
     try:

@@ -5,7 +5,7 @@ map, seeded order, disjoint ranks) is what feeds every run. Six short runs (modu
 shared by several assertions):
   base    - 10 steps, checkpoints every 4 (4, 8, final 10), validation every 5
   repeat  - the same plan again (reproducibility)
-  skip    - base's checkpoints with step 10's COMPLETE marker removed: resumes from 8
+  skip    - base's checkpoints with step 10's COMPLETE marker removed: set aside, resumes from 8
   stopped - SIGTERM reaches rank 0 during step 5: saves step 5 and stops cleanly
   resumed - the stopped run started again: continues from 5 to the end
   single  - one process, micro-batch 4: the same global batch as base's 2 ranks x micro-batch 2;
@@ -152,14 +152,23 @@ def test_checkpoints_are_complete_and_pruned(base):
     assert predicted <= written <= predicted + 2048 * items, (predicted, written)
 
 
-def test_a_checkpoint_without_its_marker_is_skipped(base, skip):
+def test_a_checkpoint_without_its_marker_is_set_aside_never_overwritten(base, skip):
+    """Issue 37: a folder without its marker was skipped, and the run's own step 10 later written
+    over it. Now it is named in a WARNING, set aside with its bytes as they were, and step 10 is
+    saved anew beside it."""
     out = (skip / "stdout-rank0.log").read_text()
-    assert "skipping incomplete checkpoint step-00000010 (no COMPLETE marker)" in out
+    assert "WARNING: checkpoint folder(s) without a COMPLETE marker" in out
+    assert "step-00000010 (a save cut short" in out
     assert "resumed from step-00000008 at step 8" in out
-    summary = json.loads((skip / "output/data/summary.json").read_text())
-    assert summary["resumed_from_step"] == 8
-    assert sorted(_losses(skip)) == [9, 10]
     assert _losses(skip) == {s: v for s, v in _losses(base).items() if s > 8}
+    kept, orig = (
+        skip / "checkpoints/step-00000010.incomplete-step-10",
+        base / "checkpoints/step-00000010",
+    )
+    files = sorted(str(p.relative_to(orig)) for p in orig.rglob("*") if p.is_file())
+    assert all((kept / f).read_bytes() == (orig / f).read_bytes() for f in files if f != "COMPLETE")
+    assert not (kept / "COMPLETE").exists() and (kept / "SET_ASIDE").is_file()
+    assert (skip / "checkpoints/step-00000010/COMPLETE").is_file()  # the new save, beside it
 
 
 def test_sigterm_saves_and_stops_cleanly(stopped):

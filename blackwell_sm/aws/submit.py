@@ -7,7 +7,8 @@ so that no failure leaves partial state that a job would use and nothing is buil
    once, with the capacity as written (a plan name or 'auto' not resolved yet): a request
    SageMaker would refuse is refused here, before any call and before any money is spent. A
    dry run stops here (no AWS call, nothing uploaded). `refuse_placeholders` refuses
-   REPLACE-ME values. Checks of the request before anything is sent belong right here.
+   REPLACE-ME values, then `check_submit_data` (`aws/data_check.py`) each data channel's
+   manifest against the spec and the model (one GET per channel), before any lock or purchase.
 4. under this machine's lock on the checkpoint prefix (`aws/one_job.py`), so that concurrent
    submits of one spec here take turns:
    a. `reattach`: a job with the spec's deterministic name and spec-hash tag is returned as is
@@ -177,6 +178,7 @@ def submit(
     `done_steps` make the N-th job of a run longer than one job (`aws/run.py`).
     """
     from blackwell_sm.aws.cost import confirm_cost
+    from blackwell_sm.aws.data_check import check_submit_data
     from blackwell_sm.aws.job_plans import find_preference_plans, take_capacity
     from blackwell_sm.aws.one_job import checkpoint_lock
     from blackwell_sm.aws.session import AwsContext
@@ -191,6 +193,7 @@ def submit(
         return _dry_run_handle(run, jr)
     refuse_placeholders(jr)
     aws = aws or AwsContext(ident.region)
+    check_submit_data(aws, run.spec, say)  # each channel's manifest against the spec and model
     with checkpoint_lock(ident.checkpoint_s3_uri, say=say):
         infos = find_preference_plans(aws, run.plans)
         if not new:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import os
 import sys
@@ -12,7 +13,7 @@ from typing import Any
 import click
 
 from blackwell_sm.cli import help as _help
-from blackwell_sm.errors import BsmError
+from blackwell_sm.errors import BsmError, missing_extra
 
 # command name -> "module:attribute" of its click command. Each module owns one area.
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -139,6 +140,21 @@ def _show_warning(message: Any, category: type[Warning], *args: Any, **kw: Any) 
 _PY_SHOWWARNING = warnings.showwarning
 
 
+def _command(args: list[str]) -> str:
+    """`bsm data prepare` for `args`: the command words, without arguments or options."""
+    words, group = ["bsm"], cli
+    for arg in args:
+        if not isinstance(group, click.Group):
+            break
+        with contextlib.suppress(Exception):  # a lazy command that fails to load: stop here
+            group = group.get_command(click.Context(group), arg)  # type: ignore[assignment]
+            if group is not None:
+                words.append(arg)
+                continue
+        break
+    return "`" + " ".join(words) + "`"
+
+
 def _fail(args: list[str], e: BaseException) -> None:
     """Print the failure for people (stderr) and, under `--output json`, as one object on
     stdout; exit with its code."""
@@ -148,6 +164,9 @@ def _fail(args: list[str], e: BaseException) -> None:
     def obj(code: str, message: str, exit_code: int, field: str | None = None) -> dict:
         return error_object(code=code, message=message, field=field, hint=None, exit_code=exit_code)
 
+    extra = missing_extra(e, _command(args))  # an optional package not installed: no bug
+    if extra is not None:
+        e = extra
     if isinstance(e, click.exceptions.Abort):
         out, human, exit_code = obj("aborted", "Aborted.", 130), "Aborted.", 130
     elif isinstance(e, click.ClickException):

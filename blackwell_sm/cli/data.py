@@ -89,6 +89,12 @@ def prepare(
         return
     from blackwell_sm.data.prepare import prepare as run_prepare
 
+    if tokenizer is None:  # said in text and JSON mode alike (stderr): never a silent choice
+        info(
+            "note: no --tokenizer: the built-in byte-level tokenizer (ids are the UTF-8 bytes, "
+            "vocab 256); a model started from pretrained weights (training.init_from) needs "
+            "its own: --tokenizer DIR (run-local and submit refuse the mismatch)"
+        )
     manifest = run_prepare(
         list(inputs), out_dir, tokenizer=tokenizer, shard_tokens=shard_tokens, overwrite=overwrite
     )

@@ -125,6 +125,7 @@ def run_local(
         channels=channels,
         fresh=fresh,
         stdout=sys.stderr if output == "json" else None,
+        notify=lambda m: info(f"warning: {m}"),
     )
     if output == "json":
         emit_json(result)

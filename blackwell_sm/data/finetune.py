@@ -36,7 +36,7 @@ from blackwell_sm.data.prepare import DEFAULT_SHARD_TOKENS, TOKENIZER_DIR, shard
 from blackwell_sm.data.shards import FLAG_LOSS, FLAG_START, ShardWriter, token_dtype
 from blackwell_sm.data.staging import check_out, staged_dir
 from blackwell_sm.data.tokenizer_files import tokenizer_files, tokenizer_sha256
-from blackwell_sm.errors import SpecError
+from blackwell_sm.errors import MissingExtraError, SpecError
 from blackwell_sm.output_place import read_files
 
 FORMAT_NAME = FINETUNE_FORMAT_NAME
@@ -66,11 +66,7 @@ def load_tokenizer(path: Path):
     try:
         from transformers import AutoTokenizer
     except ImportError as e:
-        raise SpecError(
-            "--format chat|prompt-completion needs the `transformers` package",
-            field="--tokenizer",
-            hint="pip install transformers",
-        ) from e
+        raise MissingExtraError(e.name or "transformers", "--format chat|prompt-completion") from e
     try:
         return AutoTokenizer.from_pretrained(str(path))
     except Exception as e:  # transformers raises many kinds on a bad folder
@@ -335,7 +331,7 @@ def prepare_finetune(
             shards=shards,
             data_format=fmt,
             seq_len=seq_len,
-            packing=packing,
+            packing="pad" if packing == "pad" else "pack",
             sequences=st.rows,
             samples=st.samples,
             loss_tokens=st.loss_tokens,

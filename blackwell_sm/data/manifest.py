@@ -12,14 +12,16 @@ size check falls back to the shard's own header. A version newer than this code 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal, Self
+from typing import Any, Literal, Self
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from blackwell_sm.data.shards import FORMAT_NAME
 from blackwell_sm.errors import DataError
 
 MANIFEST_FILE = "manifest.json"
+# The shard format's name (data/shards.py reads it from here: this module stays numpy-free, for
+# the client's checks before a run, data/agree.py).
+FORMAT_NAME: Literal["bsm-tokens-v1"] = "bsm-tokens-v1"
 MANIFEST_VERSION = 2
 FINETUNE_FORMAT_NAME = "bsm-tokens-v2"
 MAX_MANIFEST_BYTES = 64 << 20  # ~400k shards; the safe loader's 1 MiB default is for specs
@@ -146,10 +148,16 @@ def load_manifest(directory: Path) -> Manifest | None:
     if not path.exists():
         return None
     data = load_mapping(path, field=str(path), fmt="json", max_bytes=MAX_MANIFEST_BYTES)
+    return parse_manifest(data, str(path))
+
+
+def parse_manifest(data: dict[str, Any], where: str) -> Manifest:
+    """A manifest's parsed JSON (read by `load_manifest`, or from S3 at submit) as a `Manifest`
+    (a `FinetuneManifest` for fine-tuning rows); DataError naming `where` when it is not one."""
     version = data.get("manifest_version", 1)
     if not isinstance(version, int) or isinstance(version, bool) or version > MANIFEST_VERSION:
         raise DataError(
-            f"{path}: manifest_version {version!r} is not one this blackwell_sm reads "
+            f"{where}: manifest_version {version!r} is not one this blackwell_sm reads "
             f"(1..{MANIFEST_VERSION})",
             hint="use the blackwell_sm version that prepared the data, or prepare it again",
         )
@@ -158,10 +166,10 @@ def load_manifest(directory: Path) -> Manifest | None:
         return cls.model_validate(data)
     except ValidationError as e:
         err = e.errors()[0]
-        where = ".".join(str(p) for p in err["loc"]) or "(top)"
+        loc = ".".join(str(p) for p in err["loc"]) or "(top)"
         got = f" (got {err['input']!r})" if isinstance(err.get("input"), (str, int, float)) else ""
         raise DataError(
-            f"{path}: not a manifest written by `bsm data prepare` ({where}: "
+            f"{where}: not a manifest written by `bsm data prepare` ({loc}: "
             f"{err['msg'].removeprefix('Value error, ')}{got})",
             hint="prepare the data again, or remove manifest.json to read every *.bin in name "
             "order unchecked",

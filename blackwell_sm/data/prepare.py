@@ -38,7 +38,7 @@ from blackwell_sm.data.manifest import (
 from blackwell_sm.data.shards import ShardWriter, token_dtype
 from blackwell_sm.data.staging import check_out, staged_dir
 from blackwell_sm.data.tokenizer_files import TOKENIZER_FILES, tokenizer_sha256
-from blackwell_sm.errors import SpecError
+from blackwell_sm.errors import MissingExtraError, SpecError
 from blackwell_sm.output_place import read_files
 
 __all__ = ["DEFAULT_SHARD_TOKENS", "TOKENIZER_DIR", "Manifest", "ShardInfo", "prepare"]
@@ -67,11 +67,7 @@ class HFTokenizer:
         try:
             from tokenizers import Tokenizer
         except ImportError as e:
-            raise SpecError(
-                "--tokenizer needs the `tokenizers` package",
-                field="--tokenizer",
-                hint="pip install tokenizers",
-            ) from e
+            raise MissingExtraError(e.name or "tokenizers", "--tokenizer") from e
         self.file = path / "tokenizer.json" if path.is_dir() else path
         check_regular(self.file, field="--tokenizer", what="tokenizer")  # never /dev/zero
         try:

@@ -27,15 +27,13 @@ Client (`bsm data prepare`) and container (`train/data.py`) both use this module
 from __future__ import annotations
 
 import struct
-from contextlib import AbstractContextManager
 from pathlib import Path
-from typing import IO, Final
+from typing import Any
 
 import numpy as np
 
 from blackwell_sm.errors import DataError
 
-FORMAT_NAME: Final = "bsm-tokens-v1"
 MAGIC = b"BSMTOKS\0"
 VERSION = 1
 VERSION_FLAGS = 2
@@ -43,7 +41,7 @@ FLAG_LOSS = 1  # this token counts as a target
 FLAG_START = 2  # this token begins a sample (or a padding run)
 HEADER = struct.Struct("<8sIIQQ")
 HEADER_BYTES = HEADER.size  # 32
-_DTYPES: dict[int, np.dtype] = {2: np.dtype("<u2"), 4: np.dtype("<u4")}
+_DTYPES: dict[int, np.dtype[Any]] = {2: np.dtype("<u2"), 4: np.dtype("<u4")}
 
 
 def token_dtype(vocab_size: int) -> np.dtype:
@@ -73,17 +71,15 @@ class ShardWriter:
     (version 2) to a side file; on a clean exit the header gets the count, the flags follow the
     tokens, and the file is renamed into place. On an error nothing is left at `path`."""
 
-    _open: AbstractContextManager[IO[bytes]]  # set by __enter__, with _f
-    _f: IO[bytes]
-    _flags: IO[bytes] | None
-
     def __init__(self, path: str | Path, dtype: np.dtype, *, flags: bool = False) -> None:
         dtype = np.dtype(dtype)
         if dtype.itemsize not in _DTYPES:
             raise ValueError(f"token dtype must be uint16 or uint32, not {dtype}")
         self.path, self.dtype, self.count = Path(path), _DTYPES[dtype.itemsize], 0
         self.flags_tmp = self.path.with_name(f".{self.path.name}.flags.tmp") if flags else None
-        self._flags = None
+        self._f: Any = None  # the open temporary file (atomic_open), while writing
+        self._flags: Any = None
+        self._open: Any = None
 
     def __enter__(self) -> ShardWriter:
         from blackwell_sm.atomic_write import atomic_open

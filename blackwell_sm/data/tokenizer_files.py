@@ -42,8 +42,45 @@ def copy_tokenizer(src: Path, out_dir: Path) -> list[Path]:
 
 def tokenizer_sha256(folder: Path) -> str:
     """The identity of the tokenizer in `folder`: sha256 over each file's name and content."""
+    return tokenizer_identity(read_tokenizer_files(folder))
+
+
+def tokenizer_identity(files: dict[str, bytes]) -> str:
+    """`tokenizer_sha256` of a tokenizer's files given as {name: content} (read from a folder,
+    or from S3 at submit), taken in `TOKENIZER_FILES` order; other names are ignored."""
     h = hashlib.sha256()
-    for f in tokenizer_files(folder):
-        h.update(f.name.encode() + b"\0")
-        h.update(hashlib.sha256(f.read_bytes()).digest())
+    for name in TOKENIZER_FILES:
+        if name in files:
+            h.update(name.encode() + b"\0")
+            h.update(hashlib.sha256(files[name]).digest())
     return h.hexdigest()
+
+
+def vocab_identity(files: dict[str, bytes]) -> str | None:
+    """What a token id means, as a hash: the token -> id table (and the added tokens' ids) of
+    `tokenizer.json`, else of `vocab.json`, else the `tokenizer.model` bytes; None when none is
+    there or it does not parse. Unlike `tokenizer_identity` it survives a re-save of the same
+    tokenizer (`save_pretrained` rewrites its files, and the merges' layout changed across
+    `tokenizers` versions)."""
+    import json
+
+    try:
+        if "tokenizer.json" in files:
+            data = json.loads(files["tokenizer.json"])
+            added = sorted((t["id"], t["content"]) for t in data.get("added_tokens") or [])
+            table = {"vocab": (data.get("model") or {}).get("vocab"), "added": added}
+        elif "vocab.json" in files:
+            table = {"vocab": json.loads(files["vocab.json"])}
+        elif "tokenizer.model" in files:
+            return hashlib.sha256(files["tokenizer.model"]).hexdigest()
+        else:
+            return None
+    except (ValueError, TypeError, KeyError, AttributeError):
+        return None
+    canonical = json.dumps(table, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return hashlib.sha256(canonical.encode()).hexdigest()
+
+
+def read_tokenizer_files(folder: Path) -> dict[str, bytes]:
+    """The tokenizer files in `folder` as {name: content}."""
+    return {f.name: f.read_bytes() for f in tokenizer_files(folder)}

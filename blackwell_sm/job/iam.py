@@ -15,8 +15,9 @@ from blackwell_sm.job.iam_calls import BUY_ACTIONS, CALLER_RESOURCES, COMMAND_CA
 from blackwell_sm.job.iam_trackers import tracker_statements
 from blackwell_sm.job.images import default_image_uri
 from blackwell_sm.job.names import JOB_NAME_PREFIX, PURCHASE_INTENTS_FOLDER, name_stem
-from blackwell_sm.spec.aws_rules import ECR_IMAGE_RE
+from blackwell_sm.spec.aws_rules import ECR_IMAGE_RE, is_placeholder
 from blackwell_sm.spec.job import S3_URI_RE
+from blackwell_sm.spec.placeholders import spec_placeholders
 from blackwell_sm.spec.run import RunSpec
 
 __all__ = [
@@ -90,8 +91,9 @@ class _Ctx:
         self.checkpoints = job.checkpoint_prefix if job else f"{self.s3_prefix}/checkpoints"
         self.channels = [c.s3_uri for _, c in sorted(job.channels.items())] if job else []
         init = spec.training.init_from if spec else None
-        if job and init and init.startswith("s3://"):
-            self.channels.append(init)  # the `init` channel: starting weights
+        self.init = init if job and init and init.startswith("s3://") else None
+        if self.init:
+            self.channels.append(self.init)  # the `init` channel: starting weights
         self.job = job
 
     def arn(self, service: str, resource: str) -> str:
@@ -156,6 +158,9 @@ def caller_resources(spec: RunSpec | None = None) -> dict[str, list[str] | str]:
             c.arn("logs", f"log-group:{LOG_GROUP}"),
             c.arn("logs", f"log-group:{LOG_GROUP}:*"),
         ],
+        # submit's data check: the channels' manifests, an S3 init_from's tokenizer files
+        "data_objects": [c.s3_objects(u) for u in c.channels] if c.job else [],
+        "init_list": [f"arn:{c.partition}:s3:::{_s3_parts(c.init)[0]}"] if c.init else [],
     }
 
 
@@ -169,6 +174,11 @@ def caller_policy(spec: RunSpec | None = None) -> dict[str, Any]:
         "role": {"Condition": {"StringEquals": {"iam:PassedToService": "sagemaker.amazonaws.com"}}},
         "checkpoint_list": {"Condition": {"StringLike": {"s3:prefix": [f"{ck_key}/*"]}}},
     }
+    if c.init:
+        init_key = _s3_parts(c.init)[1]
+        extra["init_list"] = {
+            "Condition": {"StringLike": {"s3:prefix": [f"{init_key}/*" if init_key else "*"]}}
+        }
     if spec is not None:
         extra["spec_jobs"] = {
             "Condition": {
@@ -199,7 +209,7 @@ def caller_policy(spec: RunSpec | None = None) -> dict[str, Any]:
         if kind == "reserved":
             statements.append(_stmt(sid, sorted(actions), resources[kind]))
             continue
-        if actions:
+        if actions and resources[kind]:  # none: nothing of that kind in this spec
             statements.append(_stmt(sid, sorted(actions), resources[kind], **extra.get(kind, {})))
     return _doc(*statements)
 
@@ -264,6 +274,22 @@ def job_role_policy(spec: RunSpec | None = None) -> dict[str, Any]:
     return _doc(*statements)
 
 
+def without_placeholders(doc: dict[str, Any]) -> dict[str, Any]:
+    """`doc` less every resource that is still a REPLACE-ME placeholder (and any statement
+    left without one): a spec's policy grants nothing on a bucket or role not yet named."""
+    kept = []
+    for st in doc["Statement"]:
+        res = st["Resource"]
+        if isinstance(res, str):
+            if not is_placeholder(res):
+                kept.append(st)
+            continue
+        left = [r for r in res if not is_placeholder(r)]
+        if left:
+            kept.append({**st, "Resource": left})
+    return {**doc, "Statement": kept}
+
+
 def trust_policy() -> dict[str, Any]:
     """The job role's trust policy: SageMaker may assume it."""
     return {
@@ -287,7 +313,10 @@ def iam_policies(spec: RunSpec | None = None) -> dict[str, Any]:
             "and region (bsm iam-policy SPEC.yaml derives them)"
         )
     else:
-        notes += [f"{p} is still a placeholder" for p in spec.job.placeholders()]
+        notes += [
+            f"{p} is still a placeholder: nothing is granted on it until it is set"
+            for p in spec_placeholders(spec)
+        ]
         if spec.job.region is None:
             notes.append("job.region is unset: ARNs use region '*'")
         repo, image = _ecr_repository(_Ctx(spec))
@@ -302,9 +331,13 @@ def iam_policies(spec: RunSpec | None = None) -> dict[str, Any]:
         "and by the SageMaker SDK's role validation (to_model_trainer); drop it if you use "
         "neither"
     )
+    with_job = spec if spec and spec.job else None
+    caller, role = caller_policy(with_job), job_role_policy(with_job)
+    if with_job is not None:  # a spec's placeholders are never granted (a template's are shown)
+        caller, role = without_placeholders(caller), without_placeholders(role)
     return {
-        "caller": caller_policy(spec if spec and spec.job else None),
-        "job_role": job_role_policy(spec if spec and spec.job else None),
+        "caller": caller,
+        "job_role": role,
         "job_role_trust": trust_policy(),
         "notes": notes,
     }

@@ -79,6 +79,10 @@ _READ_OUTPUT = Call("s3:GetObject", "s3:GetObject", "job_output")
 _CLAIM_INTENT = Call("s3:PutObject", "s3:PutObject", "intent_objects")
 _READ_INTENT = Call("s3:GetObject", "s3:GetObject", "intent_objects")
 _RELEASE_INTENT = Call("s3:DeleteObject", "s3:DeleteObject", "intent_objects")
+# submit's data check (aws/data_check.py): each data channel's manifest.json, and an S3
+# init_from's tokenizer files (listed, then read), before CreateTrainingJob
+_READ_DATA = Call("s3:GetObject", "s3:GetObject", "data_objects")
+_LIST_INIT = Call("s3:ListObjectsV2", "s3:ListBucket", "init_list")
 _LOG_STREAMS = Call("logs:DescribeLogStreams", "logs:DescribeLogStreams", "job_logs")
 _LOG_EVENTS = Call("logs:GetLogEvents", "logs:GetLogEvents", "job_logs")
 _FILTER_EVENTS = Call("logs:FilterLogEvents", "logs:FilterLogEvents", "job_logs")
@@ -104,6 +108,8 @@ COMMAND_CALLS: dict[str, tuple[Call, ...]] = {
         *_LOGS,  # --logs / --wait
         _LIST_CHECKPOINTS,
         _READ_MARKER,  # --until-done / --resume
+        _READ_DATA,
+        _LIST_INIT,  # the data against the model, before the job (aws/data_check.py)
     ),
     "status": (
         _DESCRIBE_JOB,
@@ -151,6 +157,8 @@ CALLER_RESOURCES: dict[str, tuple[str, str]] = {
     "job_output": ("ReadJobOutputs", "bsm report/calibrate JOB read its output.tar.gz"),
     "intent_objects": ("ClaimPurchasesOnce", "plans extend: one purchase across machines"),
     "job_logs": ("ReadJobLogs", "bsm logs / submit --logs / status's progress"),
+    "data_objects": ("ReadDataManifestsAndInitTokenizer", "submit checks data against model"),
+    "init_list": ("ListInitFromTokenizerFiles", "submit finds init_from's tokenizer files"),
 }
 # Reserving and extending spend money: without these a caller can use plans but never buy.
 BUY_ACTIONS = frozenset(

@@ -42,6 +42,7 @@ from blackwell_sm.opt_ml import COMPLETE_MARKER
 from blackwell_sm.planner.plan import Plan
 from blackwell_sm.planner.preferences import PlanSet, PreferencePlans, as_plan_set
 from blackwell_sm.spec.job import JobSpec
+from blackwell_sm.spec.placeholders import spec_placeholders
 from blackwell_sm.spec.run import RunSpec
 
 __all__ = [
@@ -176,7 +177,7 @@ def build_job_request(
     primary = plans.primary
     check_channels(spec, job)
     warnings: list[str] = []
-    placeholders = job.placeholders()
+    placeholders = spec_placeholders(spec)  # every field, and the files the client reads
     for path in placeholders:
         warnings.append(f"{path} is a REPLACE-ME placeholder: set it before submitting")
 

@@ -26,7 +26,7 @@ import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from blackwell_sm.errors import BsmError, SpecError
+from blackwell_sm.errors import MissingExtraError, SpecError
 from blackwell_sm.job.capacity import refuse_preferences
 from blackwell_sm.job.request import JobRequest, build_job_request
 from blackwell_sm.job.sdk_table import HOOK, TABLE, leaves, set_path, unmapped
@@ -128,10 +128,7 @@ def _sdk_classes() -> dict[str, Any]:
         from sagemaker.core.training import configs
         from sagemaker.train import ModelTrainer
     except ImportError as e:
-        raise BsmError(
-            f"the SageMaker SDK is not installed ({e.name})",
-            hint="pip install 'blackwell-sm[sdk]' (sagemaker>=3)",
-        ) from None
+        raise MissingExtraError(e.name or "sagemaker", "the SageMaker SDK view") from None
     return {
         "Session": Session,
         "ModelTrainer": ModelTrainer,

@@ -25,7 +25,7 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-from blackwell_sm.errors import BsmError, SpecError
+from blackwell_sm.errors import BsmError, MissingExtraError, SpecError
 from blackwell_sm.job.request import JobRequest, build_job_request
 from blackwell_sm.job.sdk import SdkViewWarning, refuse_placeholders, view_inputs
 from blackwell_sm.job.sdk_table import HOOK, TABLE, leaves, unmapped
@@ -113,9 +113,8 @@ def estimator_and_request(
         from sagemaker.estimator import Estimator
         from sagemaker.inputs import TrainingInput
     except ImportError as e:
-        raise BsmError(
-            f"the SageMaker SDK v2 is not installed ({e.name})",
-            hint="pip install 'blackwell-sm[sdk-v2]' (sagemaker>=2,<3; not beside sagemaker 3)",
+        raise MissingExtraError(
+            e.name or "sagemaker", "the SageMaker SDK v2 view (sagemaker>=2,<3)", extra="sdk-v2"
         ) from None
     if not sagemaker.__version__.startswith("2."):
         raise BsmError(

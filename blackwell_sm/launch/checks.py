@@ -6,8 +6,9 @@ path, not after the model was built or the run trained.
 
 - `check_plan`: `schema_version` is the one this code reads; micro-batch x accumulation x
   data-parallel ranks is the spec's global batch (or the planner rounded it and says so: the
-  note `batch_rounded`); `run.steps` >= 1 and agrees with the spec (and with the plan's own
-  token count); `config.seq_len` (the plan's one sequence length) <= the model's `max_seq_len`;
+  note `batch_rounded`); `run.steps` >= 1 and agrees with the spec (`epochs` over
+  `data.sequences` at the plan's batch, or `total_steps`, or `total_tokens`) and with the plan's
+  own token count; `config.seq_len` (the plan's one sequence length) <= the model's `max_seq_len`;
   `cp_degree` divides shard_degree and splits seq_len into 2 x cp_degree chunks.
 - `preflight`: `checkpoints/`, `model/` and `output/` take a file (create + remove a probe), and
   the checkpoint volume has room for one save of this host's shards (`plan.checkpoint`).
@@ -84,7 +85,16 @@ def check_plan(plan: Plan, path: Path) -> None:
 
     if run.steps < 1:
         raise _fail(path, "run.steps", f"{run.steps}; a run trains at least 1 step")
-    if tr.total_steps is not None and run.steps != tr.total_steps:
+    steps = tr.steps_at_batch(gb)  # epochs hold at the plan's batch
+    if steps is not None:
+        if run.steps != steps:
+            raise _fail(
+                path,
+                "run.steps",
+                f"{run.steps}, but training.epochs {tr.epochs:g} over data.sequences "
+                f"{tr.data.sequences} at {gb} sequences per step is {steps} steps",
+            )
+    elif tr.total_steps is not None and run.steps != tr.total_steps:
         raise _fail(
             path,
             "run.steps",

@@ -32,12 +32,14 @@ from blackwell_sm.planner.precision import (
     lowp_ineligible,
 )
 from blackwell_sm.planner.search import (
+    Candidate,
     Context,
     Evaluation,
     Pins,
     fits_somewhere,
     min_memory,
     precisions_for,
+    steps_for,
     usable_bytes,
 )
 from blackwell_sm.planner.timing import deadline_notes, scale_notes
@@ -95,7 +97,8 @@ def explain(problem: Problem, choice: Choice) -> Explanation:
                 "batch_rounded",
                 f"global batch is {plural(c.global_batch_seqs, 'sequence')}, not the "
                 f"{ctx.global_batch_seqs:,} asked: "
-                f"{batch_text(c.micro_batch_size, c.grad_accum_steps, c.data_parallel)}",
+                f"{batch_text(c.micro_batch_size, c.grad_accum_steps, c.data_parallel)}"
+                + _epochs_kept(ctx, c),
             )
         )
     notes += memory_notes(choice, ctx, pins, problem.allowed)
@@ -105,6 +108,16 @@ def explain(problem: Problem, choice: Choice) -> Explanation:
         choice.evaluated, best, ctx, pins, count_auto=problem.count is None and not problem.local
     )
     return Explanation(notes, alts, other)
+
+
+def _epochs_kept(ctx: Context, c: Candidate) -> str:
+    """With training.epochs, how the steps follow the changed batch (the epochs stay true)."""
+    if ctx.epochs is None:
+        return ""
+    return (
+        f"; training.epochs {ctx.epochs:g} kept: {steps_for(ctx, c):,} steps of "
+        f"{c.global_batch_seqs} sequences"
+    )
 
 
 def memory_notes(choice: Choice, ctx: Context, pins: Pins, allowed: list[int]) -> list[Note]:

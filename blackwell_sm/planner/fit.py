@@ -294,13 +294,9 @@ def require_scipy() -> None:
     try:
         import scipy.optimize  # noqa: F401
     except ImportError:
-        from blackwell_sm.errors import BsmError
+        from blackwell_sm.errors import MissingExtraError
 
-        raise BsmError(
-            "bsm calibrate needs SciPy (its least-squares solver), which is not installed",
-            hint="pip install 'blackwell-sm[calibrate]'",
-            code="missing_extra",
-        ) from None
+        raise MissingExtraError("scipy", "`bsm calibrate` (its least-squares solver)") from None
 
 
 def least_squares(rows: Sequence[Row], k: C.Constants, names: Sequence[str]) -> C.Constants:

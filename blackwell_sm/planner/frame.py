@@ -6,6 +6,7 @@ problem, never the spec; the ModelSpec becomes a `memory.Shape` here, once.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, NamedTuple
 
@@ -59,6 +60,7 @@ class Context(NamedTuple):
     packed: bool = False  # task: finetune: packed rows, a block-diagonal attention mask
     constants: C.Constants | None = None  # a calibration profile's; None: calibration.py's
     loss_impl: str = "full-logits"  # the loop's is the spec's (chunked); other stacks' rows full
+    epochs: float | None = None  # training.epochs: the steps follow each candidate's batch
 
 
 @dataclass(frozen=True)  # not a NamedTuple: its `count` would shadow tuple.count
@@ -195,6 +197,12 @@ def context(
         )
     else:
         total_tokens = tr.total_tokens
+    total_steps = tr.total_steps
+    if tr.epochs is not None and tr.data.sequences is not None:
+        # Epochs mean epochs: a batch the planner changes changes the steps, not the passes.
+        # steps_for's ceil(ceil(E x S) x seq / (b x seq)) is spec.training.epoch_steps(E, S, b).
+        total_steps = None
+        total_tokens = math.ceil(tr.epochs * tr.data.sequences) * tr.seq_len
     price = None if local else (comp.price_per_hour or inst.price_per_hour)
     if not local and comp.price_per_hour is None and inst.price_source:
         notes.append(
@@ -208,11 +216,12 @@ def context(
         tr.seq_len,
         tr.global_batch_sequences,
         total_tokens,
-        tr.total_steps,
+        total_steps,
         price,
         packed=tr.task == "finetune",
         constants=constants,
         loss_impl=tr.loss_impl,
+        epochs=tr.epochs,
     )
     return ctx, local, notes, ref
 

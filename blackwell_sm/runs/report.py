@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from blackwell_sm.errors import BsmError, SpecError
+from blackwell_sm.errors import MissingExtraError, SpecError
 from blackwell_sm.planner.plan import Plan
 from blackwell_sm.records import Record, Summary, TrainRecord
 from blackwell_sm.runs.read import RunFiles, read_run
@@ -259,9 +259,7 @@ def write_report(
     try:
         import matplotlib  # noqa: F401
     except ImportError:
-        raise BsmError(
-            "bsm report needs matplotlib", hint="pip install 'blackwell-sm[report]'"
-        ) from None
+        raise MissingExtraError("matplotlib", "`bsm report`") from None
     sources = [source] if isinstance(source, str) else list(source)
     target = check_report_out(sources, out)  # before drawing; again below, right before writing
     runs = load_runs(sources, aws)

@@ -183,7 +183,7 @@ def _header(task: str, name: str, base: str, folder: str, hf_dir: str | None) ->
         ]
     lines += [
         "# `bsm plan` on this file shows the chosen settings (instance_count auto: the fewest",
-        "# instances within the deadline); replace the REPLACE-ME values in `job:` before",
+        "# instances within the deadline); replace every REPLACE-ME value before",
         "# `bsm submit` (`bsm iam-policy` on this file prints the role's policy).",
     ]
     return "\n".join(lines) + "\n"

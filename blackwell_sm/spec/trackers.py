@@ -2,7 +2,7 @@
 
 TensorBoard needs none (event files under the job's TensorBoard path, synced to S3 by
 SageMaker); MLflow a tracking URI (a SageMaker managed MLflow ARN, an http(s) server or a
-file store); W&B a project. Credentials never live in the spec: W&B's API key comes from
+sqlite:/// store; not a file store, which MLflow 3 refuses); W&B a project. Credentials never live in the spec: W&B's API key comes from
 run-local's environment (`WANDB_API_KEY`); a SageMaker job runs W&B offline (job/native.py
 `check_wandb` says why).
 These fields do not change what is trained, so they stay out of the job's spec hash
@@ -12,6 +12,7 @@ These fields do not change what is trained, so they stay out of the job's spec h
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
@@ -24,7 +25,7 @@ TRACKER_FIELDS = ("report_to", "mlflow", "wandb")
 MLFLOW_ARN_RE = re.compile(
     r"^arn:aws[a-z\-]*:sagemaker:[a-z0-9\-]*:[0-9]{12}:mlflow-[a-zA-Z-]*/.+$"
 )
-_URI_RE = re.compile(r"^(https?://[^\s/]+(/\S*)?|file:\S+|sqlite:///\S+)$")
+_URI_RE = re.compile(r"^(https?://[^\s/]+(/\S*)?|sqlite:///\S+)$")
 _NAME_RE = re.compile(r"^[^\x00-\x1f]{1,256}$")
 # The client packages each tracker needs in the container, carried in the bundle (TensorBoard:
 # none, train/tb_events.py writes the event files). mlflow-skinny is MLflow's client without the
@@ -50,7 +51,8 @@ class MlflowSpec(_Strict):
         max_length=2048,
         description="1-2048 characters: a SageMaker managed MLflow ARN (arn:aws:sagemaker:"
         "REGION:ACCOUNT:mlflow-tracking-server/NAME or mlflow-app/ID; sent as MlflowConfig), an "
-        "http(s):// tracking server, or a local sqlite:/// or file: store (run-local).",
+        "http(s):// tracking server, or a local sqlite:///PATH store (run-local). Not a file "
+        "store (file: or a plain path): MLflow 3 refuses those.",
     )
     experiment: str | None = Field(
         None, description="Experiment name, 1-256 characters; default: the model's name."
@@ -69,9 +71,17 @@ class MlflowSpec(_Strict):
                     "mlflow-tracking-server/NAME)"
                 )
             return v
+        if v.startswith("file:") or ("://" not in v and not v.startswith(("sqlite:", "http"))):
+            path = v.removeprefix("file://").removeprefix("file:") or "."
+            raise ValueError(
+                f"{v!r} is an MLflow file store, which MLflow 3 refuses (the tracker would turn "
+                f"itself off at the first step): use a database store, sqlite:///{path.rstrip('/')}"
+                "/mlflow.db (a path after the three slashes; four for an absolute one), or a "
+                "tracking server (http(s)://HOST:PORT, or a SageMaker MLflow ARN)"
+            )
         if not _URI_RE.match(v):
             raise ValueError(
-                f"expected a SageMaker MLflow ARN, an http(s):// URL, or a sqlite:/// or file: URI; "
+                f"expected a SageMaker MLflow ARN, an http(s):// URL, or a sqlite:///PATH store; "
                 f"got {v!r}"
             )
         return v
@@ -103,7 +113,7 @@ class WandbSpec(_Strict):
 
 
 def check_trackers(
-    report_to: list[Tracker], mlflow: MlflowSpec | None, wandb: WandbSpec | None
+    report_to: Sequence[str], mlflow: MlflowSpec | None, wandb: WandbSpec | None
 ) -> None:
     """Each tracker named once, with its settings (ValueError otherwise)."""
     dupes = sorted({t for t in report_to if report_to.count(t) > 1})

@@ -148,6 +148,13 @@ class PlannerPins(_Strict):
     )
 
 
+def epoch_steps(epochs: float, sequences: int, batch_sequences: int) -> int:
+    """Optimizer steps of `epochs` passes over `sequences` at `batch_sequences` per step:
+    ceil(ceil(epochs x sequences) / batch), the same as ceil(epochs x sequences / batch). The
+    planner recomputes it for the batch it chooses (planner/frame.py), the launcher checks it."""
+    return max(1, -(-math.ceil(epochs * sequences) // batch_sequences))
+
+
 FINETUNE_LR = 2e-5  # the default peak lr of `task: finetune` (pretraining: OptimizerSpec's 3e-4)
 
 
@@ -298,7 +305,7 @@ class TrainingSpec(_Strict):
                 )
             if self.total_tokens is not None:
                 raise KeyedValueError("set epochs or total_tokens, not both", key="epochs")
-            n = math.ceil(self.epochs * self.data.sequences / self.global_batch_sequences)
+            n = epoch_steps(self.epochs, self.data.sequences, self.global_batch_sequences)
             if self.total_steps is not None and self.total_steps != n:
                 raise KeyedValueError(
                     f"set epochs or total_steps, not both (epochs gives {n} steps)", key="epochs"
@@ -341,6 +348,13 @@ class TrainingSpec(_Strict):
                 key="pins.cp_degree",
             )
         return self
+
+    def steps_at_batch(self, batch_sequences: int) -> int | None:
+        """Steps of `epochs` passes over `data.sequences` at `batch_sequences` per step (the
+        planner's batch may differ from the spec's); None without epochs."""
+        if self.epochs is None or self.data.sequences is None:
+            return None
+        return epoch_steps(self.epochs, self.data.sequences, batch_sequences)
 
     @property
     def run_steps(self) -> int | None:

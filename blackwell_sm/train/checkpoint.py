@@ -11,7 +11,8 @@ Layout under `DIR/checkpoints/`:
     .step-00000130.tmp/     a save in progress (renamed to step-00000130 when all ranks are done)
     step-00000110.corrupt-step-110/   set aside: it failed its checksums or did not load
 
-A directory without `COMPLETE` is never resumed from (it is reported and skipped). Before any rank
+A directory without `COMPLETE` is never trusted, skipped silently or overwritten: a resume names it
+in a WARNING and sets it aside as `step-N.incomplete-step-N` (kept, never pruned). Before any rank
 loads a checkpoint its files are checked against the marker's sums (`checkpoint_files.py`), and
 its `run` and `data` against this run's (`run_identity.py`): another run's checkpoint is refused,
 and so is a resume on different data unless `training.data.accept_changed_data` says so. A
@@ -36,9 +37,11 @@ from blackwell_sm.errors import BsmError
 from blackwell_sm.train.checkpoint_dirs import (
     MARKER,
     find_latest,
+    incomplete_steps,
     list_checkpoints,
     prune,
     set_aside,
+    set_aside_incomplete,
     step_dir_name,
 )
 from blackwell_sm.train.checkpoint_files import (
@@ -247,6 +250,7 @@ class Checkpointer:
         """
         choice: list[Any] = [None]
         self.marker_error, self._sums, self._data_note = None, None, None
+        self._set_aside_incomplete(log)
         if self.env.is_main:
             found = find_latest(self.root, log=log, skip=skip)
             if found is not None:
@@ -271,6 +275,23 @@ class Checkpointer:
             self.history = list(m["history"])
         return step, Path(path)
 
+    def _set_aside_incomplete(self, log) -> None:
+        """Folders without a marker (rank 0's list), named and set aside on every host."""
+        steps: list[Any] = [incomplete_steps(self.root) if self.env.is_main else []]
+        dist.broadcast_object_list(steps, src=0)
+        if not steps[0]:
+            return
+        names = ", ".join(step_dir_name(s) for s in steps[0])
+        log(
+            f"[bsm] WARNING: checkpoint folder(s) without a {MARKER} marker in {self.root}: "
+            f"{names} (a save cut short or a marker lost, bytes unverified): not resumed from, "
+            "set aside as step-N.incomplete-step-N (kept, never pruned; remove them once "
+            "inspected)"
+        )
+        if self.env.local_rank == 0:
+            set_aside_incomplete(self.root, steps[0])
+        dist.barrier()
+
     def _agree(self, err: str | None) -> list[str]:
         """Every rank's error (or None) gathered: each rank takes the same branch."""
         errors: list[Any] = [None] * self.env.world_size
@@ -279,12 +300,11 @@ class Checkpointer:
 
     def _verify(self, path: Path, log) -> list[str]:
         """Every file of `path` against its marker's sums, split over this host's ranks."""
-        if self._sums is None:
-            log(
-                f"[bsm] checkpoint {path.name} carries no checksums (saved by an older "
-                "blackwell_sm): loaded unverified"
-            )
-            return []
+        if self._sums is None:  # every rank: the sums came from rank 0's broadcast
+            return [
+                f"its {MARKER} marker lists no files (saved without checksums, or the list "
+                "was removed): its bytes cannot be verified"
+            ]
         local = local_world_size(self.env.world_size)
         return self._agree(verify_share(path, self._sums, self.env.local_rank, local))
 

@@ -2,8 +2,11 @@
 set aside as unloadable, and what is pruned (torch-free: plain files and JSON).
 
 Retention. After every complete save, `prune` keeps the newest `keep_last` complete checkpoints
-and removes older ones, incomplete directories older than the newest complete one, and stale
-`.step-*.tmp` saves. A checkpoint set aside as unloadable (`step-N.corrupt-step-N`, with a
+and removes older ones and stale `.step-*.tmp` saves. A `step-XXXXXXXX` directory without its
+marker is never removed, skipped silently or replaced: nothing says what it holds (a save cut
+short, or a checkpoint whose marker was lost). A resume sets it aside loudly
+(`set_aside_incomplete`: `step-N.incomplete-step-N`, with its `SET_ASIDE` reason), where it stays,
+never pruned, for a person to inspect or remove; the same step saved again is a new folder. A checkpoint set aside as unloadable (`step-N.corrupt-step-N`, with a
 `SET_ASIDE` file saying why) is kept for inspection and ages out like the checkpoint it was: it
 is removed once `keep_last` complete checkpoints newer than it exist.
 
@@ -35,6 +38,7 @@ MARKER = COMPLETE_MARKER
 SET_ASIDE = "SET_ASIDE"  # why a checkpoint was set aside (JSON), inside the renamed folder
 _STEP_DIR = re.compile(r"^step-(\d{8})$")
 _ASIDE_DIR = re.compile(r"^step-(\d{8})\.corrupt-step-\d+$")
+INCOMPLETE = "incomplete"  # `step-N.incomplete-step-N`: set aside without a marker, never pruned
 
 
 def step_dir_name(step: int) -> str:
@@ -80,6 +84,39 @@ def find_latest(
     return None
 
 
+def incomplete_steps(root: Path) -> list[int]:
+    """Steps of the `step-XXXXXXXX` directories without a marker, newest first."""
+    return [step for step, _, complete in list_checkpoints(root) if not complete]
+
+
+def set_aside_incomplete(root: Path, steps: list[int]) -> list[Path]:
+    """Rename each of `steps`' directories (no marker: unverified) to
+    `step-N.incomplete-step-N` with a `SET_ASIDE` reason; kept, never pruned (the local rank 0
+    of each host calls it for its own copy, with the steps rank 0 found)."""
+    moved = []
+    for step in steps:
+        path = root / step_dir_name(step)
+        aside = path.with_name(f"{step_dir_name(step)}.{INCOMPLETE}-step-{step}")
+        if not path.is_dir() or aside.exists():
+            continue
+        with contextlib.suppress(OSError, BsmError):  # another host moved it first
+            path.rename(aside)
+            write_text(
+                aside / SET_ASIDE,
+                json.dumps(
+                    {
+                        "step": step,
+                        "reason": f"no {MARKER} marker: a save cut short or a marker lost; its "
+                        "bytes are unverified (kept for inspection, never pruned)",
+                        "time": time.time(),
+                    }
+                ),
+                flag=None,
+            )
+            moved.append(aside)
+    return moved
+
+
 def set_aside(path: Path, step: int, reason: str) -> Path:
     """Rename an unloadable checkpoint to `step-N.corrupt-step-N` with a `SET_ASIDE` file giving
     the reason (the local rank 0 of each host calls it for its own copy)."""
@@ -103,8 +140,6 @@ def prune(root: Path, keep_last: int) -> list[Path]:
     complete = [s for s, _, ok in found if ok]
     kept = set(complete[:keep_last])
     gone = [p for s, p, ok in found if ok and s not in kept]
-    newest = complete[0] if complete else None
-    gone += [p for s, p, ok in found if not ok and newest is not None and s < newest]
     gone += [p for s, p in set_aside_checkpoints(root) if sum(c > s for c in complete) >= keep_last]
     gone += list(root.glob(".step-*.tmp"))
     for p in gone:

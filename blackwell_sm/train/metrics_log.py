@@ -31,7 +31,7 @@ from blackwell_sm.records import (
     to_json,
 )
 from blackwell_sm.train.check import RunCheck
-from blackwell_sm.train.trackers import Trackers
+from blackwell_sm.train.tracker_process import Trackers
 
 GIB = 1024**3
 

@@ -1,10 +1,12 @@
 """Trackers from inside the job (`training.report_to`): TensorBoard, MLflow, W&B, on rank 0.
 
-`MetricsLog.write` hands every record to `Trackers.write`, which only puts it on a bounded
-queue: one background thread starts the trackers and feeds them, so a slow or dead tracker
-never stops or slows training. A tracker that fails (server down, bad credentials, a missing
-package) prints one `[bsm] warning:` line and is off for the rest of the run; a full queue drops
-records with one warning. At the end `close` gives the thread CLOSE_TIMEOUT_S to drain.
+`MetricsLog.write` hands every record to `Trackers.write` (`train/tracker_process.py`), which
+only puts it on a bounded queue: the trackers run in a process of their own, so a slow or dead
+tracker never stops or slows training, and their libraries never weigh on rank 0's memory. A
+tracker that fails (server down, bad credentials, a missing package) prints one `[bsm] warning:`
+line and is off for the rest of the run; a full queue drops records with one warning; one that
+hangs is named at the end with the records it did not send. MLflow's metrics go in one
+`log_batch` every `MLFLOW_FLUSH_S` (a transaction per step cost more than the step on a CPU).
 
 What each record becomes (the same names in every tracker):
 - train: train/loss, train/lr, train/grad_norm, speed/tokens_per_s_per_gpu, speed/mfu,
@@ -21,8 +23,6 @@ in the bundle: job/wheels.py); TensorBoard uses the standard-library writer in t
 from __future__ import annotations
 
 import os
-import queue
-import threading
 import time
 from pathlib import Path
 from typing import Any, Protocol
@@ -42,8 +42,8 @@ from blackwell_sm.records import (
 )
 from blackwell_sm.records.kinds import CheckFigures
 
-QUEUE_MAX = 10_000  # records waiting for the trackers; beyond it they are dropped (one warning)
-CLOSE_TIMEOUT_S = 30.0  # how long the end of the run waits for the trackers to drain
+MLFLOW_FLUSH_S = 5.0  # MLflow's metrics are sent in one log_batch this often (and at the end)
+MLFLOW_BATCH_MAX = 1000  # MLflow's log_batch limit on metrics per call
 # MLflow's client retries a dead server for minutes by default: fewer, shorter tries (the user's
 # own MLFLOW_HTTP_REQUEST_* variables win).
 MLFLOW_HTTP_DEFAULTS = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "2", "MLFLOW_HTTP_REQUEST_TIMEOUT": "20"}
@@ -156,6 +156,7 @@ def run_name(plan: Plan) -> str:
 
 class Tracker(Protocol):
     name: str
+    where: str  # where it sends: a directory, a tracking URI, a project (named in warnings)
 
     def record(self, rec: Record) -> None: ...
 
@@ -169,6 +170,7 @@ class TensorBoardTracker:
         from blackwell_sm.train.tb_events import EventWriter
 
         self.plan, self.writer, self.first = plan, EventWriter(logdir), True
+        self.where = where_of(self.name, plan, logdir)
         params = plan_params(plan)
         self.writer.text(0, "plan", "\n".join(f"{k}: {v}" for k, v in params.items()))
 
@@ -204,7 +206,10 @@ class MlflowTracker:
         settings = plan.spec.training.mlflow
         assert settings is not None  # TrainingSpec checked report_to against it
         self.client = MlflowClient(tracking_uri=settings.tracking_uri)
+        self.where = where_of(self.name, plan, Path())
         self.plan, self.first = plan, True
+        self.pending: list[Any] = []  # metrics not sent yet (one log_batch per MLFLOW_FLUSH_S)
+        self.sent_at = time.monotonic()
         run_id = os.environ.get("MLFLOW_RUN_ID")
         if run_id is None:
             name = settings.experiment or plan.model.name
@@ -239,14 +244,22 @@ class MlflowTracker:
         if self.first and isinstance(rec, TrainRecord):
             values = {**plan_scalars(self.plan), **values}
             self.first = False
-        if values:
-            metrics = [Metric(k, v, ms, rec.step) for k, v in values.items()]
-            self.client.log_batch(self.run_id, metrics=metrics)
+        self.pending += [Metric(k, v, ms, rec.step) for k, v in values.items()]
+        if time.monotonic() - self.sent_at >= MLFLOW_FLUSH_S:
+            self.flush()
         words = text(rec)
         if words is not None:
             self.client.set_tag(self.run_id, f"bsm.{words[0]}", words[1][:5000])
 
+    def flush(self) -> None:
+        """Send the metrics held, MLFLOW_BATCH_MAX per call."""
+        while self.pending:
+            batch, self.pending = self.pending[:MLFLOW_BATCH_MAX], self.pending[MLFLOW_BATCH_MAX:]
+            self.client.log_batch(self.run_id, metrics=batch)
+        self.sent_at = time.monotonic()
+
     def close(self, status: str) -> None:
+        self.flush()
         export = os.environ.get(ENV_EXPORT_URI)
         if export:
             self.client.set_tag(self.run_id, "bsm.export_uri", export)
@@ -273,6 +286,7 @@ class WandbTracker:
             dir=str(out_dir),
             reinit=True,
         )
+        self.where = where_of(self.name, plan, Path())
         self.plan, self.first = plan, True
 
     def record(self, rec: Record) -> None:
@@ -290,78 +304,20 @@ class WandbTracker:
         self.run.finish(exit_code=0 if status == "completed" else 1)
 
 
-_CLOSE = object()
+def where_of(name: str, plan: Plan, tensorboard_dir: Path) -> str:
+    """Where the tracker `name` sends (for warnings): a directory, a tracking URI, a project."""
+    tr = plan.spec.training
+    if name == "mlflow" and tr.mlflow is not None:
+        return tr.mlflow.tracking_uri
+    if name == "wandb" and tr.wandb is not None:
+        return f"project {tr.wandb.project}"
+    return str(tensorboard_dir)
 
 
-class Trackers:
-    """Rank 0's trackers behind one queue and one thread (see the module docstring)."""
-
-    def __init__(self, plan: Plan, *, tensorboard_dir: Path, out_dir: Path) -> None:
-        self.plan, self.tensorboard_dir, self.out_dir = plan, tensorboard_dir, out_dir
-        self.names = list(plan.spec.training.report_to)
-        self.queue: queue.Queue[Any] = queue.Queue(maxsize=QUEUE_MAX)
-        self.live: list[Tracker] = []
-        self.dropped = 0
-        self.thread = threading.Thread(target=self._run, name="bsm-trackers", daemon=True)
-        self.thread.start()
-
-    def _make(self, name: str) -> Tracker:
-        if name == "tensorboard":
-            return TensorBoardTracker(self.plan, self.tensorboard_dir)
-        if name == "mlflow":
-            return MlflowTracker(self.plan)
-        return WandbTracker(self.plan, self.out_dir)
-
-    def _failed(self, name: str, e: BaseException, when: str) -> None:
-        warn(
-            f"tracker {name} failed {when} ({type(e).__name__}: {str(e)[:300]}); it is off "
-            "for the rest of the run, training goes on"
-        )
-
-    def _run(self) -> None:
-        for name in self.names:
-            try:
-                self.live.append(self._make(name))
-            except Exception as e:  # any failure of a tracker: warned, never raised
-                self._failed(name, e, "to start")
-        while True:
-            item = self.queue.get()
-            if isinstance(item, tuple) and item[0] is _CLOSE:
-                for t in list(self.live):
-                    try:
-                        t.close(item[1])
-                    except Exception as e:
-                        self._failed(t.name, e, "to close")
-                return
-            for t in list(self.live):
-                try:
-                    t.record(item)
-                except Exception as e:
-                    self._failed(t.name, e, f"at step {item.step}")
-                    self.live.remove(t)
-
-    def write(self, rec: Record) -> None:
-        """Queue `rec` for the trackers; never blocks."""
-        try:
-            self.queue.put_nowait(rec)
-        except queue.Full:
-            self.dropped += 1
-            if self.dropped == 1:
-                warn(
-                    f"the trackers are {QUEUE_MAX} records behind: dropping records until "
-                    "they catch up (training goes on)"
-                )
-
-    def close(self, status: str, timeout_s: float = CLOSE_TIMEOUT_S) -> bool:
-        """Let the trackers drain and close; False if they did not within `timeout_s`."""
-        deadline = time.monotonic() + timeout_s
-        try:
-            self.queue.put((_CLOSE, status), timeout=timeout_s)
-        except queue.Full:
-            warn(f"the trackers did not drain in {timeout_s:.0f} s; the run ends without them")
-            return False
-        self.thread.join(max(0.0, deadline - time.monotonic()))
-        if self.thread.is_alive():
-            warn(f"the trackers did not finish in {timeout_s:.0f} s; the run ends without them")
-            return False
-        return True
+def make_tracker(name: str, plan: Plan, tensorboard_dir: Path, out_dir: Path) -> Tracker:
+    """The tracker `name` of `training.report_to`, started."""
+    if name == "tensorboard":
+        return TensorBoardTracker(plan, tensorboard_dir)
+    if name == "mlflow":
+        return MlflowTracker(plan)
+    return WandbTracker(plan, out_dir)
