@@ -25,6 +25,7 @@ import pytest
 import yaml
 from cli_support import REPO, run, run_local_process
 from harness import free_port
+from tracker_support import scalars_of, texts_of
 from train_support import local_plan
 
 from blackwell_sm.records import TrainRecord, read_metrics
@@ -40,26 +41,6 @@ def tracker_spec(tmp: Path, **training) -> Path:
     path = tmp / "spec.yaml"
     path.write_text(yaml.safe_dump(spec))
     return path
-
-
-def scalars_of(logdir: Path) -> dict[str, dict[int, float]]:
-    """{tag: {step: value}} of every scalar TensorBoard's own reader loads from `logdir`."""
-    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
-
-    acc = EventAccumulator(str(logdir), size_guidance={"scalars": 0, "tensors": 0})
-    acc.Reload()
-    return {t: {e.step: e.value for e in acc.Scalars(t)} for t in acc.Tags()["scalars"]}
-
-
-def texts_of(logdir: Path) -> dict[str, list[str]]:
-    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
-
-    acc = EventAccumulator(str(logdir), size_guidance={"tensors": 0})
-    acc.Reload()
-    return {
-        t: [e.tensor_proto.string_val[0].decode() for e in acc.Tensors(t)]
-        for t in acc.Tags()["tensors"]
-    }
 
 
 @pytest.fixture(scope="module")
