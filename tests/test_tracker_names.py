@@ -63,7 +63,7 @@ RECORDS = {
             mem_reserved_gib=0.2,
             time=T,
             eta_s=30.0,
-        )  # fmt: skip
+        )
     ],
     "val": [ValRecord(step=2, loss=2.5, time=T)],
     "check": [CHECK],
