@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 from aws_support import summary_json, tar_gz
+from records_support import step_figures
 
 from blackwell_sm.cli import main
 from blackwell_sm.planner import calibration as C
@@ -330,15 +331,7 @@ def test_a_job_without_output_is_read_from_its_step_lines(aws):
     aws.logs.create_log_group(logGroupName=LOG_GROUP)
     stream = f"{job.name}/algo-1-1700000000"
     aws.logs.create_log_stream(logGroupName=LOG_GROUP, logStreamName=stream)
-    v = dict(
-        loss=2.0,
-        lr=1e-4,
-        grad_norm=1.0,
-        mfu=0.4,
-        step_time_s=1.0,
-        mem_alloc_gib=1.0,
-        mem_reserved_gib=2.0,
-    )
+    v = step_figures(tok_s_gpu=None, step_time_s=1.0, mem_alloc_gib=1.0, mem_reserved_gib=2.0)
     speeds = [500.0, 900.0, 1000.0, 1100.0, 1050.0]  # the first two are warm-up
     now = int(time.time() * 1000)
     aws.logs.put_log_events(

@@ -25,6 +25,7 @@ import pytest
 import yaml
 from cli_support import REPO, run, run_local_process
 from harness import free_port
+from records_support import step_figures
 from tracker_support import scalars_of, texts_of
 from train_support import local_plan
 
@@ -200,19 +201,9 @@ def _metrics_log(tmp: Path, uri: str):
 
 
 def _train(step: int) -> TrainRecord:
-    return TrainRecord(
-        step=step,
-        loss=2.0,
-        lr=1e-3,
-        grad_norm=1.0,
-        tok_s_gpu=10.0,
-        mfu=0.1,
-        step_time_s=0.1,
-        mem_alloc_gib=0.1,
-        mem_reserved_gib=0.1,
-        memory_kind="cpu_max_rss",
-        time=1.0e9 + step,
-    )
+    figures = step_figures(lr=1e-3, tok_s_gpu=10.0, mfu=0.1, step_time_s=0.1, mem_alloc_gib=0.1)
+    figures.update(mem_reserved_gib=0.1, memory_kind="cpu_max_rss")
+    return TrainRecord(step=step, time=1.0e9 + step, **figures)
 
 
 def test_a_tracker_whose_server_is_down_warns_once_and_training_goes_on(
