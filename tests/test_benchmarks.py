@@ -48,18 +48,20 @@ def _rows(text: str) -> list[dict]:
 @pytest.fixture(scope="module")
 def local_wheels(tmp_path_factory):
     """A wheels folder for this interpreter, as `gpu_check.sh --prepare-wheels --target
-    this-machine` makes it (downloaded once per machine, then read from the wheel cache)."""
+    this-machine` makes it, offline (tests/wheel_support.py: the bootstrap finds everything
+    installed here and installs none of them)."""
+    from wheel_support import offline_pip
+
     from blackwell_sm.job.requirements import container_requirements
-    from blackwell_sm.job.wheels import (
-        fetch_wheels,
-        this_machine_target,
-        write_folder,
-    )
+    from blackwell_sm.job.wheels import fetch_wheels, this_machine_target, write_folder
 
     target = this_machine_target()
-    out = tmp_path_factory.mktemp("whl")
-    write_folder(fetch_wheels(container_requirements(target, precision="fp8"), target), out)
-    return out
+    reqs = container_requirements(target, precision="fp8")
+    tmp = tmp_path_factory.mktemp("whl")
+    with offline_pip(reqs, tmp / "links"):
+        house = fetch_wheels(reqs, target, cache=tmp / "cache")
+    write_folder(house, tmp / "out")
+    return tmp / "out"
 
 
 @pytest.mark.timeout(420)
@@ -84,7 +86,7 @@ def test_gpu_check_cpu_dry_runs_the_real_launcher_end_to_end(tmp_path, local_whe
         capture_output=True,
         text=True,
         timeout=400,
-        env={**os.environ, "BSM_GPU_CHECK_WHEELS": str(local_wheels)},
+        env={**os.environ, "BSM_GPU_CHECK_WHEELS": str(local_wheels), "PYTHON": sys.executable},
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "[bsm-bootstrap] pydantic " in proc.stderr  # the container's bootstrap ran first
@@ -129,7 +131,11 @@ def test_gpu_check_without_prepared_wheels_says_how(tmp_path):
         cwd=REPO,
         capture_output=True,
         text=True,
-        env={**os.environ, "BSM_GPU_CHECK_WHEELS": str(tmp_path / "none")},
+        env={
+            **os.environ,
+            "BSM_GPU_CHECK_WHEELS": str(tmp_path / "none"),
+            "PYTHON": sys.executable,
+        },
     )
     assert proc.returncode == 2 and "--prepare-wheels" in proc.stderr
 
