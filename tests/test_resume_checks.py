@@ -83,9 +83,13 @@ def test_a_resume_on_data_changed_behind_its_manifest_is_refused_unless_accepted
 
     def resume(accept: bool) -> tuple[Checkpointer, list[str], Any]:
         ckpt = Checkpointer(
-            tmp_path / "ck", ENV, keep_last=2, async_save=False, data=after,
+            tmp_path / "ck",
+            ENV,
+            keep_last=2,
+            async_save=False,
+            data=after,
             accept_changed_data=accept,
-        )  # fmt: skip
+        )
         logged: list[str] = []
         return ckpt, logged, ckpt.resume(model, opt, log=logged.append)
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from records_support import CHECK_FIELDS, STEP_FIGURES
 from tracker_support import scalars_of, texts_of
 from train_support import local_plan
 
@@ -41,30 +42,9 @@ def doc_table() -> dict[str, tuple[set[str], set[str]]]:
     return rows
 
 
-CHECK = CheckRecord(
-    step=4, tok_s_gpu=10.0, pred_tok_s_gpu=11.0, pred_tok_s_gpu_low=8.0,
-    pred_tok_s_gpu_high=14.0, speed_ratio=0.9, speed="in_range", step_time_s=0.5,
-    pred_step_time_s=0.4, compute_s=0.3, pred_compute_s=0.3, exposed_comm_s=0.1,
-    pred_exposed_comm_s=0.1, other_s=0.1, mfu=0.1, pred_mfu=0.1, mem_reserved_gib=1.0,
-    pred_mem_gib=1.0, pred_mem_high_gib=1.2, memory="in_range", eta_s=9.0, total_steps=8,
-    timing="wall_clock", slowest_rank_step_time_s=0.5,
-)  # fmt: skip
+CHECK = CheckRecord(step=4, **CHECK_FIELDS)
 RECORDS = {
-    "train": [
-        TrainRecord(
-            step=1,
-            loss=2.0,
-            lr=1e-3,
-            grad_norm=1.0,
-            tok_s_gpu=10.0,
-            mfu=0.1,
-            step_time_s=0.1,
-            mem_alloc_gib=0.1,
-            mem_reserved_gib=0.2,
-            time=T,
-            eta_s=30.0,
-        )
-    ],
+    "train": [TrainRecord(step=1, time=T, eta_s=30.0, **STEP_FIGURES)],
     "val": [ValRecord(step=2, loss=2.5, time=T)],
     "check": [CHECK],
     "alert": [
