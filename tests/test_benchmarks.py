@@ -64,6 +64,7 @@ def local_wheels(tmp_path_factory):
     return tmp / "out"
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(420)
 def test_gpu_check_cpu_dry_runs_the_real_launcher_end_to_end(tmp_path, local_wheels):
     """Through the bootstrap (nothing to install here), then the checkpoint/resume/export run
