@@ -140,18 +140,10 @@ def test_overhead_is_the_runtime_plus_fragmentation_of_the_dynamic_memory():
     assert cuda == pytest.approx(((C.CUDA_CONTEXT_GIB + 2 * C.NCCL_GIB_PER_GROUP) * GIB, 2 * GIB))
 
 
-KNOBS = dict(
-    shard_degree=8,
-    replicate_degree=2,
-    micro_batch=2,
-    seq_len=4096,
-    precision="fp8",
-    mode="selective",
-    compile=False,
-    reshard_after_forward=True,
-    kind="cuda",
-    grad_accum=1,
-)
+KNOBS = {
+    **dict(shard_degree=8, replicate_degree=2, micro_batch=2, seq_len=4096, precision="fp8"),
+    **dict(mode="selective", compile=False, reshard_after_forward=True, kind="cuda", grad_accum=1),
+}
 
 
 @pytest.mark.parametrize("accum", [1, 4])

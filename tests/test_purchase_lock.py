@@ -81,20 +81,11 @@ def test_a_waiting_process_gets_the_lock_when_it_is_released():
     assert waited >= 0.5, out
 
 
-EXTEND = {
-    "until": "2027-01-02T03:04:05+00:00",
-    "to_fit": {"instance_type": "ml.p6-b200.48xlarge", "instance_count": 2, "hours": 30.0},
-    "days": 3,
-    "offering_id": "tepo-1",
-    "again_after": "ext-0",
-}
-OTHER = {
-    "until": "2027-01-02T04:04:05+00:00",
-    "to_fit": {"instance_type": "ml.p6-b200.48xlarge", "instance_count": 2, "hours": 31.0},
-    "days": 4,
-    "offering_id": "tepo-2",
-    "again_after": "ext-1",
-}
+FIT = {"instance_type": "ml.p6-b200.48xlarge", "instance_count": 2}
+EXTEND = {"until": "2027-01-02T03:04:05+00:00", "to_fit": {**FIT, "hours": 30.0}, "days": 3}
+EXTEND |= {"offering_id": "tepo-1", "again_after": "ext-0"}
+OTHER = {"until": "2027-01-02T04:04:05+00:00", "to_fit": {**FIT, "hours": 31.0}, "days": 4}
+OTHER |= {"offering_id": "tepo-2", "again_after": "ext-1"}
 ARN = "arn:aws:sagemaker:us-east-1:123456789012:training-plan/p"
 
 

@@ -11,16 +11,7 @@ from records_support import CHECK_FIELDS, STEP_FIGURES
 from tracker_support import scalars_of, texts_of
 from train_support import local_plan
 
-from blackwell_sm.records import (
-    AlertRecord,
-    BadStepRecord,
-    CheckRecord,
-    SaveRecord,
-    StartRecord,
-    StopRecord,
-    TrainRecord,
-    ValRecord,
-)
+from blackwell_sm import records as R
 from blackwell_sm.records.kinds import CheckFigures
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "trackers.md"
@@ -42,20 +33,20 @@ def doc_table() -> dict[str, tuple[set[str], set[str]]]:
     return rows
 
 
-CHECK = CheckRecord(step=4, **CHECK_FIELDS)
+CHECK = R.CheckRecord(step=4, **CHECK_FIELDS)
 RECORDS = {
-    "train": [TrainRecord(step=1, time=T, eta_s=30.0, **STEP_FIGURES)],
-    "val": [ValRecord(step=2, loss=2.5, time=T)],
+    "train": [R.TrainRecord(step=1, time=T, eta_s=30.0, **STEP_FIGURES)],
+    "val": [R.ValRecord(step=2, loss=2.5, time=T)],
     "check": [CHECK],
     "alert": [
-        AlertRecord(step=5, alert="overrun", overrun_s=60.0, message="late", time=T),
-        AlertRecord(step=6, alert="memory", mem_over_gib=2.0, message="big", time=T),
+        R.AlertRecord(step=5, alert="overrun", overrun_s=60.0, message="late", time=T),
+        R.AlertRecord(step=6, alert="memory", mem_over_gib=2.0, message="big", time=T),
     ],
     "save, stop, start, bad_step": [
-        SaveRecord(step=4, checkpoint="step-00000004", time=T),
-        StopRecord(step=7, reason="sigterm", time=T),
-        StartRecord(step=0, world_size=1, time=T),
-        BadStepRecord(step=3, loss=float("nan"), grad_norm=1.0, in_row=1, time=T),
+        R.SaveRecord(step=4, checkpoint="step-00000004", time=T),
+        R.StopRecord(step=7, reason="sigterm", time=T),
+        R.StartRecord(step=0, world_size=1, time=T),
+        R.BadStepRecord(step=3, loss=float("nan"), grad_norm=1.0, in_row=1, time=T),
     ],
 }
 
