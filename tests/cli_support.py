@@ -9,6 +9,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 from blackwell_sm.cli import main
 
@@ -75,3 +76,10 @@ def bsm_json(*args: str, timeout: float = 120) -> dict:
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=REPO)
     assert proc.returncode == 0, proc.stderr[-4000:]
     return json.loads(proc.stdout)
+
+
+def capture(cmd: list, **kw: Any) -> subprocess.CompletedProcess[str]:
+    """`subprocess.run(cmd)` with its output captured as text (cwd: the repository unless given;
+    pass timeout, env, input as subprocess.run takes them)."""
+    kw.setdefault("cwd", REPO)
+    return subprocess.run([str(c) for c in cmd], capture_output=True, text=True, **kw)

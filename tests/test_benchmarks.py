@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from cli_support import capture
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "benchmarks"))
@@ -71,24 +72,10 @@ def test_gpu_check_cpu_dry_runs_the_real_launcher_end_to_end(tmp_path, local_whe
     (two launches) and the fp8 run (skipped on CPU, saying why). The other runs differ only in
     the spec they plan: the plan-only test below covers them."""
     out = tmp_path / "run"
-    proc = subprocess.run(
-        [
-            "bash",
-            "benchmarks/gpu_check.sh",
-            "--cpu-dry",
-            "--out",
-            str(out),
-            "--runs",
-            "ckpt-resume-export,fp8,bf16-ac-none,loss-full-logits,cp-numerics",
-            "--results",
-            str(tmp_path / "rows.jsonl"),
-        ],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=400,
-        env={**os.environ, "BSM_GPU_CHECK_WHEELS": str(local_wheels), "PYTHON": sys.executable},
-    )
+    runs = "ckpt-resume-export,fp8,bf16-ac-none,loss-full-logits,cp-numerics"
+    args = ["--cpu-dry", "--out", out, "--runs", runs, "--results", tmp_path / "rows.jsonl"]
+    env = {**os.environ, "BSM_GPU_CHECK_WHEELS": str(local_wheels), "PYTHON": sys.executable}
+    proc = capture(["bash", "benchmarks/gpu_check.sh", *args], timeout=400, env=env)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "[bsm-bootstrap] pydantic " in proc.stderr  # the container's bootstrap ran first
     ckpt, fp8, chunked, full, cp = _rows(proc.stdout)
