@@ -179,19 +179,12 @@ def test_s3_access_denied_names_s3_permission(aws, monkeypatch):
 
 
 def test_validation_exception_passes_through_with_the_field(aws):
-    _rs, _plan, jr = prepare(spec_dict())
-    with Stubber(aws.sagemaker) as sm:
-        sm.add_client_error("describe_training_job", **not_found_error(jr.job_name))
-        sm.add_response("list_training_jobs", NONE_LIVE)
-        sm.add_client_error(
-            "create_training_job",
-            service_error_code="ValidationException",
-            service_message="1 validation error detected: Value 'x' at "
-            "'resourceConfig.instanceType' failed to satisfy constraint",
-            http_status_code=400,
-        )
-        with pytest.raises(AwsError, match=r"field resourceConfig\.instanceType"):
-            submit(spec_dict(), aws=aws)
+    message = (
+        "1 validation error detected: Value 'x' at 'resourceConfig.instanceType' failed to "
+        "satisfy constraint"
+    )
+    error = _create_refused(aws, "ValidationException", message)
+    assert "field resourceConfig.instanceType" in str(error)
 
 
 def test_dropped_training_plan_arn_is_detected_and_the_job_stopped(aws):
