@@ -52,6 +52,18 @@ def plans(aws, monkeypatch):
 
 
 @pytest.fixture(scope="module")
+def one_thread():
+    """One intra-op torch thread for a module of tiny tensors: more only add contention on two
+    shared cores (`pytestmark = pytest.mark.usefixtures("one_thread")`)."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.fixture(scope="module")
 def moto_server():
     """A moto server on 127.0.0.1 (a free port) for `bsm` processes: its URL."""
     from moto.server import ThreadedMotoServer
