@@ -18,13 +18,13 @@ import signal
 import socket
 import subprocess
 import sys
-import threading
 from pathlib import Path
 
 import pytest
 import yaml
 from cli_support import REPO, run, run_local_process
 from harness import free_port
+from net_support import silent_server
 from records_support import step_figures
 from tracker_support import scalars_of, texts_of
 from train_support import local_plan
@@ -237,29 +237,9 @@ def test_a_server_that_never_answers_never_blocks_a_step(tmp_path, capfd, monkey
 
     monkeypatch.setattr(trackers, "QUEUE_MAX", 100)
     monkeypatch.setenv("MLFLOW_HTTP_REQUEST_TIMEOUT", "600")
-    silent = socket.socket()
-    silent.bind(("127.0.0.1", 0))
-    silent.listen(8)
-    held: list[socket.socket] = []
-    stop = threading.Event()
-
-    def accept() -> None:
-        silent.settimeout(0.2)
-        while not stop.is_set():
-            try:
-                held.append(silent.accept()[0])
-            except OSError:
-                continue
-
-    threading.Thread(target=accept, daemon=True).start()
-    try:
+    with silent_server() as (url, _held):
         t = trackers.Trackers(
-            local_plan(
-                training={
-                    "report_to": ["mlflow"],
-                    "mlflow": {"tracking_uri": f"http://127.0.0.1:{silent.getsockname()[1]}"},
-                }
-            ),
+            local_plan(training={"report_to": ["mlflow"], "mlflow": {"tracking_uri": url}}),
             tensorboard_dir=tmp_path / "tb",
             out_dir=tmp_path,
         )
@@ -267,11 +247,6 @@ def test_a_server_that_never_answers_never_blocks_a_step(tmp_path, capfd, monkey
             t.write(_train(s))  # returns at once: the queue, never the server
         assert t.dropped >= 1000 - 100 - 1
         assert t.close("completed", timeout_s=0.5) is False
-    finally:
-        stop.set()
-        silent.close()
-        for c in held:
-            c.close()
     out = capfd.readouterr().out
     assert out.count("dropping records") == 1 and "did not" in out
 
