@@ -44,12 +44,14 @@ def server():
 
 
 @pytest.fixture(scope="module")
-def wheel_cache(tmp_path_factory):
-    """The container's wheels (stubs, offline: tests/wheel_support.py) in a cache of this
-    module's own; the processes read that cache and need no network."""
-    from wheel_support import offline_wheel_cache
+def wheel_cache():
+    """The container's wheels, fetched once per machine into the wheel cache (as every submit
+    test needs); the processes read that cache and need no network."""
+    from blackwell_sm.aws.submit import prepare
+    from blackwell_sm.job.wheels import cache_dir
 
-    return str(offline_wheel_cache(spec_dict(), tmp_path_factory.mktemp("wheel-cache")))
+    prepare(spec_dict())  # fills the cache if it is cold
+    return str(cache_dir().parent)
 
 
 @pytest.fixture

@@ -65,28 +65,3 @@ def offline_pip(requirements: Iterable[Requirement], links: Path) -> Iterator[No
                 os.environ.pop(k, None)
             else:
                 os.environ[k] = v
-
-
-def offline_wheel_cache(spec: dict, root: Path) -> Path:
-    """A wheel cache under `root` (for $BSM_CACHE_DIR) that holds `spec`'s wheels as stubs: the
-    `bsm` processes of a test read it and need no network. Filled through the real
-    `aws.submit.prepare`."""
-    from blackwell_sm.aws.submit import as_spec, prepare
-    from blackwell_sm.job.requirements import requirements_for
-    from blackwell_sm.planner.preferences import plan_set
-    from blackwell_sm.planner.profile import profile_for
-
-    rs = as_spec(spec)
-    plans = plan_set(rs, profile_for(rs))
-    _, reqs, _ = requirements_for(rs, plans.primary, plans.others)
-    saved = os.environ.get("BSM_CACHE_DIR")
-    os.environ["BSM_CACHE_DIR"] = str(root)
-    try:
-        with offline_pip(reqs, root / "links"):
-            prepare(spec)
-    finally:
-        if saved is None:
-            os.environ.pop("BSM_CACHE_DIR", None)
-        else:
-            os.environ["BSM_CACHE_DIR"] = saved
-    return root
