@@ -6,6 +6,8 @@ refit does not fail these."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from blackwell_sm.planner import calibration as C
@@ -140,7 +142,7 @@ def test_overhead_is_the_runtime_plus_fragmentation_of_the_dynamic_memory():
     assert cuda == pytest.approx(((C.CUDA_CONTEXT_GIB + 2 * C.NCCL_GIB_PER_GROUP) * GIB, 2 * GIB))
 
 
-KNOBS = {
+KNOBS: dict[str, Any] = {
     **dict(shard_degree=8, replicate_degree=2, micro_batch=2, seq_len=4096, precision="fp8"),
     **dict(mode="selective", compile=False, reshard_after_forward=True, kind="cuda", grad_accum=1),
 }
@@ -186,7 +188,7 @@ def test_each_phase_counts_what_is_alive_then(accum):
 
 
 def test_the_phases_add_the_mask_once_and_context_parallel_keys_by_mode():
-    base = {**KNOBS, "precision": "bf16", "seq_len": 8192, "micro_batch": 1}
+    base: dict[str, Any] = {**KNOBS, "precision": "bf16", "seq_len": 8192, "micro_batch": 1}
     plain = M.phase_terms(m, **base)
     packed = M.phase_terms(m, **base, packed=True)
     mask = M.attention_mask_bytes(m, 1, 8192, "selective", packed=True, cp_degree=1, kind="cuda")

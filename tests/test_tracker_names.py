@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from typing import Any
 
 from records_support import CHECK_FIELDS, STEP_FIGURES
 from tracker_support import scalars_of, texts_of
@@ -34,7 +35,7 @@ def doc_table() -> dict[str, tuple[set[str], set[str]]]:
 
 
 CHECK = R.CheckRecord(step=4, **CHECK_FIELDS)
-RECORDS = {
+RECORDS: dict[str, list[Any]] = {
     "train": [R.TrainRecord(step=1, time=T, eta_s=30.0, **STEP_FIGURES)],
     "val": [R.ValRecord(step=2, loss=2.5, time=T)],
     "check": [CHECK],
