@@ -4,8 +4,9 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 TORCH_VERSION ?= 2.13.0
 STAMP := $(VENV)/.installed
-# Two workers, one test file each at a time (module-scoped training runs stay shared).
-PYTEST_ARGS ?= -n 2 --dist loadfile -m "not network"
+# Two workers, one test file each at a time (module-scoped training runs stay shared), heaviest
+# files first (tests/conftest.py FILE_SECONDS; xdist's own reorder would put them last).
+PYTEST_ARGS ?= -n 2 --dist loadfile --no-loadscope-reorder -m "not network"
 
 .PHONY: install browser demo test test-network test-sdk-v2 lint format bench clean
 

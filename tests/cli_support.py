@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import contextlib
 import io
+import json
 import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 from blackwell_sm.cli import main
 
@@ -53,3 +55,31 @@ def run_local_process(
     env = dict(env if env is not None else os.environ)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH")) if p)
     return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout, cwd=REPO)
+
+
+DEMO = REPO / "blackwell_sm" / "templates" / "demo-tiny.yaml"
+
+
+def demo_spec(path: Path, *changes: tuple[str, str]) -> Path:
+    """`make demo`'s spec written to `path` with each (old, new) text change made."""
+    text = DEMO.read_text()
+    for old, new in changes:
+        assert old in text, f"demo-tiny.yaml no longer holds {old!r}"
+        text = text.replace(old, new)
+    path.write_text(text)
+    return path
+
+
+def bsm_json(*args: str, timeout: float = 120) -> dict:
+    """`python -m blackwell_sm ARGS... --output json` as its own process: its JSON (exit 0)."""
+    cmd = [sys.executable, "-m", "blackwell_sm", *args, "--output", "json"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=REPO)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    return json.loads(proc.stdout)
+
+
+def capture(cmd: list, **kw: Any) -> subprocess.CompletedProcess[str]:
+    """`subprocess.run(cmd)` with its output captured as text (cwd: the repository unless given;
+    pass timeout, env, input as subprocess.run takes them)."""
+    kw.setdefault("cwd", REPO)
+    return subprocess.run([str(c) for c in cmd], capture_output=True, text=True, **kw)

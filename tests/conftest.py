@@ -52,6 +52,18 @@ def plans(aws, monkeypatch):
 
 
 @pytest.fixture(scope="module")
+def one_thread():
+    """One intra-op torch thread for a module of tiny tensors: more only add contention on two
+    shared cores (`pytestmark = pytest.mark.usefixtures("one_thread")`)."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.fixture(scope="module")
 def moto_server():
     """A moto server on 127.0.0.1 (a free port) for `bsm` processes: its URL."""
     from moto.server import ThreadedMotoServer
@@ -61,6 +73,52 @@ def moto_server():
     host, port = server.get_host_and_port()
     yield f"http://{host}:{port}"
     server.stop()
+
+
+# -- order: the heaviest test files first ------------------------------------------------------
+#: Seconds per test file, setup included (`--durations=80`, two xdist workers on two cores shared
+#: with seven other sessions, 2026-12-05; a quiet machine takes about a third). `make test` runs
+#: with `--dist loadfile --no-loadscope-reorder`: whole files go to the two workers in this
+#: order, so the long ones start first and the short ones fill in around them (xdist's own
+#: reordering puts files with many short tests first, the long training runs last: a long tail
+#: on one worker). Files not listed weigh 20 s per `slow` test and 0.3 s per other test.
+FILE_SECONDS: dict[str, float] = {
+    "tests/test_train_loop.py": 430,
+    "tests/reliability/test_container_data_inputs.py": 425,
+    "tests/test_benchmarks.py": 412,
+    "tests/test_e2e_local.py": 276,
+    "tests/reliability/test_container_inputs.py": 135,
+    "tests/reliability/test_faults.py": 266,
+    "tests/test_trackers.py": 164,
+    "tests/test_trace.py": 158,
+    "tests/test_hf_roundtrip.py": 145,
+    "tests/test_train_reshard.py": 142,
+    "tests/test_long_context.py": 103,
+    "tests/reliability/test_aws_faults.py": 101,
+    "tests/test_init.py": 100,
+    "tests/test_aws_submit.py": 79,
+    "tests/test_local.py": 77,
+    "tests/reliability/test_soak.py": 76,
+    "tests/test_spend_once.py": 72,
+    "tests/test_calibrate_local.py": 67,
+    "tests/test_wheel_install.py": 66,
+    "tests/test_e2e_multihost.py": 61,
+    "tests/test_layers.py": 59,
+}
+
+
+def _file_seconds(items: list[pytest.Item]) -> dict[str, float]:
+    weight: dict[str, float] = {}
+    for item in items:
+        path = item.nodeid.split("::", 1)[0]
+        weight[path] = weight.get(path, 0.0) + (20.0 if item.get_closest_marker("slow") else 0.3)
+    return {path: FILE_SECONDS.get(path, w) for path, w in weight.items()}
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Heaviest files first (stable: a file's tests keep their order)."""
+    seconds = _file_seconds(items)
+    items.sort(key=lambda item: -seconds[item.nodeid.split("::", 1)[0]])
 
 
 # -- skips: CI fails on one nobody expected ---------------------------------------------------

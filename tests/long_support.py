@@ -9,21 +9,12 @@ from __future__ import annotations
 
 import torch
 import torch.distributed as dist
+from model_support import small_spec
 
 from blackwell_sm.spec import ModelSpec
 
-SPEC = ModelSpec(
-    name="cp",
-    family="qwen3",
-    n_layers=2,
-    d_model=64,
-    n_heads=4,
-    n_kv_heads=2,
-    head_dim=32,
-    ffn_dim=160,
-    vocab_size=211,
-    max_seq_len=128,
-)
+CP = dict(family="qwen3", d_model=64, head_dim=32, ffn_dim=160, vocab_size=211, max_seq_len=128)
+SPEC = small_spec(name="cp", **CP)
 TIED = SPEC.model_copy(
     update={"name": "cp-tied", "family": "llama", "tie_embeddings": True, "head_dim": 16}
 )

@@ -26,136 +26,36 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from model_support import small_spec  # noqa: E402
+
 from blackwell_sm.planner import memory  # noqa: E402
 from blackwell_sm.planner.shape import shape as model_shape  # noqa: E402
-from blackwell_sm.spec import ModelSpec  # noqa: E402
 from blackwell_sm.train.activation_checkpoint import apply_activation_checkpointing  # noqa: E402
 from blackwell_sm.train.model import Transformer  # noqa: E402
 
+LLAMA31 = {"factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0}
+LLAMA31 |= {"original_max_position_embeddings": 64}
+B = dict(d_model=256, n_heads=8, n_kv_heads=8, ffn_dim=704, vocab_size=160)
+C = dict(d_model=192, n_heads=6, ffn_dim=512, vocab_size=64)
+MISTRAL = dict(n_heads=8, ffn_dim=448, vocab_size=80, rope_theta=1e6)
 SHAPES = [
     # (model, micro_batch, seq_len): every family, tied and untied, head_dim != d_model / n_heads.
+    (small_spec(name="a", max_seq_len=128), 2, 64),
+    (small_spec(name="b", max_seq_len=128, **B), 1, 64),
+    (small_spec(name="c", max_seq_len=256, tie_embeddings=True, **C), 3, 96),
     (
-        ModelSpec(
-            name="a",
-            n_layers=2,
-            d_model=128,
-            n_heads=4,
-            n_kv_heads=2,
-            ffn_dim=320,
-            vocab_size=96,
-            max_seq_len=128,
-        ),
+        small_spec(name="qwen2", family="qwen2", max_seq_len=128, ffn_dim=352, tie_embeddings=True),
         2,
         64,
     ),
-    (
-        ModelSpec(
-            name="b",
-            n_layers=2,
-            d_model=256,
-            n_heads=8,
-            n_kv_heads=8,
-            ffn_dim=704,
-            vocab_size=160,
-            max_seq_len=128,
-        ),
-        1,
-        64,
-    ),
-    (
-        ModelSpec(
-            name="c",
-            n_layers=2,
-            d_model=192,
-            n_heads=6,
-            n_kv_heads=2,
-            ffn_dim=512,
-            vocab_size=64,
-            tie_embeddings=True,
-            max_seq_len=256,
-        ),
-        3,
-        96,
-    ),
-    (
-        ModelSpec(
-            name="qwen2",
-            family="qwen2",
-            n_layers=2,
-            d_model=128,
-            n_heads=4,
-            n_kv_heads=2,
-            ffn_dim=352,
-            vocab_size=96,
-            tie_embeddings=True,
-            max_seq_len=128,
-        ),
-        2,
-        64,
-    ),
-    (
-        ModelSpec(
-            name="qwen3",
-            family="qwen3",
-            n_layers=2,
-            d_model=128,
-            n_heads=4,
-            n_kv_heads=2,
-            head_dim=64,
-            ffn_dim=384,
-            vocab_size=96,
-            max_seq_len=128,
-        ),
-        2,
-        64,
-    ),
-    (
-        ModelSpec(
-            name="mistral",
-            family="mistral",
-            n_layers=2,
-            d_model=128,
-            n_heads=8,
-            n_kv_heads=2,
-            ffn_dim=448,
-            vocab_size=80,
-            rope_theta=1e6,
-            max_seq_len=128,
-        ),
-        1,
-        96,
-    ),
-    (
-        ModelSpec(
-            name="llama31",
-            n_layers=2,
-            d_model=128,
-            n_heads=4,
-            n_kv_heads=1,
-            ffn_dim=320,
-            vocab_size=96,
-            max_seq_len=256,
-            rope_scaling={
-                "factor": 8.0,
-                "low_freq_factor": 1.0,
-                "high_freq_factor": 4.0,
-                "original_max_position_embeddings": 64,
-            },
-        ),
-        2,
-        64,
-    ),
+    (small_spec(name="qwen3", family="qwen3", max_seq_len=128, head_dim=64, ffn_dim=384), 2, 64),
+    (small_spec(name="mistral", family="mistral", max_seq_len=128, **MISTRAL), 1, 96),
+    (small_spec(name="llama31", max_seq_len=256, n_kv_heads=1, rope_scaling=LLAMA31), 2, 64),
 ]
 MODES = ["none", "selective", "selective-op", "full"]
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    # Tiny tensors: intra-op threads only add contention on a shared 2-core CI box.
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def _measure_saved_bytes(model: Transformer, tokens, mode: str) -> int:

@@ -28,12 +28,7 @@ CONFIGS = json.loads((Path(__file__).parent / "data" / "hf_configs.json").read_t
 CONFIGS.pop("_source")
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.mark.parametrize("name", TINY)

@@ -133,41 +133,41 @@ def test_resource_in_use_by_another_spec_is_refused(aws):
     assert "--new" in e.value.hint
 
 
-def test_resource_limit_exceeded_names_the_quota(aws):
+def _create_refused(aws, code: str, message: str) -> AwsError:
+    """The error `submit` raises when CreateTrainingJob answers `code` with `message`."""
     _rs, _plan, jr = prepare(spec_dict())
     with Stubber(aws.sagemaker) as sm:
         sm.add_client_error("describe_training_job", **not_found_error(jr.job_name))
         sm.add_response("list_training_jobs", NONE_LIVE)
         sm.add_client_error(
             "create_training_job",
-            service_error_code="ResourceLimitExceeded",
-            service_message="The account-level service limit 'ml.p6-b200.48xlarge for training "
-            "job usage' is 0 Instances, with current utilization of 0 Instances and a request "
-            "delta of 1 Instances.",
+            service_error_code=code,
+            service_message=message,
             http_status_code=400,
         )
         with pytest.raises(AwsError) as e:
             submit(spec_dict(), aws=aws)
-    assert e.value.code == "quota" and e.value.exit_code == 4
-    assert f"'{P6} for training job usage'" in e.value.hint
-    assert "Service Quotas" in e.value.hint
+    return e.value
+
+
+def test_resource_limit_exceeded_names_the_quota(aws):
+    message = (
+        "The account-level service limit 'ml.p6-b200.48xlarge for training job usage' is 0 "
+        "Instances, with current utilization of 0 Instances and a request delta of 1 Instances."
+    )
+    error = _create_refused(aws, "ResourceLimitExceeded", message)
+    assert error.code == "quota" and error.exit_code == 4
+    assert f"'{P6} for training job usage'" in error.hint
+    assert "Service Quotas" in error.hint
 
 
 def test_access_denied_names_the_permission(aws):
-    _rs, _plan, jr = prepare(spec_dict())
-    with Stubber(aws.sagemaker) as sm:
-        sm.add_client_error("describe_training_job", **not_found_error(jr.job_name))
-        sm.add_response("list_training_jobs", NONE_LIVE)
-        sm.add_client_error(
-            "create_training_job",
-            service_error_code="AccessDeniedException",
-            service_message="User: arn:aws:iam::123456789012:user/ci is not authorized to "
-            "perform: iam:PassRole on resource: arn:aws:iam::123456789012:role/bsm-test-role",
-            http_status_code=400,
-        )
-        with pytest.raises(AwsError, match="iam:PassRole") as e:
-            submit(spec_dict(), aws=aws)
-    assert "bsm iam-policy" in e.value.hint
+    message = (
+        "User: arn:aws:iam::123456789012:user/ci is not authorized to perform: iam:PassRole on "
+        "resource: arn:aws:iam::123456789012:role/bsm-test-role"
+    )
+    error = _create_refused(aws, "AccessDeniedException", message)
+    assert "iam:PassRole" in error.message and "bsm iam-policy" in error.hint
 
 
 def test_s3_access_denied_names_s3_permission(aws, monkeypatch):
@@ -179,19 +179,12 @@ def test_s3_access_denied_names_s3_permission(aws, monkeypatch):
 
 
 def test_validation_exception_passes_through_with_the_field(aws):
-    _rs, _plan, jr = prepare(spec_dict())
-    with Stubber(aws.sagemaker) as sm:
-        sm.add_client_error("describe_training_job", **not_found_error(jr.job_name))
-        sm.add_response("list_training_jobs", NONE_LIVE)
-        sm.add_client_error(
-            "create_training_job",
-            service_error_code="ValidationException",
-            service_message="1 validation error detected: Value 'x' at "
-            "'resourceConfig.instanceType' failed to satisfy constraint",
-            http_status_code=400,
-        )
-        with pytest.raises(AwsError, match=r"field resourceConfig\.instanceType"):
-            submit(spec_dict(), aws=aws)
+    message = (
+        "1 validation error detected: Value 'x' at 'resourceConfig.instanceType' failed to "
+        "satisfy constraint"
+    )
+    error = _create_refused(aws, "ValidationException", message)
+    assert "field resourceConfig.instanceType" in str(error)
 
 
 def test_dropped_training_plan_arn_is_detected_and_the_job_stopped(aws):

@@ -4,8 +4,6 @@ no API; a local socket server for an endpoint that never answers)."""
 
 from __future__ import annotations
 
-import socket
-import threading
 import time
 
 import pytest
@@ -22,6 +20,7 @@ from aws_support import (
     spec_dict,
 )
 from botocore.stub import Stubber
+from net_support import silent_server
 
 from blackwell_sm.aws.handle import TrainingJob
 from blackwell_sm.aws.jobs import SPEC_HASH_TAG
@@ -137,39 +136,17 @@ def test_bad_settings_are_exit_2_naming_the_variable(monkeypatch, tmp_path, var,
 def test_a_silent_endpoint_fails_in_bounded_time_with_what_to_check(monkeypatch, tmp_path):
     """An endpoint that accepts and never answers: `timeout`, within the call deadline (here
     shortened through the settings; the default bound is 55 s)."""
-    listener = socket.socket()
-    listener.bind(("127.0.0.1", 0))
-    listener.listen(16)
-    held: list[socket.socket] = []
-    stop = threading.Event()
-
-    def accept() -> None:
-        listener.settimeout(0.1)
-        while not stop.is_set():
-            try:
-                held.append(listener.accept()[0])  # accept, never answer
-            except OSError:
-                continue
-
-    thread = threading.Thread(target=accept, daemon=True)
-    thread.start()
     fake_credentials(monkeypatch, tmp_path)
     no_sleep(monkeypatch)
-    monkeypatch.setenv("AWS_ENDPOINT_URL", f"http://127.0.0.1:{listener.getsockname()[1]}")
     monkeypatch.setenv("BSM_AWS_READ_TIMEOUT_S", "0.5")
     monkeypatch.setenv("BSM_AWS_CONNECT_TIMEOUT_S", "0.5")
     monkeypatch.setenv("BSM_AWS_CALL_DEADLINE_S", "2")
-    try:
+    with silent_server() as (url, held):
+        monkeypatch.setenv("AWS_ENDPOINT_URL", url)
         start = time.monotonic()
         with pytest.raises(AwsError) as e:
             TrainingJob("bsm-x-1", aws=AwsContext(REGION)).status()
         took = time.monotonic() - start
-    finally:
-        stop.set()
-        thread.join()
-        for conn in held:
-            conn.close()
-        listener.close()
     assert e.value.code == "timeout"
     # without the deadline botocore would make 8 attempts; with 1 s per attempt and 2 s in all,
     # it makes at most 2 (counted by the connections the server accepted, not by a clock)

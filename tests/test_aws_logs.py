@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 from aws_support import describe_response, put_log_lines, spec_dict
 from botocore.stub import Stubber
+from records_support import step_figures
 
 from blackwell_sm.aws.handle import TrainingJob
 from blackwell_sm.aws.jobs import list_jobs
@@ -115,15 +116,8 @@ def test_handle_status_wait_metrics_and_list(aws):
 def test_metrics_fall_back_to_the_step_lines_in_the_logs(aws):
     _rs, _plan, jr = prepare(spec_dict())
     running = describe_response(jr.request, TrainingJobStatus="InProgress")
-    values = dict(
-        loss=2.0,
-        lr=1e-4,
-        grad_norm=1.5,
-        tok_s_gpu=1000.0,
-        mfu=0.4,
-        step_time_s=1.2,
-        mem_alloc_gib=10.0,
-        mem_reserved_gib=12.0,
+    values = step_figures(
+        grad_norm=1.5, tok_s_gpu=1000.0, step_time_s=1.2, mem_alloc_gib=10.0, mem_reserved_gib=12.0
     )
     put_log_lines(
         aws,

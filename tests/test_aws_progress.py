@@ -10,7 +10,6 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 from aws_support import (
-    CHECK_FIELDS,
     PLAN_ARN,
     PLAN_NAME,
     describe_response,
@@ -21,6 +20,7 @@ from aws_support import (
 from aws_support import spec_dict as make_spec
 from botocore.stub import Stubber
 from cli_support import run
+from records_support import CHECK_FIELDS, step_figures
 
 from blackwell_sm.aws import progress as progress_mod
 from blackwell_sm.aws.handle import TrainingJob
@@ -31,16 +31,7 @@ from blackwell_sm.metrics import format_alert_line, format_step_line
 from blackwell_sm.records import CheckRecord, record_line
 
 NOW = datetime.now(UTC).replace(microsecond=0)
-STEP = dict(
-    loss=2.0,
-    lr=1e-4,
-    grad_norm=1.0,
-    tok_s_gpu=9000.0,
-    mfu=0.41,
-    step_time_s=1.5,
-    mem_alloc_gib=60.0,
-    mem_reserved_gib=64.0,
-)
+STEP = step_figures(mfu=0.41)
 
 
 @pytest.fixture

@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from cli_support import capture
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "benchmarks"))
@@ -48,44 +49,33 @@ def _rows(text: str) -> list[dict]:
 @pytest.fixture(scope="module")
 def local_wheels(tmp_path_factory):
     """A wheels folder for this interpreter, as `gpu_check.sh --prepare-wheels --target
-    this-machine` makes it (downloaded once per machine, then read from the wheel cache)."""
+    this-machine` makes it, offline (tests/wheel_support.py: the bootstrap finds everything
+    installed here and installs none of them)."""
+    from wheel_support import offline_pip
+
     from blackwell_sm.job.requirements import container_requirements
-    from blackwell_sm.job.wheels import (
-        fetch_wheels,
-        this_machine_target,
-        write_folder,
-    )
+    from blackwell_sm.job.wheels import fetch_wheels, this_machine_target, write_folder
 
     target = this_machine_target()
-    out = tmp_path_factory.mktemp("whl")
-    write_folder(fetch_wheels(container_requirements(target, precision="fp8"), target), out)
-    return out
+    reqs = container_requirements(target, precision="fp8")
+    tmp = tmp_path_factory.mktemp("whl")
+    with offline_pip(reqs, tmp / "links"):
+        house = fetch_wheels(reqs, target, cache=tmp / "cache")
+    write_folder(house, tmp / "out")
+    return tmp / "out"
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(420)
 def test_gpu_check_cpu_dry_runs_the_real_launcher_end_to_end(tmp_path, local_wheels):
     """Through the bootstrap (nothing to install here), then the checkpoint/resume/export run
     (two launches) and the fp8 run (skipped on CPU, saying why). The other runs differ only in
     the spec they plan: the plan-only test below covers them."""
     out = tmp_path / "run"
-    proc = subprocess.run(
-        [
-            "bash",
-            "benchmarks/gpu_check.sh",
-            "--cpu-dry",
-            "--out",
-            str(out),
-            "--runs",
-            "ckpt-resume-export,fp8,bf16-ac-none,loss-full-logits,cp-numerics,gpu-form-trace",
-            "--results",
-            str(tmp_path / "rows.jsonl"),
-        ],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=400,
-        env={**os.environ, "BSM_GPU_CHECK_WHEELS": str(local_wheels)},
-    )
+    runs = "ckpt-resume-export,fp8,bf16-ac-none,loss-full-logits,cp-numerics,gpu-form-trace"
+    args = ["--cpu-dry", "--out", out, "--runs", runs, "--results", tmp_path / "rows.jsonl"]
+    env = {**os.environ, "BSM_GPU_CHECK_WHEELS": str(local_wheels), "PYTHON": sys.executable}
+    proc = capture(["bash", "benchmarks/gpu_check.sh", *args], timeout=400, env=env)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "[bsm-bootstrap] pydantic " in proc.stderr  # the container's bootstrap ran first
     ckpt, fp8, chunked, full, cp, forms = _rows(proc.stdout)
@@ -135,7 +125,11 @@ def test_gpu_check_without_prepared_wheels_says_how(tmp_path):
         cwd=REPO,
         capture_output=True,
         text=True,
-        env={**os.environ, "BSM_GPU_CHECK_WHEELS": str(tmp_path / "none")},
+        env={
+            **os.environ,
+            "BSM_GPU_CHECK_WHEELS": str(tmp_path / "none"),
+            "PYTHON": sys.executable,
+        },
     )
     assert proc.returncode == 2 and "--prepare-wheels" in proc.stderr
 

@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pytest
 from aws_support import plan_for, run_spec
+from cli_support import capture
 
 from blackwell_sm.entrypoints import bootstrap
 from blackwell_sm.job.bundle import build_bundle
@@ -238,14 +239,7 @@ def test_bootstrap_installs_what_a_bare_image_lacks_then_the_launcher_starts(
         "assert not bad, bad; print(sys.modules['pydantic'].__file__)"
     )
     env = _clean_env(PYTHONPATH=f"{code}{os.pathsep}{site}")
-    seen = subprocess.run(
-        [bare_image / "bin" / "python", "-c", probe],
-        cwd=code,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    seen = capture([bare_image / "bin" / "python", "-c", probe], cwd=code, env=env, timeout=120)
     assert seen.returncode == 0, seen.stderr[-2000:]
     assert seen.stdout.startswith(str(site))
 

@@ -11,7 +11,8 @@ import json
 from pathlib import Path
 
 import pytest
-from aws_support import summary_json, tar_gz
+from aws_support import summary_json, tar_gz, train_records
+from records_support import step_figures
 
 from blackwell_sm.cli import main
 from blackwell_sm.planner import calibration as C
@@ -180,17 +181,8 @@ def _profile(path: Path, name: str, bf16: float, **gpu) -> Path:
 
 def test_plan_names_the_profile_and_its_changes_and_narrows_the_range(tmp_path, capsys):
     prof = _profile(tmp_path / "p.yaml", "mine", 0.5, speed_range=(0.08, 0.05))
-    args = [
-        "plan",
-        "--model",
-        "llama-3.1-8b",
-        "--set",
-        "precision=bf16",
-        "--set",
-        "compile=false",
-        "-o",
-        "json",
-    ]
+    sets = ["--set", "precision=bf16", "--set", "compile=false"]
+    args = ["plan", "--model", "llama-3.1-8b", *sets, "-o", "json"]
     code, out, err = run(args, capsys)
     assert code == 0, err
     before = json.loads(out)
@@ -330,15 +322,7 @@ def test_a_job_without_output_is_read_from_its_step_lines(aws):
     aws.logs.create_log_group(logGroupName=LOG_GROUP)
     stream = f"{job.name}/algo-1-1700000000"
     aws.logs.create_log_stream(logGroupName=LOG_GROUP, logStreamName=stream)
-    v = dict(
-        loss=2.0,
-        lr=1e-4,
-        grad_norm=1.0,
-        mfu=0.4,
-        step_time_s=1.0,
-        mem_alloc_gib=1.0,
-        mem_reserved_gib=2.0,
-    )
+    v = step_figures(tok_s_gpu=None, step_time_s=1.0, mem_alloc_gib=1.0, mem_reserved_gib=2.0)
     speeds = [500.0, 900.0, 1000.0, 1100.0, 1050.0]  # the first two are warm-up
     now = int(time.time() * 1000)
     aws.logs.put_log_events(
@@ -365,21 +349,8 @@ def test_a_job_source_for_calibrate_and_report(aws, tmp_path):
     job = submit(spec_dict(), aws=aws)
     d = aws.sagemaker.describe_training_job(TrainingJobName=job.name)
     records = [
-        {
-            "kind": "train",
-            "step": s,
-            "loss": 3.0 - 0.1 * s,
-            "lr": 1e-4,
-            "grad_norm": 1.0,
-            "tok_s_gpu": 1000.0 + s,
-            "mfu": 0.4 + s / 1000,
-            "step_time_s": 1.0,
-            "mem_alloc_gib": 10.0,
-            "mem_reserved_gib": 12.0 + s / 10,
-            "memory_kind": "cuda_max_allocated_reserved",
-            "time": 1_700_000_000.0 + s,
-        }
-        for s in range(1, 6)
+        r | {"mfu": 0.4 + r["step"] / 1000, "mem_reserved_gib": 12.0 + r["step"] / 10}
+        for r in train_records(range(1, 6))
     ] + [{"kind": "val", "step": 5, "loss": 2.9, "time": 1_700_000_006.0}]
     jsonl = "".join(json.dumps(r) + "\n" for r in records).encode()
     output = tar_gz({"metrics.jsonl": jsonl, "summary.json": summary_json(1234.5, 3.25).encode()})

@@ -7,13 +7,10 @@ is in benchmarks/README.md ("What calibration buys").
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-from cli_support import run_local_process
+from cli_support import bsm_json, run_local_process
 
 from blackwell_sm.planner.profile import load_profile
 from blackwell_sm.runs.calibrate import predict_with
@@ -55,26 +52,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 
 def test_a_profile_from_two_runs_predicts_a_third_better(runs, tmp_path):
     prof_path = tmp_path / "profile.yaml"
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "blackwell_sm",
-            "calibrate",
-            str(runs["fit-a"]),
-            str(runs["fit-b"]),
-            "--out",
-            str(prof_path),
-            "--output",
-            "json",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd=REPO,
-    )
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    res = json.loads(proc.stdout)
+    res = bsm_json("calibrate", str(runs["fit-a"]), str(runs["fit-b"]), "--out", str(prof_path))
     assert {r["id"] for r in res["rows"]} == {str(runs["fit-a"]), str(runs["fit-b"])}
     profile = load_profile(prof_path)
     entry = profile.gpus["cpu"]

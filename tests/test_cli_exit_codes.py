@@ -9,7 +9,6 @@ in-process with a Stubber.
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 from pathlib import Path
 
@@ -17,7 +16,7 @@ import pytest
 import yaml
 from aws_support import BUCKET, REGION, offering, spec_dict
 from botocore.stub import Stubber
-from cli_support import run
+from cli_support import capture, run
 
 from blackwell_sm.cli import cli, main
 from blackwell_sm.cli import submit as submit_cli
@@ -60,15 +59,8 @@ def _run_cli_process(endpoint: str, tmp_path: Path, cases: list) -> list[dict]:
         "AWS_SHARED_CREDENTIALS_FILE": str(tmp_path / "none"),
         "AWS_EC2_METADATA_DISABLED": "true",
     }
-    proc = subprocess.run(
-        [sys.executable, "-c", SCRIPT],
-        input=json.dumps(cases),
-        capture_output=True,
-        text=True,
-        env=env,
-        cwd=tmp_path,
-        timeout=240,
-    )
+    cmd = [sys.executable, "-c", SCRIPT]
+    proc = capture(cmd, input=json.dumps(cases), env=env, cwd=tmp_path, timeout=240)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return json.loads(proc.stdout)
 

@@ -14,7 +14,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 import yaml
-from aws_support import PLAN_NAME, plan_response, spec_dict, stub_plan_commands
+from aws_support import PLAN_NAME, plan_response, put_log_lines, spec_dict, stub_plan_commands
 from botocore.stub import Stubber
 from cli_support import run
 
@@ -69,12 +69,8 @@ def test_every_command_prints_snake_case_json(aws, tmp_path):
     outputs["submit"] = json_of("submit", str(spec))
     name = outputs["submit"]["job_name"]
     aws.logs.create_log_group(logGroupName=LOG_GROUP)
-    aws.logs.create_log_stream(logGroupName=LOG_GROUP, logStreamName=f"{name}/algo-1-1")
-    aws.logs.put_log_events(
-        logGroupName=LOG_GROUP,
-        logStreamName=f"{name}/algo-1-1",
-        logEvents=[{"timestamp": 1_700_000_000_000, "message": "[bsm-step] step=1 loss=2.5"}],
-    )
+    at = datetime.fromtimestamp(1_700_000_000, UTC)
+    put_log_lines(aws, f"{name}/algo-1-1", ["[bsm-step] step=1 loss=2.5"], at=at)
     outputs["status"] = json_of("status", name)
     outputs["logs"] = json_of("logs", name)
     outputs["list"] = json_of("list")

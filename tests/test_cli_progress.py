@@ -10,13 +10,13 @@ import pty
 import select
 import subprocess
 import sys
-import zipfile
 from pathlib import Path
 
 import boto3
 import yaml
 from aws_support import BUCKET, FAKE_KEY_ID, FAKE_SECRET, REGION, spec_dict
 from cli_support import run
+from wheel_support import stub_wheel
 
 from blackwell_sm.aws.s3 import upload_bundle
 from blackwell_sm.job.images import TARGETS
@@ -41,24 +41,10 @@ def test_the_upload_reports_its_bytes(aws):
     assert heard == []
 
 
-def _wheel(folder: Path, name: str, version: str) -> Path:
-    """A minimal pure-Python wheel pip will download from a local folder."""
-    path = folder / f"{name}-{version}-py3-none-any.whl"
-    info = f"{name}-{version}.dist-info"
-    with zipfile.ZipFile(path, "w") as z:
-        z.writestr(f"{name}/__init__.py", "")
-        z.writestr(f"{info}/METADATA", f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n")
-        z.writestr(
-            f"{info}/WHEEL", "Wheel-Version: 1.0\nRoot-Is-Purelib: true\nTag: py3-none-any\n"
-        )
-        z.writestr(f"{info}/RECORD", "")
-    return path
-
-
 def test_the_wheel_download_reports_each_wheel(tmp_path, monkeypatch):
     links = tmp_path / "links"
     links.mkdir()
-    _wheel(links, "bsmprogressa", "1.0")
+    stub_wheel(links, "bsmprogressa", "1.0")
     monkeypatch.setenv("PIP_NO_INDEX", "1")  # pip reads only the folder: no network
     monkeypatch.setenv("PIP_FIND_LINKS", str(links))
     reqs = [Requirement(name="bsmprogressa", why="test", carried=True)]

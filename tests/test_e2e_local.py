@@ -14,13 +14,11 @@ from __future__ import annotations
 import json
 import re
 import signal
-import subprocess
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from cli_support import run_local_process
+from cli_support import bsm_json, run_local_process
 from harness import OptMlHost, complete_checkpoints, free_port, segments
 
 from blackwell_sm.local import plan_local
@@ -171,15 +169,7 @@ def test_report_of_the_demo_run_plots_what_metrics_jsonl_holds(reference: dict) 
     from blackwell_sm.runs.report import read_plot_data
 
     root = reference["root"]
-    proc = subprocess.run(
-        [sys.executable, "-m", "blackwell_sm", "report", str(root), "--output", "json"],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd=REPO,
-    )
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    res = json.loads(proc.stdout)
+    res = bsm_json("report", str(root))
     page = Path(res["report"]).read_text()
     assert Path(res["report"]) == root / "report.html" and "tokens/s/GPU measured" in res["summary"]
     assert page.count("<svg") == 5 and "<img" not in page and "http" not in page.split("<svg")[0]

@@ -287,20 +287,8 @@ def test_reserve_that_loses_the_race_on_another_machine_uses_the_winners_plan(pl
         "describe_training_plan",
         plan_response(status="Scheduled", start=start, hours=24, total=1, available=1),
     )
-    code, out, err = run(
-        "plans",
-        "reserve",
-        offer["TrainingPlanOfferingId"],
-        "--name",
-        PLAN_NAME,
-        "--instance-type",
-        P6,
-        "--hours",
-        "24",
-        "--yes",
-        "-o",
-        "json",
-    )
+    what = ["--name", PLAN_NAME, "--instance-type", P6, "--hours", "24", "--yes", "-o", "json"]
+    code, out, err = run("plans", "reserve", offer["TrainingPlanOfferingId"], *what)
     assert code == 0, err
     doc = json.loads(out)
     assert doc["bought"] is None and "reserved by another process at the same time" in doc["reason"]

@@ -12,20 +12,13 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from blackwell_sm.spec import ModelSpec  # noqa: E402
+from model_support import small_spec  # noqa: E402
+
 from blackwell_sm.train.loss import counted_targets, loss_sum  # noqa: E402
 from blackwell_sm.train.model import Transformer  # noqa: E402
 
-SPEC = ModelSpec(
-    family="qwen3",
-    n_layers=2,
-    d_model=64,
-    n_heads=4,
-    n_kv_heads=2,
-    head_dim=32,
-    ffn_dim=128,
-    vocab_size=50,
-    max_seq_len=64,
+SPEC = small_spec(
+    family="qwen3", d_model=64, head_dim=32, ffn_dim=128, vocab_size=50, max_seq_len=64
 )
 
 

@@ -109,30 +109,35 @@ def test_one_step_at_lr_1e_12_exports_the_imported_weights(round_trips, name):
         torch.testing.assert_close(after[k], before[k], atol=1e-6, rtol=0, msg=k)
 
 
-@pytest.mark.parametrize("name", ROUND_TRIP)
-def test_export_reloads_as_the_same_class_with_our_logits(round_trips, name):
+def _same_logits(spec, model_dir: Path, hf_class: str, seed: int) -> None:
+    """The export loads in transformers as `hf_class` and gives our model's logits."""
     from blackwell_sm.train.export import load_exported
     from blackwell_sm.train.model import Transformer
 
-    spec = _spec(name)
-    _, out = round_trips[name]
-    cfg = json.loads((out / "model" / "config.json").read_text())
-    assert cfg["architectures"] == [arch.FAMILIES[spec.family].hf_class]
-    hf = transformers.AutoModelForCausalLM.from_pretrained(out / "model", dtype=torch.float32)
-    assert type(hf).__name__ == arch.FAMILIES[spec.family].hf_class
+    hf = transformers.AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+    assert type(hf).__name__ == hf_class
     ours = Transformer(spec, max_seq_len=SEQ)
-    load_exported(ours, out / "model")
-    tokens = torch.randint(0, spec.vocab_size, (2, SEQ), generator=torch.Generator().manual_seed(3))
+    load_exported(ours, model_dir)
+    gen = torch.Generator().manual_seed(seed)
+    tokens = torch.randint(0, spec.vocab_size, (2, SEQ), generator=gen)
     with torch.no_grad():
         a, b = ours.eval()(tokens), hf.eval()(tokens).logits
     torch.testing.assert_close(a, b, atol=1e-5 * b.abs().max().item(), rtol=1e-5)
 
 
+@pytest.mark.parametrize("name", ROUND_TRIP)
+def test_export_reloads_as_the_same_class_with_our_logits(round_trips, name):
+
+    spec = _spec(name)
+    _, out = round_trips[name]
+    cfg = json.loads((out / "model" / "config.json").read_text())
+    assert cfg["architectures"] == [arch.FAMILIES[spec.family].hf_class]
+    _same_logits(spec, out / "model", arch.FAMILIES[spec.family].hf_class, seed=3)
+
+
 def test_trained_then_resumed_a_newer_checkpoint_wins_over_init_from(round_trips):
     """qwen3 (q/k norms, head_dim != d_model / n_heads) trained from the import, resumed from its
     own checkpoint at step 2 (not from init_from), exported: reloads as Qwen3 with our logits."""
-    from blackwell_sm.train.export import load_exported
-    from blackwell_sm.train.model import Transformer
 
     spec = _spec("qwen3")
     src, out = round_trips["trained"]
@@ -141,14 +146,7 @@ def test_trained_then_resumed_a_newer_checkpoint_wins_over_init_from(round_trips
     assert "initialised" not in log
     moved = _hf_state(out / "model")["model.norm.weight"] - _hf_state(src)["model.norm.weight"]
     assert moved.abs().max() > 1e-4  # it trained
-    hf = transformers.AutoModelForCausalLM.from_pretrained(out / "model", dtype=torch.float32)
-    assert type(hf).__name__ == "Qwen3ForCausalLM"
-    ours = Transformer(spec, max_seq_len=SEQ)
-    load_exported(ours, out / "model")
-    tokens = torch.randint(0, spec.vocab_size, (2, SEQ), generator=torch.Generator().manual_seed(4))
-    with torch.no_grad():
-        a, b = ours.eval()(tokens), hf.eval()(tokens).logits
-    torch.testing.assert_close(a, b, atol=1e-5 * b.abs().max().item(), rtol=1e-5)
+    _same_logits(spec, out / "model", "Qwen3ForCausalLM", seed=4)
     # the same tokenizer and generation settings leave with it
     tok_in = transformers.AutoTokenizer.from_pretrained(src)
     tok_out = transformers.AutoTokenizer.from_pretrained(out / "model")

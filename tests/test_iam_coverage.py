@@ -28,6 +28,7 @@ from aws_support import (
     not_found_error,
     offering,
     plan_response,
+    put_log_lines,
     spec_dict,
     stub_plan_commands,
     summary_json,
@@ -201,12 +202,7 @@ def test_every_call_of_every_command_is_allowed_by_the_generated_policy(aws, tmp
     covered["submit"] = checked("submit", rec.take())
 
     aws.logs.create_log_group(logGroupName=LOG_GROUP)
-    aws.logs.create_log_stream(logGroupName=LOG_GROUP, logStreamName=f"{name}/algo-1-1")
-    aws.logs.put_log_events(
-        logGroupName=LOG_GROUP,
-        logStreamName=f"{name}/algo-1-1",
-        logEvents=[{"timestamp": 1_700_000_000_000, "message": "hello"}],
-    )
+    put_log_lines(aws, f"{name}/algo-1-1", ["hello"], at=datetime.fromtimestamp(1_700_000_000, UTC))
     described = aws.sagemaker.describe_training_job(TrainingJobName=name)
     _put_marker(aws, described, step=2)  # the run's checkpoint: status and --resume read it
     rec.take()

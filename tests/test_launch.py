@@ -28,15 +28,8 @@ from blackwell_sm.planner.plan import Plan
 from blackwell_sm.spec import load_spec, with_overrides
 
 REPO = Path(__file__).resolve().parents[1]
-CONTRACT_KEYS = {
-    "torchrun",
-    "env",
-    "nnodes",
-    "node_rank",
-    "master_addr",
-    "master_port",
-    "nproc_per_node",
-}
+CONTRACT_KEYS = {"torchrun", "env", "nnodes", "node_rank", "nproc_per_node"}
+CONTRACT_KEYS |= {"master_addr", "master_port"}
 
 
 @cache

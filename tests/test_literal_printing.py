@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 
 import pytest
-from cli_support import run_local_process
+from cli_support import demo_spec, run_local_process
 
 from blackwell_sm.cli import main
 
@@ -56,12 +56,10 @@ def test_a_failed_run_with_gloo_style_brackets_is_reported_verbatim(tmp_path: Pa
     out = tmp_path.joinpath(*GLOO_DIR)
     shards = tmp_path / "empty [train]"
     shards.mkdir()
-    spec = tmp_path / "channel.yaml"
-    spec.write_text(
-        (REPO / "templates" / "demo-tiny.yaml")
-        .read_text()
-        .replace("data: {source: synthetic}", "data: {source: channel, train_channel: train}")
-        .replace("total_steps: 40", "total_steps: 6")
+    spec = demo_spec(
+        tmp_path / "channel.yaml",
+        ("data: {source: synthetic}", "data: {source: channel, train_channel: train}"),
+        ("total_steps: 40", "total_steps: 6"),
     )
     done = run_local_process(spec, out, "--channel", f"train={shards}", timeout=300)
     assert done.returncode == 1, done.stderr[-3000:]

@@ -13,6 +13,7 @@ import threading
 from pathlib import Path
 
 import pytest
+from cli_support import demo_spec
 
 from blackwell_sm.cli import main
 from blackwell_sm.launch.supervise import child_pids
@@ -113,12 +114,10 @@ def test_run_local_owns_its_run(tmp_path: Path) -> None:
     out = tmp_path / "run [x]"
     (out / "output").mkdir(parents=True)
     (out / "output" / "failure").write_text("rank 1: an earlier run's reason\n")
-    spec = tmp_path / "long.yaml"
-    spec.write_text(
-        (REPO / "templates" / "demo-tiny.yaml")
-        .read_text()
-        .replace("total_steps: 40", "total_steps: 100000")
-        .replace("interval_steps: 10", "interval_steps: 50000")
+    spec = demo_spec(
+        tmp_path / "long.yaml",
+        ("total_steps: 40", "total_steps: 100000"),
+        ("interval_steps: 10", "interval_steps: 50000"),
     )
     cmd = [sys.executable, "-m", "blackwell_sm", "run-local", str(spec), "--out", str(out)]
     env = dict(os.environ, PYTHONPATH=str(REPO))

@@ -186,6 +186,7 @@ def test_cp_positions_shard_and_gathered_order():
     assert group.shard(x, 8).tolist() == [[2, 3, 4, 5], [10, 11, 12, 13]]
 
 
+@pytest.mark.slow
 def test_gloo_sharded_head_and_context_parallel_equal_the_unsharded_model(tmp_path):
     """2 processes: the chunked loss with the FSDP2-sharded head (tied and untied) equals the
     unsharded full-logits reference, then context parallelism (cp 2) equals the unsharded model:

@@ -45,15 +45,8 @@ def test_more_sharding_never_raises_per_gpu_states(m, shard, factor):
     fewer = memory.state_bytes(m, shard)
     more = memory.state_bytes(m, shard * factor)
     assert all(b <= a for a, b in zip(fewer, more, strict=True))
-    kw = dict(
-        replicate_degree=1,
-        micro_batch=1,
-        seq_len=1024,
-        precision="bf16",
-        mode="full",
-        compile=False,
-        reshard_after_forward=True,
-    )
+    kw = dict(replicate_degree=1, micro_batch=1, seq_len=1024, precision="bf16", mode="full")
+    kw |= dict(compile=False, reshard_after_forward=True)
     t1 = memory.memory_terms(m, shard_degree=shard, **kw)
     t2 = memory.memory_terms(m, shard_degree=shard * factor, **kw)
     sharded = lambda t: t.params_fp32 + t.grads_fp32 + t.optimizer_states  # noqa: E731

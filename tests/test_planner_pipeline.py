@@ -182,15 +182,8 @@ def test_the_memory_cache_key_holds():
     """Table.memory keys HSDP layouts on (shard, replicas > 1): memory_terms must not depend on
     the replica count beyond that (if the memory model comes to, widen the key)."""
     sh = shape(PRESETS["llama-3.1-70b"])
-    kw = dict(
-        shard_degree=8,
-        micro_batch=2,
-        seq_len=4096,
-        precision="fp8",
-        mode="full",
-        compile=True,
-        reshard_after_forward=True,
-    )
+    kw = dict(shard_degree=8, micro_batch=2, seq_len=4096, precision="fp8", mode="full")
+    kw |= dict(compile=True, reshard_after_forward=True)
     two = memory.memory_terms(sh, replicate_degree=2, **kw)
     for r in (3, 8, 64):
         assert memory.memory_terms(sh, replicate_degree=r, **kw) == two

@@ -8,7 +8,7 @@ import json
 import math
 
 import pytest
-from aws_support import CHECK_FIELDS
+from records_support import CHECK_FIELDS, step_figures
 
 from blackwell_sm.errors import SpecError
 from blackwell_sm.records import (
@@ -32,17 +32,7 @@ from blackwell_sm.records import (
 )
 
 T0 = 1_764_000_000.0
-TRAIN = dict(
-    loss=2.5,
-    lr=3e-4,
-    grad_norm=0.9,
-    tok_s_gpu=1234.5,
-    mfu=0.41,
-    step_time_s=0.5,
-    mem_alloc_gib=10.0,
-    mem_reserved_gib=12.0,
-    memory_kind="cuda_max_allocated_reserved",
-)
+TRAIN = step_figures(tok_s_gpu=1234.5, mfu=0.41, memory_kind="cuda_max_allocated_reserved")
 CHECK = CHECK_FIELDS
 EVERY_KIND = [
     StartRecord(step=0, world_size=16, time=T0),

@@ -18,17 +18,8 @@ M8B = shape(get_preset("llama-3.1-8b"))  # the planner's functions take a Shape
 
 
 def st(**kw):
-    args = dict(
-        shard_degree=8,
-        replicate_degree=1,
-        micro_batch=1,
-        grad_accum=1,
-        seq_len=4096,
-        precision="bf16",
-        mode="none",
-        compile=False,
-        reshard_after_forward=True,
-    )
+    args = dict(shard_degree=8, replicate_degree=1, micro_batch=1, grad_accum=1, seq_len=4096)
+    args |= dict(precision="bf16", mode="none", compile=False, reshard_after_forward=True)
     return step_time(M8B, kw.pop("instance", P6), **(args | kw))
 
 

@@ -18,7 +18,6 @@ import signal
 import socket
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
@@ -26,6 +25,9 @@ import pytest
 import yaml
 from cli_support import REPO, run, run_local_process
 from harness import free_port
+from net_support import silent_server
+from records_support import step_figures
+from tracker_support import scalars_of, texts_of
 from train_support import local_plan
 
 from blackwell_sm.records import TrainRecord, read_metrics
@@ -41,26 +43,6 @@ def tracker_spec(tmp: Path, **training) -> Path:
     path = tmp / "spec.yaml"
     path.write_text(yaml.safe_dump(spec))
     return path
-
-
-def scalars_of(logdir: Path) -> dict[str, dict[int, float]]:
-    """{tag: {step: value}} of every scalar TensorBoard's own reader loads from `logdir`."""
-    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
-
-    acc = EventAccumulator(str(logdir), size_guidance={"scalars": 0, "tensors": 0})
-    acc.Reload()
-    return {t: {e.step: e.value for e in acc.Scalars(t)} for t in acc.Tags()["scalars"]}
-
-
-def texts_of(logdir: Path) -> dict[str, list[str]]:
-    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
-
-    acc = EventAccumulator(str(logdir), size_guidance={"tensors": 0})
-    acc.Reload()
-    return {
-        t: [e.tensor_proto.string_val[0].decode() for e in acc.Tensors(t)]
-        for t in acc.Tags()["tensors"]
-    }
 
 
 @pytest.fixture(scope="module")
@@ -220,19 +202,9 @@ def _metrics_log(tmp: Path, uri: str):
 
 
 def _train(step: int) -> TrainRecord:
-    return TrainRecord(
-        step=step,
-        loss=2.0,
-        lr=1e-3,
-        grad_norm=1.0,
-        tok_s_gpu=10.0,
-        mfu=0.1,
-        step_time_s=0.1,
-        mem_alloc_gib=0.1,
-        mem_reserved_gib=0.1,
-        memory_kind="cpu_max_rss",
-        time=1.0e9 + step,
-    )
+    figures = step_figures(lr=1e-3, tok_s_gpu=10.0, mfu=0.1, step_time_s=0.1, mem_alloc_gib=0.1)
+    figures.update(mem_reserved_gib=0.1, memory_kind="cpu_max_rss")
+    return TrainRecord(step=step, time=1.0e9 + step, **figures)
 
 
 def test_a_tracker_whose_server_is_down_warns_once_and_training_goes_on(
@@ -267,30 +239,9 @@ def test_a_server_that_never_answers_never_blocks_a_step(tmp_path, capfd, monkey
 
     monkeypatch.setattr(trackers, "QUEUE_MAX", 100)
     monkeypatch.setenv("MLFLOW_HTTP_REQUEST_TIMEOUT", "600")
-    silent = socket.socket()
-    silent.bind(("127.0.0.1", 0))
-    silent.listen(8)
-    port = silent.getsockname()[1]
-    held: list[socket.socket] = []
-    stop = threading.Event()
-
-    def accept() -> None:
-        silent.settimeout(0.2)
-        while not stop.is_set():
-            try:
-                held.append(silent.accept()[0])
-            except OSError:
-                continue
-
-    threading.Thread(target=accept, daemon=True).start()
-    try:
+    with silent_server() as (url, _held):
         t = trackers.Trackers(
-            local_plan(
-                training={
-                    "report_to": ["mlflow"],
-                    "mlflow": {"tracking_uri": f"http://127.0.0.1:{silent.getsockname()[1]}"},
-                }
-            ),
+            local_plan(training={"report_to": ["mlflow"], "mlflow": {"tracking_uri": url}}),
             tensorboard_dir=tmp_path / "tb",
             out_dir=tmp_path,
         )
@@ -299,16 +250,10 @@ def test_a_server_that_never_answers_never_blocks_a_step(tmp_path, capfd, monkey
             t.write(_train(s))  # returns at once: the queue, never the server
         assert time.monotonic() - start < 30 and t.dropped >= 1  # past what the pipes hold
         assert t.close("completed", timeout_s=0.5) is False
-    finally:
-        stop.set()
-        silent.close()
-        for c in held:
-            c.close()
     out = capfd.readouterr().out
     assert out.count("dropping records") == 1
     # the hung tracker is named, where it sends, and what it did not send (issue 37)
-    uri = f"http://127.0.0.1:{port}"
-    assert f"tracker mlflow ({uri}) did not answer in 0 s" in out, out
+    assert f"tracker mlflow ({url}) did not answer in 0 s" in out, out
     assert "record(s) still queued for it are not sent (every record is in metrics.jsonl)" in out
 
 

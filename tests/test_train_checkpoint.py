@@ -12,6 +12,7 @@ from train_support import async_checkpoint_worker, fsdp_model_and_optimizer, loc
 REPO = Path(__file__).resolve().parents[1]
 
 
+@pytest.mark.slow
 def test_async_save_marks_complete_only_after_the_write(tmp_path):
     spawn(async_checkpoint_worker, str(tmp_path / "ck"), tmp=tmp_path / "errors")
 
@@ -135,6 +136,7 @@ def fallback_worker(root: str) -> None:
     dist.destroy_process_group()
 
 
+@pytest.mark.slow
 def test_unloadable_complete_checkpoint_is_moved_aside_and_the_previous_one_loads(tmp_path):
     spawn(fallback_worker, str(tmp_path / "ck"), tmp=tmp_path / "errors")
 

@@ -25,6 +25,7 @@ def _refuse(word: str) -> None:
     raise AssertionError(f"metrics.jsonl holds {word}: not strict JSON")
 
 
+@pytest.mark.slow
 def test_one_nan_step_is_skipped_and_training_goes_on(tmp_path, monkeypatch):
     monkeypatch.setenv(ENV_TEST_NAN_STEPS, "3")
     plan = local_plan(
@@ -53,6 +54,7 @@ def test_one_nan_step_is_skipped_and_training_goes_on(tmp_path, monkeypatch):
     assert (root / "checkpoints/step-00000006/COMPLETE").is_file()
 
 
+@pytest.mark.slow
 def test_max_bad_steps_in_a_row_stop_the_run_without_a_checkpoint(tmp_path, monkeypatch):
     monkeypatch.setenv(ENV_TEST_NAN_STEPS, "all")
     plan = local_plan(

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 import torch
+from cli_support import capture
 from train_support import free_port, local_plan
 
 from blackwell_sm.errors import CapabilityError
@@ -39,22 +39,8 @@ def test_an_fp8_plan_fails_before_step_0(tmp_path):
         "MASTER_ADDR": "127.0.0.1",
         "MASTER_PORT": str(free_port()),
     }
-    r = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "blackwell_sm.train.main",
-            "--plan",
-            str(tmp_path / "plan.json"),
-            "--opt-ml",
-            str(tmp_path / "ml"),
-        ],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd=REPO,
-    )
+    main = [sys.executable, "-m", "blackwell_sm.train.main", "--plan", tmp_path / "plan.json"]
+    r = capture([*main, "--opt-ml", tmp_path / "ml"], env=env, timeout=120)
     assert r.returncode != 0
     assert "fp8 training but this worker runs on cpu" in r.stderr
     assert "refusing to fall back" in r.stderr

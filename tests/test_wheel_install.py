@@ -27,6 +27,7 @@ from pathlib import Path
 import pytest
 import yaml
 from aws_support import BUCKET, REGION, spec_dict
+from cli_support import capture
 
 from blackwell_sm.job.bundle import ENTRYPOINT_SCRIPT
 
@@ -45,26 +46,8 @@ def wheel(tmp_path_factory) -> Path:
             (src / folder / junk).parent.mkdir(parents=True, exist_ok=True)
             (src / folder / junk).write_text("AWS_SECRET_ACCESS_KEY=planted\n")
     dist = src / "dist"
-    out = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pip",
-            "wheel",
-            "--no-deps",
-            "--no-build-isolation",
-            "--no-index",
-            "--quiet",
-            "-w",
-            str(dist),
-            str(src),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env={**os.environ, "PIP_CONFIG_FILE": os.devnull},
-    )
-    assert out.returncode == 0, out.stderr
+    args = ["wheel", "--no-deps", "--no-build-isolation", "--no-index", "--quiet", "-w", dist]
+    _pip(sys.executable, *args, src)
     [whl] = dist.glob("blackwell_sm-*.whl")
     return whl
 
@@ -87,25 +70,16 @@ def venv(wheel, tmp_path_factory) -> Path:
         ).stdout.strip()
     )
     (site / "_bsm_test_deps.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
-    out = subprocess.run(
-        [
-            str(v / "bin" / "python"),
-            "-m",
-            "pip",
-            "install",
-            "--no-index",
-            "--no-deps",
-            "--quiet",
-            "--disable-pip-version-check",
-            str(wheel),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env={**os.environ, "PIP_CONFIG_FILE": os.devnull},
-    )
-    assert out.returncode == 0, out.stderr
+    args = ["install", "--no-index", "--no-deps", "--quiet", "--disable-pip-version-check"]
+    _pip(v / "bin" / "python", *args, wheel)
     return v
+
+
+def _pip(python: str | Path, *args: str | Path) -> None:
+    """`python -m pip ARGS...` without the user's pip configuration; it must succeed."""
+    cmd = [python, "-m", "pip", *args]
+    out = capture(cmd, timeout=300, env={**os.environ, "PIP_CONFIG_FILE": os.devnull})
+    assert out.returncode == 0, out.stderr
 
 
 def _env(home: Path, **extra: str) -> dict[str, str]:

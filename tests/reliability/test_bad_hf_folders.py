@@ -21,6 +21,7 @@ import numpy as np
 import pytest
 import yaml
 from cli_support import run
+from model_support import small_spec
 
 from blackwell_sm.spec import arch
 from blackwell_sm.spec.model import ModelSpec
@@ -41,16 +42,7 @@ CONFIG = {
     "bos_token_id": 1,
     "eos_token_id": 2,
 }
-SPEC = ModelSpec(
-    family="llama",
-    n_layers=2,
-    d_model=32,
-    n_heads=4,
-    n_kv_heads=2,
-    ffn_dim=64,
-    vocab_size=50,
-    tie_embeddings=False,
-)
+SPEC = small_spec(family="llama", d_model=32, ffn_dim=64, vocab_size=50, tie_embeddings=False)
 DT = {"F32": np.float32, "F16": np.float16, "I32": np.int32}
 
 

@@ -1,0 +1,15 @@
+"""Small models for CPU tests: one factory instead of a ModelSpec spelled out in every file."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from blackwell_sm.spec import ModelSpec
+
+#: Two llama blocks, d_model 128, 4 heads over 2 K/V heads, SwiGLU 320, vocabulary 96.
+SMALL: dict[str, Any] = dict(n_layers=2, d_model=128, n_heads=4, n_kv_heads=2, ffn_dim=320)
+
+
+def small_spec(**change: Any) -> ModelSpec:
+    """SMALL (vocabulary 96) with `change` made: any ModelSpec field."""
+    return ModelSpec(**(SMALL | {"vocab_size": 96} | change))

@@ -1,0 +1,67 @@
+"""The container's wheels without the network, for tests that need a wheelhouse but do not test
+its contents (the spend-once processes, the GPU check's dry run): every carried requirement as a
+minimal pure-Python wheel in a local folder, at this interpreter's installed version (or the
+pinned one), downloaded by the real `fetch_wheels` (pip, `PIP_NO_INDEX`, `PIP_FIND_LINKS`) into
+a cache of the test's own. The real wheels are fetched by `make test-network`'s tests."""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.metadata
+import os
+import zipfile
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+
+from packaging.specifiers import SpecifierSet
+from packaging.version import Version
+
+from blackwell_sm.job.requirements import Requirement
+
+
+def stub_wheel(folder: Path, name: str, version: str) -> Path:
+    """A minimal pure-Python wheel pip will download from a local folder."""
+    dist = name.replace("-", "_")
+    path = folder / f"{dist}-{version}-py3-none-any.whl"
+    info = f"{dist}-{version}.dist-info"
+    with zipfile.ZipFile(path, "w") as z:
+        z.writestr(f"{dist}_stub/__init__.py", "")
+        z.writestr(f"{info}/METADATA", f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n")
+        z.writestr(
+            f"{info}/WHEEL", "Wheel-Version: 1.0\nRoot-Is-Purelib: true\nTag: py3-none-any\n"
+        )
+        z.writestr(f"{info}/RECORD", "")
+    return path
+
+
+def _version(req: Requirement) -> str:
+    allowed = SpecifierSet(req.spec)
+    try:
+        installed = importlib.metadata.version(req.name)
+        if Version(installed) in allowed:
+            return installed
+    except importlib.metadata.PackageNotFoundError:
+        pass
+    pinned = [s.version for s in allowed if s.operator == "=="]
+    if not pinned:
+        raise AssertionError(f"no version of {req.pip_spec} installed here to stand in for")
+    return pinned[0]
+
+
+@contextlib.contextmanager
+def offline_pip(requirements: Iterable[Requirement], links: Path) -> Iterator[None]:
+    """While inside: pip reads only `links`, which holds a stub of each carried requirement."""
+    links.mkdir(parents=True, exist_ok=True)
+    for req in requirements:
+        if req.carried:
+            stub_wheel(links, req.name, _version(req))
+    saved = {k: os.environ.get(k) for k in ("PIP_NO_INDEX", "PIP_FIND_LINKS")}
+    os.environ.update(PIP_NO_INDEX="1", PIP_FIND_LINKS=str(links))
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
