@@ -1,7 +1,7 @@
 """Memory levers beyond sharding for a plan that does not fit, each with its cost in time: the
 state offloaded to host memory (`planner/offload.py`) and fewer micro-batches per step (the
 gradients kept across accumulation go; the global batch shrinks). Part of the explain step's
-advice (`explain.advice_for`); each is checked with the model."""
+advice (`advice.advice_for`); each is checked with the model."""
 
 from __future__ import annotations
 

@@ -54,6 +54,7 @@ from blackwell_sm.train.checkpoint_files import (
     verify_share,
 )
 from blackwell_sm.train.distributed import Env
+from blackwell_sm.train.rng_state import rng_state, set_rng_state
 from blackwell_sm.train.run_identity import data_change, other_run, read_marker, run_identity
 
 __all__ = [
@@ -65,33 +66,6 @@ __all__ = [
     "run_identity",
     "step_dir_name",
 ]
-
-
-def _rng_state() -> dict[str, Any]:
-    import random
-
-    import numpy as np
-
-    state = {
-        "torch": torch.get_rng_state(),
-        "python": random.getstate(),
-        "numpy": np.random.get_state(),
-    }
-    if torch.cuda.is_available() and torch.cuda.is_initialized():
-        state["cuda"] = torch.cuda.get_rng_state()
-    return state
-
-
-def _set_rng_state(state: dict[str, Any]) -> None:
-    import random
-
-    import numpy as np
-
-    torch.set_rng_state(state["torch"])
-    random.setstate(state["python"])
-    np.random.set_state(state["numpy"])
-    if "cuda" in state and torch.cuda.is_available():
-        torch.cuda.set_rng_state(state["cuda"])
 
 
 class Checkpointer:
@@ -167,7 +141,7 @@ class Checkpointer:
         try:
             (tmp / "rng").mkdir(parents=True, exist_ok=True)  # hosts without a shared filesystem
             rng = f"rng/rank-{self.env.rank:05d}.pt"
-            torch.save(_rng_state(), tmp / rng)
+            torch.save(rng_state(), tmp / rng)
             own = {rng: hash_file(tmp / rng)} if self.checksums else {}
             writer = FileSystemWriter(str(tmp))
             if self.checksums:
@@ -384,7 +358,7 @@ class Checkpointer:
         )
         rng = path / "rng" / f"rank-{self.env.rank:05d}.pt"
         if rng.exists():  # absent when resuming on a different world size
-            _set_rng_state(torch.load(rng, weights_only=False))
+            set_rng_state(torch.load(rng, weights_only=False))
         return int(state["train"]["step"])
 
 
