@@ -9,6 +9,7 @@ from aws_support import (
     PLAN_ARN,
     PLAN_NAME,
     REGION,
+    HttpFaults,
     plan_response,
     spec_dict,
 )
@@ -179,3 +180,32 @@ def test_dry_run_with_init_from_shows_the_init_channel(aws):
     assert init[0]["DataSource"]["S3DataSource"]["S3Uri"] == f"s3://{BUCKET}/hf/Qwen3-8B/"
     role = {s["Sid"]: s for s in iam_policies(parse_spec(d))["job_role"]["Statement"]}
     assert f"arn:aws:s3:::{BUCKET}/hf/Qwen3-8B/*" in role["ReadCodeDataAndCheckpoints"]["Resource"]
+
+
+def test_a_submit_racing_its_twin_past_the_reattach_check_reattaches(aws, monkeypatch):
+    """Two submits of one spec on two machines: the second passed its reattach check before the
+    first created the job. Its own job name, live on the prefix, is the job it was about to
+    create: it reattaches (created once), never refuses its own job as another's (exit 5)."""
+    import blackwell_sm.aws.submit as pipeline
+
+    def stub(plans: Stubber) -> None:
+        plans.add_response(
+            "describe_training_plan", plan_response(), {"TrainingPlanName": PLAN_NAME}
+        )
+
+    with Stubber(aws.plans) as plans:
+        stub(plans)
+        first = submit(spec_dict(training_plan=PLAN_ARN), aws=aws)
+    from moto.sagemaker.models import sagemaker_backends
+
+    backend = sagemaker_backends["123456789012"][REGION]  # moto's own state: the job runs on
+    backend.training_jobs[first.name].training_job_status = "InProgress"
+    monkeypatch.setattr(pipeline, "reattach", lambda *a, **k: None)  # the check ran too early
+    # what SageMaker answers a second CreateTrainingJob of one name (moto in-process does not)
+    dup = (400, "ResourceInUse", f"Training job names must be unique: {first.name} exists")
+    HttpFaults(aws.sagemaker, "CreateTrainingJob", [dup])
+    with Stubber(aws.plans) as plans:
+        stub(plans)
+        twin = submit(spec_dict(training_plan=PLAN_ARN), aws=aws)
+    assert first.created and twin.reattached and not twin.created and twin.name == first.name
+    assert len(aws.sagemaker.list_training_jobs()["TrainingJobSummaries"]) == 1

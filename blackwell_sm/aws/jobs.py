@@ -253,6 +253,13 @@ def create_job(sm: Any, request: dict[str, Any], *, spec_hash: str) -> tuple[dic
             hint=f"run `bsm status {name}` in a minute",
         )
     problems = check_created(described, request)
+    if problems and not created:  # another process's job: never stopped from here
+        raise AwsError(
+            f"training job {name} was made by another submit of this spec with other capacity "
+            "settings: " + "; ".join(problems) + ". It was not reattached.",
+            code="capacity_mismatch",
+            hint=f"see `bsm status {name}`; submit with --new for a job of this request's own",
+        )
     if problems:
         stopped = _stop_quietly(sm, name)
         raise AwsError(

@@ -69,9 +69,11 @@ def _in_use(live: JobInfo, checkpoint_uri: str, prefix: str = "") -> ConsentRequ
     )
 
 
-def refuse_if_live(sm: Any, base_name: str, checkpoint_uri: str) -> None:
-    """Before a create: refuse when a job of the spec is live on the prefix."""
-    live = live_jobs(sm, base_name, checkpoint_uri)
+def refuse_if_live(sm: Any, base_name: str, checkpoint_uri: str, *, own_name: str) -> None:
+    """Before a create: refuse when a job of the spec is live on the prefix. A live job named
+    `own_name` is not refused: it is this very request's job, made by a concurrent submit of
+    the same spec since the reattach check; the create then finds it and reattaches."""
+    live = [j for j in live_jobs(sm, base_name, checkpoint_uri) if j.name != own_name]
     if live:
         raise _in_use(live[0], checkpoint_uri)
 

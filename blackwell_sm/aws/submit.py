@@ -324,7 +324,7 @@ def send(aws: AwsContext, jr: JobRequest, *, progress: Progress | None, say: Not
     from blackwell_sm.aws.s3 import check_bucket_region, upload_bundle
 
     sm = aws.sagemaker
-    one_job.refuse_if_live(sm, jr.base_job_name, jr.checkpoint_s3_uri)
+    one_job.refuse_if_live(sm, jr.base_job_name, jr.checkpoint_s3_uri, own_name=jr.job_name)
     check_bucket_region(aws.s3, jr.bundle_s3_uri, aws.region or jr.region)
     upload = upload_bundle(
         aws.s3, jr.bundle.data, jr.bundle_s3_uri, sha256=jr.bundle.sha256, progress=progress
