@@ -58,7 +58,7 @@ def _one(p, device: str) -> dict[str, Any]:
 
 def forms(*, dry: bool) -> dict[str, Any]:
     """Per plan: its config and its GPU-form traces (cpu device; cuda too on a GPU)."""
-    from blackwell_sm.planner.api import plan
+    from blackwell_sm.api.plan import plan
 
     rows: dict[str, Any] = {}
     for name, model, seq, over in DRY_PLANS if dry else GPU_PLANS:

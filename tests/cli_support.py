@@ -57,7 +57,7 @@ def run_local_process(
     return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout, cwd=REPO)
 
 
-DEMO = REPO / "blackwell_sm" / "templates" / "demo-tiny.yaml"
+DEMO = REPO / "templates" / "demo-tiny.yaml"
 
 
 def demo_spec(path: Path, *changes: tuple[str, str]) -> Path:

@@ -43,6 +43,23 @@ def _l(*names: str) -> frozenset[str]:
     return frozenset(names)
 
 
+# What the client's front doors (the notebook API, and the CLI above it) may call.
+CLIENT = _l(
+    "package",
+    "spec",
+    "hardware",
+    "plan",
+    "planner",
+    "job",
+    "aws",
+    "data",
+    "records",
+    "metrics",
+    "errors",
+    "opt_ml",
+    "safe_load",
+)
+
 LAYERS: dict[str, Layer] = {
     "errors": Layer(
         ("errors",), "the error classes and their exit codes", _l(), TRAINING_STACK | AWS_STACK
@@ -184,21 +201,7 @@ LAYERS: dict[str, Layer] = {
     "api": Layer(
         ("api",),
         "the notebook front door: one decider per question (plan, traced plan, capacity fit, job count)",
-        _l(
-            "package",
-            "spec",
-            "hardware",
-            "plan",
-            "planner",
-            "job",
-            "aws",
-            "data",
-            "records",
-            "metrics",
-            "errors",
-            "opt_ml",
-            "safe_load",
-        ),
+        CLIENT,
         TRAINING_STACK,
         HEAVY,
         _l("train"),  # traces: the container's loop on fake tensors, only when asked
@@ -206,24 +209,7 @@ LAYERS: dict[str, Layer] = {
     "cli": Layer(
         ("cli",),
         "thin click commands, loaded lazily",
-        _l(
-            "package",
-            "spec",
-            "hardware",
-            "plan",
-            "planner",
-            "job",
-            "aws",
-            "data",
-            "local",
-            "runs",
-            "records",
-            "metrics",
-            "errors",
-            "opt_ml",
-            "safe_load",
-            "api",
-        ),
+        CLIENT | _l("local", "runs", "api"),
         TRAINING_STACK,
         HEAVY | {"rich", "yaml"},
     ),

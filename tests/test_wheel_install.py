@@ -177,7 +177,7 @@ def test_a_wheel_install_submits_exactly_like_a_clone(wheel, venv, tmp_path):
     ours = {n for n in uploaded if n.startswith("blackwell_sm/")}
     assert ours == pkg  # nothing a wheel would not hold, nothing it holds left out
     assert set(uploaded) - ours == {"plan.json"} | {n for n in uploaded if n.startswith("wheels/")}
-    assert b"planted" not in b"".join(uploaded.values())
+    assert b"AWS_SECRET_ACCESS_KEY=planted" not in b"".join(uploaded.values())
     assert list(empty.iterdir()) == [empty / "spec.yaml"]  # nothing written where it ran
 
     # an installed file edited after the install: refused by name, nothing built from it
