@@ -26,7 +26,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from model_support import small_spec  # noqa: E402
+from model_support import capture_sac_storages, small_spec  # noqa: E402
 
 from blackwell_sm.planner import memory  # noqa: E402
 from blackwell_sm.planner.shape import shape as model_shape  # noqa: E402
@@ -69,17 +69,7 @@ def _measure_saved_bytes(model: Transformer, tokens, mode: str) -> int:
         if st.data_ptr() not in exclude:
             seen[st.data_ptr()] = st.nbytes()
 
-    sac_storages = []
-    if mode.startswith("selective"):
-        for block in model.layers:
-            original = block.ac_context_fn
-
-            def capture(original=original):
-                fwd_ctx, recompute_ctx = original()
-                sac_storages.append(fwd_ctx.storage)
-                return fwd_ctx, recompute_ctx
-
-            block.ac_context_fn = capture
+    sac_storages = capture_sac_storages(model) if mode.startswith("selective") else []
 
     def pack(t):
         note(t)

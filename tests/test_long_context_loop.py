@@ -10,12 +10,9 @@ fp32 compute (the test hook BSM_TEST_FP32_COMPUTE), so that paths can be compare
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
-
 import pytest
 from long_support import loop_runs_worker
-from train_support import free_port, local_plan, spawn
+from train_support import assert_same_losses, free_port, local_plan, spawn, train_losses
 
 pytestmark = pytest.mark.slow
 
@@ -48,11 +45,6 @@ def _plan(loss: str, cp: int):
     )
 
 
-def _losses(root: Path) -> dict[int, float]:
-    lines = (root / "output/data/metrics.jsonl").read_text().splitlines()
-    return {r["step"]: r["loss"] for r in map(json.loads, lines) if r["kind"] == "train"}
-
-
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
     root = tmp_path_factory.mktemp("long")
@@ -67,25 +59,20 @@ def runs(tmp_path_factory):
         (_plan("chunked", 1).to_json(), str(d["to_cp1"]), ck("cp2")),
     ]
     spawn(loop_runs_worker, jobs, [free_port() for _ in jobs], tmp=root / "err")
-    return {k: _losses(v) for k, v in d.items()}
-
-
-def _same(a: dict[int, float], b: dict[int, float], steps) -> None:
-    for s in steps:
-        assert a[s] == pytest.approx(b[s], rel=REL), (s, a[s], b[s])
+    return {k: train_losses(v) for k, v in d.items()}
 
 
 def test_chunked_loss_equals_the_full_logits_path_step_for_step(runs):
     assert sorted(runs["chunked"]) == list(range(1, STEPS + 1))
-    _same(runs["chunked"], runs["full"], range(1, STEPS + 1))
+    assert_same_losses(runs["chunked"], runs["full"], range(1, STEPS + 1), REL)
     assert runs["chunked"][STEPS] < runs["chunked"][1]  # it trains
 
 
 def test_context_parallel_run_equals_the_plain_one(runs):
-    _same(runs["cp2"], runs["chunked"], range(1, STEPS + 1))
+    assert_same_losses(runs["cp2"], runs["chunked"], range(1, STEPS + 1), REL)
 
 
 @pytest.mark.parametrize("resumed, source", [("to_full_cp2", "chunked"), ("to_cp1", "cp2")])
 def test_resume_across_loss_path_and_cp_degree(runs, resumed, source):
     assert sorted(runs[resumed]) == list(range(4, STEPS + 1))  # resumed after step 3
-    _same(runs[resumed], runs[source], range(4, STEPS + 1))
+    assert_same_losses(runs[resumed], runs[source], range(4, STEPS + 1), REL)

@@ -8,6 +8,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from model_support import capture_sac_storages  # noqa: E402
+
 from blackwell_sm.spec import ModelSpec  # noqa: E402
 from blackwell_sm.spec.peft import PeftSpec  # noqa: E402
 from blackwell_sm.train.activation_checkpoint import apply_activation_checkpointing  # noqa: E402
@@ -58,17 +60,7 @@ def _grads(mode: str) -> tuple[dict[str, torch.Tensor], list[torch.Tensor]]:
             layer.lora_B.weight.normal_(0, 0.02, generator=torch.Generator().manual_seed(2))
     model = model.to(torch.bfloat16)
     apply_activation_checkpointing(model, mode)
-    kept: list[torch.Tensor] = []
-    for block in model.layers:
-        if block.ac_context_fn is not None:
-            original = block.ac_context_fn
-
-            def capture(original=original):
-                fwd, rec = original()
-                kept.append(fwd.storage)
-                return fwd, rec
-
-            block.ac_context_fn = capture
+    kept = capture_sac_storages(model)
     tokens = torch.randint(0, 96, (2, 16), generator=torch.Generator().manual_seed(3))
     loss = model(tokens).float().square().mean()
     outs = [v for storage in kept for per_op in storage.values() for v in _tensors(per_op)]

@@ -44,17 +44,8 @@ def test_70b_at_128k_fits_one_node_with_offload_and_says_why():
     assert doc["memory_gib"]["total"] <= doc["memory_gib"]["usable"]
     why = [n["text"] for n in doc["notes"] if n["code"] == "offload"]
     assert why and "without it the least memory is" in why[0] and "s more per" in why[0]
-    code, out, err = run(
-        "plan",
-        "--model",
-        "llama-3.1-70b",
-        "--seq-len",
-        "131072",
-        "--set",
-        "training.pins.offload=false",
-        "-o",
-        "json",
-    )
+    pinned = "--model llama-3.1-70b --seq-len 131072 --set training.pins.offload=false -o json"
+    code, out, err = run("plan", *pinned.split())
     assert code == 3, err
     hint = json.loads(out or err)["error"]["hint"]
     assert "offload: true fits" in hint and "CPUOffloadPolicy" in hint and "s more per" in hint

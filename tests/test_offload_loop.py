@@ -5,12 +5,9 @@ continuing exactly as the uninterrupted run."""
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
-
 import pytest
 from long_support import loop_runs_worker
-from train_support import free_port, local_plan, spawn
+from train_support import assert_same_losses, free_port, local_plan, spawn, train_losses
 
 pytestmark = pytest.mark.slow
 
@@ -31,11 +28,6 @@ def _plan(offload: bool):
     return p.model_copy(update={"config": p.config.model_copy(update={"offload": offload})})
 
 
-def _losses(root: Path) -> dict[int, float]:
-    lines = (root / "output/data/metrics.jsonl").read_text().splitlines()
-    return {r["step"]: r["loss"] for r in map(json.loads, lines) if r["kind"] == "train"}
-
-
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
     root = tmp_path_factory.mktemp("offload")
@@ -48,21 +40,16 @@ def runs(tmp_path_factory):
         (_plan(False).to_json(), str(d["to_plain"]), ck("offload")),
     ]
     spawn(loop_runs_worker, jobs, [free_port() for _ in jobs], tmp=root / "err")
-    return {k: _losses(v) for k, v in d.items()}
-
-
-def _same(a: dict[int, float], b: dict[int, float], steps) -> None:
-    for s in steps:
-        assert a[s] == pytest.approx(b[s], rel=REL), (s, a[s], b[s])
+    return {k: train_losses(v) for k, v in d.items()}
 
 
 def test_offload_trains_to_the_same_losses(runs):
     assert sorted(runs["offload"]) == list(range(1, STEPS + 1))
-    _same(runs["offload"], runs["plain"], range(1, STEPS + 1))
+    assert_same_losses(runs["offload"], runs["plain"], range(1, STEPS + 1), REL)
     assert runs["offload"][STEPS] < runs["offload"][1]
 
 
 @pytest.mark.parametrize("resumed, source", [("to_offload", "plain"), ("to_plain", "offload")])
 def test_checkpoints_are_interchangeable_and_resume_exactly(runs, resumed, source):
     assert sorted(runs[resumed]) == list(range(3, STEPS + 1))  # resumed after step 2
-    _same(runs[resumed], runs[source], range(3, STEPS + 1))
+    assert_same_losses(runs[resumed], runs[source], range(3, STEPS + 1), REL)

@@ -136,6 +136,13 @@ def run(args: list[str], capsys) -> tuple[int, str, str]:
     return int(e.value.code or 0), out, err
 
 
+def plan_json(args: list[str], capsys) -> dict:
+    """`bsm plan ARGS` that must succeed: its JSON."""
+    code, out, err = run(args, capsys)
+    assert code == 0, err
+    return json.loads(out)
+
+
 def test_json_shape_is_stable(capsys):
     code, out, err = run(["plan", "--model", "llama-3.1-8b", "--output", "json"], capsys)
     assert code == 0, err
@@ -201,9 +208,7 @@ def test_flags_and_set_pin_knobs(capsys):
         "--output",
         "json",
     ]
-    code, out, err = run(args, capsys)
-    assert code == 0, err
-    d = json.loads(out)
+    d = plan_json(args, capsys)
     c = d["config"]
     assert (c["micro_batch_size"], c["activation_checkpointing"], c["precision"]) == (
         2,
@@ -301,9 +306,7 @@ def test_selective_op_is_selectable_and_keeps_less_than_selective(capsys):
             "--output",
             "json",
         ]
-        code, out, err = run(args, capsys)
-        assert code == 0, err
-        d = json.loads(out)
+        d = plan_json(args, capsys)
         assert d["config"]["activation_checkpointing"] == mode
         got[mode] = (d["memory_gib"]["activations"], d["throughput"]["step_time_s"])
     assert got["full"][0] < got["selective-op"][0] < got["selective"][0]

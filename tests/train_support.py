@@ -6,6 +6,7 @@ they exercise.
 
 from __future__ import annotations
 
+import json
 import os
 import traceback
 from pathlib import Path
@@ -267,3 +268,17 @@ def lora_jobs_worker(jobs: list[tuple[str, str, int | None]], ports: list[int]) 
         stop[0] = stop_after
         with _stdout_to_file(opt_ml):
             loop.train(Plan.from_json(plan_json), Path(opt_ml))
+
+
+def train_losses(run_dir: Path) -> dict[int, float]:
+    """A finished run's training loss per step, from its metrics.jsonl."""
+    lines = (run_dir / "output/data/metrics.jsonl").read_text().splitlines()
+    return {r["step"]: r["loss"] for r in map(json.loads, lines) if r["kind"] == "train"}
+
+
+def assert_same_losses(a: dict[int, float], b: dict[int, float], steps, rel: float) -> None:
+    """`a` and `b` agree step for step over `steps`, to `rel`."""
+    import pytest
+
+    for s in steps:
+        assert a[s] == pytest.approx(b[s], rel=rel), (s, a[s], b[s])
