@@ -23,6 +23,27 @@ def aws(monkeypatch, tmp_path):
         yield AwsContext(REGION)
 
 
+@pytest.fixture(scope="session")
+def _stub_wheel_links(tmp_path_factory):
+    """A folder holding a stub wheel of every requirement a bundle may carry (wheel_support)."""
+    from wheel_support import every_carried_requirement, stub_wheel_folder
+
+    return stub_wheel_folder(every_carried_requirement(), tmp_path_factory.mktemp("links"))
+
+
+@pytest.fixture(autouse=True)
+def _wheels_offline(request, monkeypatch, _stub_wheel_links, tmp_path_factory):
+    """Nothing downloads unless marked `network`: the container's wheels come from stub wheels
+    through the real fetch (pip with no index, the stubs' folder as its links) into a cache of
+    the session's own; this process and every process it starts see the same settings."""
+    if request.node.get_closest_marker("network"):
+        return
+    cache = tmp_path_factory.getbasetemp() / "wheel-cache"
+    monkeypatch.setenv("BSM_CACHE_DIR", str(cache))
+    monkeypatch.setenv("PIP_NO_INDEX", "1")
+    monkeypatch.setenv("PIP_FIND_LINKS", str(_stub_wheel_links))
+
+
 @pytest.fixture(autouse=True)
 def _no_calibration_from_the_environment(monkeypatch):
     """A developer's $BSM_CALIBRATION must not change what the tests plan (tests that mean it

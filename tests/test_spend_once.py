@@ -44,21 +44,37 @@ def server():
 
 
 @pytest.fixture(scope="module")
-def wheel_cache():
-    """The container's wheels, fetched once per machine into the wheel cache (as every submit
-    test needs); the processes read that cache and need no network."""
-    from blackwell_sm.aws.submit import prepare
-    from blackwell_sm.job.wheels import cache_dir
+def wheel_cache(tmp_path_factory):
+    """The container's wheels as stubs in a cache of this module's own, made offline by the real
+    `fetch_wheels` (tests/wheel_support.py); the processes read that cache, and pip in them sees
+    only the stubs' folder: nothing here downloads, warm cache or cold."""
+    from wheel_support import offline_pip
 
-    prepare(spec_dict())  # fills the cache if it is cold
-    return str(cache_dir().parent)
+    from blackwell_sm.aws.submit import prepare
+    from blackwell_sm.job.requirements import container_requirements, image_target
+
+    root = tmp_path_factory.mktemp("wheel-cache")
+    target, _ = image_target(None)  # the default image's Python and platform
+    reqs = container_requirements(target, precision="fp8", export_model=True, sm100=True)
+    saved = os.environ.get("BSM_CACHE_DIR")
+    os.environ["BSM_CACHE_DIR"] = str(root)
+    try:
+        with offline_pip(reqs, root / "links"):
+            prepare(spec_dict())  # the cache filled from the stubs
+    finally:
+        if saved is None:
+            os.environ.pop("BSM_CACHE_DIR", None)
+        else:
+            os.environ["BSM_CACHE_DIR"] = saved
+    return root
 
 
 @pytest.fixture
 def env(server, wheel_cache, tmp_path):
     def make(state: str = "machine-1") -> dict[str, str]:
         e = base_env(server.url, tmp_path)
-        e["BSM_CACHE_DIR"] = wheel_cache
+        e["BSM_CACHE_DIR"] = str(wheel_cache)
+        e["PIP_NO_INDEX"], e["PIP_FIND_LINKS"] = "1", str(wheel_cache / "links")
         e["BSM_STATE_DIR"] = str(tmp_path / state)
         return e
 

@@ -43,18 +43,44 @@ def _version(req: Requirement) -> str:
     except importlib.metadata.PackageNotFoundError:
         pass
     pinned = [s.version for s in allowed if s.operator == "=="]
-    if not pinned:
+    floors = [s.version for s in allowed if s.operator == ">="]
+    if not pinned and not floors:
         raise AssertionError(f"no version of {req.pip_spec} installed here to stand in for")
-    return pinned[0]
+    return (pinned or floors)[0]
+
+
+def every_carried_requirement() -> list[Requirement]:
+    """Each requirement a bundle may carry, on the default image and this machine: every
+    precision, the export, every tracker (SageMaker's MLflow plugin too)."""
+    from blackwell_sm.job.requirements import container_requirements, image_target
+    from blackwell_sm.job.wheels import this_machine_target
+    from blackwell_sm.spec.trackers import MlflowSpec, tracker_packages
+
+    arn = "arn:aws:sagemaker:us-east-1:123456789012:mlflow-tracking-server/bsm"
+    trackers = tracker_packages(["tensorboard", "mlflow", "wandb"], MlflowSpec(tracking_uri=arn))
+    out: dict[str, Requirement] = {}
+    for target in (image_target(None)[0], this_machine_target()):
+        for precision in ("bf16", "fp8"):
+            for req in container_requirements(
+                target, precision=precision, export_model=True, sm100=True, trackers=trackers
+            ):
+                out.setdefault(f"{req.name}{req.spec}", req)
+    return list(out.values())
+
+
+def stub_wheel_folder(requirements: Iterable[Requirement], links: Path) -> Path:
+    """`links` holding a stub wheel of each carried requirement."""
+    links.mkdir(parents=True, exist_ok=True)
+    for req in requirements:
+        if req.carried:
+            stub_wheel(links, req.name, _version(req))
+    return links
 
 
 @contextlib.contextmanager
 def offline_pip(requirements: Iterable[Requirement], links: Path) -> Iterator[None]:
     """While inside: pip reads only `links`, which holds a stub of each carried requirement."""
-    links.mkdir(parents=True, exist_ok=True)
-    for req in requirements:
-        if req.carried:
-            stub_wheel(links, req.name, _version(req))
+    stub_wheel_folder(requirements, links)
     saved = {k: os.environ.get(k) for k in ("PIP_NO_INDEX", "PIP_FIND_LINKS")}
     os.environ.update(PIP_NO_INDEX="1", PIP_FIND_LINKS=str(links))
     try:
