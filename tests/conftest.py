@@ -31,17 +31,28 @@ def _stub_wheel_links(tmp_path_factory):
     return stub_wheel_folder(every_carried_requirement(), tmp_path_factory.mktemp("links"))
 
 
-@pytest.fixture(autouse=True)
-def _wheels_offline(request, monkeypatch, _stub_wheel_links, tmp_path_factory):
-    """Nothing downloads unless marked `network`: the container's wheels come from stub wheels
-    through the real fetch (pip with no index, the stubs' folder as its links) into a cache of
-    the session's own; this process and every process it starts see the same settings."""
-    if request.node.get_closest_marker("network"):
+@pytest.fixture(scope="session", autouse=True)
+def _wheels_offline(request, _stub_wheel_links, tmp_path_factory):
+    """Nothing downloads unless marked `network`: outside a `-m network` run, the container's
+    wheels come from stub wheels through the real fetch (pip with no index, the stubs' folder as
+    its links) into a cache of the session's own, for this process, every fixture of any scope
+    and every process a test starts."""
+    if request.config.getoption("markexpr", "").strip() == "network":
+        yield
         return
-    cache = tmp_path_factory.getbasetemp() / "wheel-cache"
-    monkeypatch.setenv("BSM_CACHE_DIR", str(cache))
-    monkeypatch.setenv("PIP_NO_INDEX", "1")
-    monkeypatch.setenv("PIP_FIND_LINKS", str(_stub_wheel_links))
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("BSM_CACHE_DIR", str(tmp_path_factory.getbasetemp() / "wheel-cache"))
+        mp.setenv("PIP_NO_INDEX", "1")
+        mp.setenv("PIP_FIND_LINKS", str(_stub_wheel_links))
+        yield
+
+
+@pytest.fixture(autouse=True)
+def _network_tests_see_the_index(request, monkeypatch):
+    """A test marked `network` (in a run that mixes them) fetches from the real index."""
+    if request.node.get_closest_marker("network"):
+        for name in ("BSM_CACHE_DIR", "PIP_NO_INDEX", "PIP_FIND_LINKS"):
+            monkeypatch.delenv(name, raising=False)
 
 
 @pytest.fixture(autouse=True)
