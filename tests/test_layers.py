@@ -103,6 +103,7 @@ LAYERS: dict[str, Layer] = {
             "planner.plan_versions",
             "planner.summary",
             "planner.units",
+            "planner.batch",
         ),
         "the Plan schema: the planner's output, the container's input; its summary for people (units, text, HTML)",
         _l("spec", "safe_load"),

@@ -39,12 +39,9 @@ HOMES = [
     ),
 ]
 
-# Container-side copies, left to the training loop's owners (each says what would replace it).
-ELSEWHERE = {
-    "train/distributed.py": "the CP mesh's dp size: config.data_parallel_size",
-    "train/data.py": "the data order's batch: planner.batch.global_batch",
-    "job/requirements.py": "torchao for low precisions: planner.precision.is_low",
-}
+# Copies allowed elsewhere, each with what would replace it (none left: the container's batch
+# arithmetic and the bundle's torchao rule read the one home too).
+ELSEWHERE: dict[str, str] = {}
 
 
 def homes_of(pattern: str, root: Path = PKG) -> list[str]:

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 from pydantic import BaseModel, ConfigDict, Field
 
 from blackwell_sm.job.images import ImageTarget, image_target
+from blackwell_sm.planner.precision import is_low
 from blackwell_sm.spec.trackers import tracker_packages
 
 if TYPE_CHECKING:
@@ -21,7 +22,6 @@ PYDANTIC = ">=2.6,<3"  # the same floor as pyproject's dependency (a test checks
 SAFETENSORS = ">=0.4"
 TORCH_FLOOR = "2.6"  # FSDP2's public fully_shard
 TORCH_FLOOR_SM100 = "2.7"  # B200/B300 (sm_100/sm_103) need a CUDA >= 12.8 build
-FP8_PRECISIONS = frozenset({"fp8", "mxfp8"})
 MANIFEST_VERSION = 1
 
 
@@ -95,7 +95,7 @@ def container_requirements(
             name="pydantic", spec=PYDANTIC, why="the plan and launcher models", carried=True
         )
     ]
-    if precision in FP8_PRECISIONS:
+    if is_low(precision):
         reqs.append(
             Requirement(
                 name="torchao",
@@ -149,7 +149,7 @@ def requirements_for(
     target, warning = image_target(job.image_uri if job else None)
     every = [plan, *also]
     ccs = [get_instance(p.instance.type).gpu.compute_capability for p in every]
-    lowp = [p.config.precision for p in every if p.config.precision in FP8_PRECISIONS]
+    lowp = [p.config.precision for p in every if is_low(p.config.precision)]
     reqs = container_requirements(
         target,
         precision=lowp[0] if lowp else plan.config.precision,

@@ -16,6 +16,7 @@ import numpy as np
 from blackwell_sm.data.channel import channel_identity, open_channel
 from blackwell_sm.data.shards import FLAG_LOSS, FLAG_START
 from blackwell_sm.errors import BsmError
+from blackwell_sm.planner.batch import global_batch
 
 
 @dataclass(frozen=True)
@@ -29,7 +30,7 @@ class BatchLayout:
 
     @property
     def global_batch(self) -> int:
-        return self.micro_batch_size * self.grad_accum_steps * self.dp_size
+        return global_batch(self.micro_batch_size, self.grad_accum_steps, self.dp_size)
 
     def positions(self, step: int, micro: int, dp_rank: int) -> np.ndarray:
         """Stream positions of one micro-batch of one rank (disjoint across ranks and micros)."""

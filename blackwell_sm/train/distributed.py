@@ -11,6 +11,7 @@ import torch.distributed as dist
 
 from blackwell_sm.errors import BsmError, CapabilityError
 from blackwell_sm.opt_ml import ENV_DEVICE
+from blackwell_sm.planner.batch import data_parallel_ranks
 from blackwell_sm.planner.plan import PlanConfig
 
 
@@ -86,7 +87,7 @@ def build_cp_mesh(config: PlanConfig, env: Env):
         return None
     return init_device_mesh(
         env.device.type,
-        (env.world_size // config.cp_degree, config.cp_degree),
+        (data_parallel_ranks(env.world_size, config.cp_degree), config.cp_degree),
         mesh_dim_names=("dp", "cp"),
     )
 
