@@ -45,6 +45,23 @@ def tracker_spec(tmp: Path, **training) -> Path:
     return path
 
 
+def _wait_until_up(url: str, proc: subprocess.Popen, log: Path, timeout_s: float = 120) -> None:
+    """Until the server answers its health check (it takes seconds to start on two cores)."""
+    import time
+    import urllib.request
+
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise AssertionError(f"mlflow server exited: {log.read_text()[-2000:]}")
+        try:
+            with urllib.request.urlopen(f"{url}/health", timeout=2):
+                return
+        except OSError:
+            time.sleep(0.2)
+    raise AssertionError(f"mlflow server not up in {timeout_s} s: {log.read_text()[-2000:]}")
+
+
 @pytest.fixture(scope="module")
 def mlflow_server(tmp_path_factory: pytest.TempPathFactory):
     """`mlflow server` on 127.0.0.1 (a SQLite store), stopped after the module."""
@@ -73,7 +90,9 @@ def mlflow_server(tmp_path_factory: pytest.TempPathFactory):
         cwd=tmp,
         start_new_session=True,  # its own process group: the server and its workers stop together
     )
-    yield f"http://127.0.0.1:{port}", proc, tmp / "server.log"
+    url = f"http://127.0.0.1:{port}"
+    _wait_until_up(url, proc, tmp / "server.log")
+    yield url, proc, tmp / "server.log"
     os.killpg(proc.pid, signal.SIGKILL)  # a throwaway server: nothing to shut down gracefully
     proc.wait()
 

@@ -39,7 +39,26 @@ KILL_GRACE_S = 10.0  # past the child's own timeout, before the parent kills it
 _CLOSE = object()
 
 
-class TrackerThread:
+class _BoundedQueue:
+    """A queue of records that never blocks its writer: past QUEUE_MAX it drops, said once."""
+
+    queue: queue.Queue[Any]
+    dropped: int
+
+    def write(self, rec: Record) -> None:
+        """Queue `rec`; never blocks."""
+        try:
+            self.queue.put_nowait(rec)
+        except queue.Full:
+            self.dropped += 1
+            if self.dropped == 1:
+                warn(
+                    f"the trackers are {QUEUE_MAX} records behind: dropping records until "
+                    "they catch up (training goes on)"
+                )
+
+
+class TrackerThread(_BoundedQueue):
     """The trackers behind one queue and one thread (in the child process)."""
 
     def __init__(self, plan: Plan, *, tensorboard_dir: Path, out_dir: Path) -> None:
@@ -87,18 +106,6 @@ class TrackerThread:
                     self.live.remove(t)
             self.busy = None
 
-    def write(self, rec: Record) -> None:
-        """Queue `rec` for the trackers; never blocks."""
-        try:
-            self.queue.put_nowait(rec)
-        except queue.Full:
-            self.dropped += 1
-            if self.dropped == 1:
-                warn(
-                    f"the trackers are {QUEUE_MAX} records behind: dropping records until "
-                    "they catch up (training goes on)"
-                )
-
     def close(self, status: str, timeout_s: float = CLOSE_TIMEOUT_S) -> bool:
         """Let the trackers drain and close; False (naming the tracker that hangs and what it
         did not send) if they did not within `timeout_s`."""
@@ -118,7 +125,7 @@ class TrackerThread:
         return False
 
 
-class Trackers:
+class Trackers(_BoundedQueue):
     """Rank 0's side: a queue, one thread writing to the child's stdin (module docstring)."""
 
     def __init__(self, plan: Plan, *, tensorboard_dir: Path, out_dir: Path) -> None:
@@ -149,18 +156,6 @@ class Trackers:
                 self.stdin.flush()
         except (OSError, ValueError) as e:  # the child is gone: said once, training goes on
             warn(f"the trackers' process ended early ({type(e).__name__}: {e}); training goes on")
-
-    def write(self, rec: Record) -> None:
-        """Queue `rec` for the trackers' process; never blocks."""
-        try:
-            self.queue.put_nowait(rec)
-        except queue.Full:
-            self.dropped += 1
-            if self.dropped == 1:
-                warn(
-                    f"the trackers are {QUEUE_MAX} records behind: dropping records until "
-                    "they catch up (training goes on)"
-                )
 
     def close(self, status: str, timeout_s: float = CLOSE_TIMEOUT_S) -> bool:
         """Let the trackers drain and close (the child names a tracker that hangs); False if
