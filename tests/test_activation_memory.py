@@ -197,7 +197,6 @@ def test_document_mask_bytes_match_the_real_model(mode):
             seq_len=s,
             precision="bf16",
             mode=mode,
-            compile=False,
             reshard_after_forward=True,
             kind="cpu",
             packed=p,

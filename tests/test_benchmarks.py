@@ -250,3 +250,37 @@ def test_planner_accuracy_reads_every_row_and_meets_its_targets(capsys, monkeypa
     summary = [x for x in loo if x["name"].endswith("median_abs_error_after")]
     assert len(summary) == 1 and summary[0]["rows"] == len(loo) - 1 >= 8
     assert all("error_before" in x and "error_after" in x for x in loo if x not in summary)
+
+
+def test_trace_plans_traces_through_the_command_and_merges_its_rows(tmp_path, monkeypatch):
+    """benchmarks/trace_plans.py on the tiny preset: the row is the command's own trace check
+    (printed less allowance beside traced, GPU form) and --write keeps other cases' rows."""
+    import trace_plans
+
+    row = trace_plans.trace_case("tiny", ["--model", "tiny", "--seq-len", "256"])
+    assert row["form"] == "gpu" and row["traced_gib"] > 0 and row["wall_s"] > 0
+    want = (row["printed_less_allowance_gib"] - row["traced_gib"]) / row["traced_gib"]
+    assert row["plan_error"] == pytest.approx(want, abs=1e-3)
+    monkeypatch.setattr(trace_plans, "RESULTS", tmp_path)
+    monkeypatch.setattr(trace_plans, "CASES", [("other", []), ("tiny", [])])
+    (tmp_path / "trace_plans.jsonl").write_text(json.dumps({**row, "case": "other"}) + "\n")
+    trace_plans.write([row])
+    cases = [
+        json.loads(x)["case"] for x in (tmp_path / "trace_plans.jsonl").read_text().splitlines()
+    ]
+    assert cases == ["other", "tiny"]
+    assert "| tiny |" in (tmp_path / "trace_plans.md").read_text()
+
+
+def test_lora_plans_rows_and_their_table():
+    """benchmarks/lora_plans.py: a LoRA row holds the adapters' state only and counts its MFU on
+    the work its step needs (no dW for frozen linears: below the full fine-tune's basis)."""
+    import lora_plans
+
+    full, lora = (lora_plans.row("llama-3.2-1b", 8192, lora=x) for x in (False, True))
+    assert full["feasible"] and lora["feasible"]
+    assert lora["state_gib"] < full["state_gib"] / 4
+    per_token = lora["mfu"] / lora["tokens_per_s_per_gpu"]
+    assert per_token < full["mfu"] / full["tokens_per_s_per_gpu"]
+    table = lora_plans.markdown([full, {**lora, "feasible": False}]).splitlines()
+    assert table[2].startswith("| llama-3.2-1b | 8,192 | full | ") and "does not fit" in table[3]

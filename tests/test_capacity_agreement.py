@@ -108,8 +108,11 @@ def test_search_reserve_describe_extend_submit_agree(server, bsm, tmp_path, step
         assert need.plan_hours - need.reclaim_hours == need.needed_hours  # full to the minute
     assert need.plan_hours == (13 if where == "over" else 12)
 
-    code, offers = bsm("plans", "search", spec)
+    code, found = bsm("plans", "search", spec)
+    offers = found["offerings"]
     assert code == 0 and offers[0]["duration_hours"] == need.plan_hours
+    assert found["need"] == need.model_dump(mode="json")  # the sizing, in the JSON too
+    assert found["duration_hours"] == need.plan_hours
     name = f"agree-{where}"
     code, reserved = bsm(
         "plans", "reserve", offers[0]["offering_id"], spec, "--name", name, "--yes"
@@ -132,9 +135,11 @@ def test_a_run_just_over_the_plan_is_refused_alike_and_extend_to_fit_makes_it_fi
     server, bsm, tmp_path, steps_at
 ):
     at, over = _write(tmp_path, steps_at), _write(tmp_path, int(steps_at * 1.005))
-    code, offers = bsm("plans", "search", at)
+    code, found = bsm("plans", "search", at)
     name = "agree-short"
-    code, _ = bsm("plans", "reserve", offers[0]["offering_id"], at, "--name", name, "--yes")
+    code, _ = bsm(
+        "plans", "reserve", found["offerings"][0]["offering_id"], at, "--name", name, "--yes"
+    )
     assert code == 0
     code, described = bsm("plans", "describe", name, "--spec", over)
     assert code == 0 and not described["fit"]["fits"] and described["fit"]["extension_hours"] == 1

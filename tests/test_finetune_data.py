@@ -227,9 +227,11 @@ def test_prepare_finetune_is_all_or_nothing(tmp_path, monkeypatch):
 
 
 @pytest.mark.slow
-def test_chat_finetune_of_an_imported_model_runs_in_run_local(tmp_path):
+@pytest.mark.parametrize("lora", [False, True], ids=["full", "lora"])
+def test_chat_finetune_of_an_imported_model_runs_in_run_local(tmp_path, lora):
     """`bsm run-local`: a tiny Qwen3 from transformers (model: {hf}, init_from), chat data
-    prepared by `bsm data prepare --format chat`, task: finetune for 2 epochs, selective-op."""
+    prepared by `bsm data prepare --format chat`, task: finetune for 2 epochs, selective-op;
+    in full or with LoRA adapters (exported in PEFT's format, the merged model beside them)."""
     import json
 
     from hf_support import TINY, save_hf_model
@@ -255,6 +257,8 @@ def test_chat_finetune_of_an_imported_model_runs_in_run_local(tmp_path):
             "checkpoint": {"interval_steps": None, "interval_minutes": None, "async_save": False},
         },
     }
+    if lora:
+        spec["training"]["peft"] = {"method": "lora", "rank": 4, "export_merged": True}
     (tmp_path / "spec.yaml").write_text(json.dumps(spec))
     out = tmp_path / "run"
     proc = run_local_process(
@@ -266,6 +270,9 @@ def test_chat_finetune_of_an_imported_model_runs_in_run_local(tmp_path):
     plan = json.loads((out / "plan.json").read_text())
     assert plan["spec"]["training"]["optimizer"]["lr"] == 2e-5
     assert (out / "model" / "tokenizer.json").is_file()
-    assert json.loads((out / "model/config.json").read_text())["architectures"] == [
-        "Qwen3ForCausalLM"
-    ]
+    merged = out / "model" / ("merged" if lora else "")
+    assert json.loads((merged / "config.json").read_text())["architectures"] == ["Qwen3ForCausalLM"]
+    if lora:
+        cfg = json.loads((out / "model/adapter_config.json").read_text())
+        assert (cfg["peft_type"], cfg["r"]) == ("LORA", 4)
+        assert plan["config"]["activation_checkpointing"] == "selective-op"

@@ -1,9 +1,10 @@
 """LoRA through the real loop (2 gloo processes, FSDP2) from a Hugging Face checkpoint, and its
 export checked with the real `peft` on the real `transformers` model.
 
-One module-scoped set of runs in one pair of processes: an uninterrupted run of STEPS steps, and
-the same run stopped by SIGTERM at step STOP then resumed to STEPS. The tiny model is saved in
-bf16, so its weights are exactly the frozen base's (bf16) and transformers' fp32 copy.
+One module-scoped set of runs: `bsm run-local` of a LoRA spec file (the real launcher, the plan
+run-local makes) for STEPS steps, and that same plan in one pair of spawned processes, stopped by
+SIGTERM at step STOP then resumed to STEPS (and a context-parallel run). The tiny model is saved
+in bf16, so its weights are exactly the frozen base's (bf16) and transformers' fp32 copy.
 """
 
 from __future__ import annotations
@@ -16,10 +17,13 @@ import pytest
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 peft = pytest.importorskip("peft")
+import yaml  # noqa: E402
+from cli_support import run_local_process  # noqa: E402
 from hf_support import TINY, hf_model  # noqa: E402
 from train_support import free_port, local_plan, lora_jobs_worker, spawn  # noqa: E402
 
-from blackwell_sm.spec import ModelSpec, arch  # noqa: E402
+from blackwell_sm.local import plan_local  # noqa: E402
+from blackwell_sm.spec import ModelSpec, arch, load_spec  # noqa: E402
 from blackwell_sm.spec.hf import from_hf_config  # noqa: E402
 
 pytestmark = pytest.mark.slow
@@ -57,14 +61,34 @@ def _plan(src: Path, cp_degree: int = 1):
     )
 
 
+def _spec_file(src: Path, path: Path) -> Path:
+    """What a user writes for `_plan(src)`: the same training section, the layout pinned."""
+    t = _plan(src).spec.training
+    training = t.model_dump(mode="json", exclude_unset=True)
+    training["pins"] = {"micro_batch_size": 1, "grad_accum_steps": 2, "compile": False}
+    doc = {"model": _spec().model_dump(mode="json", exclude_unset=True), "training": training}
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    return path
+
+
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("lora")
     src = root / "src"
     hf_model(TINY[NAME]).to(torch.bfloat16).save_pretrained(src)
-    plan = _plan(src).to_json()
+    spec_file = _spec_file(src, root / "lora.yaml")
+    whole = run_local_process(spec_file, root / "whole", timeout=300)
+    assert whole.returncode == 0, whole.stderr[-4000:]
+    # The plan run-local made, run again in spawned workers (the stop hook needs them).
+    plan_obj = plan_local(load_spec(spec_file), nproc=2)
+    c = plan_obj.config
+    assert (c.micro_batch_size, c.grad_accum_steps, c.activation_checkpointing) == (
+        1,
+        2,
+        "selective-op",
+    )
+    plan = plan_obj.to_json()
     jobs = [
-        (plan, str(root / "whole"), None),
         (plan, str(root / "resumed"), STOP),
         (plan, str(root / "resumed"), None),
         (_plan(src, cp_degree=2).to_json(), str(root / "cp"), None),  # context parallel
@@ -113,7 +137,7 @@ def test_the_base_is_bit_identical_and_not_in_checkpoints(runs):
     from torch.distributed.checkpoint import FileSystemReader
 
     src = _safetensors(runs["src"] / "model.safetensors")
-    for run in ("whole", "resumed"):
+    for run in ("resumed",):  # spawned: the hook writes what the trained model holds
         frozen = torch.load(runs[run] / "frozen-after.pt")
         assert {arch.hf_key(n) for n in frozen} == set(src) - {"model.embed_tokens.weight"}
         for name, t in frozen.items():

@@ -168,7 +168,6 @@ def test_more_sharding_never_needs_more_memory():
                     seq_len=8192,
                     precision=precision,
                     mode=mode,
-                    compile=True,
                     reshard_after_forward=True,
                 )
                 totals = [
@@ -183,7 +182,7 @@ def test_the_memory_cache_key_holds():
     the replica count beyond that (if the memory model comes to, widen the key)."""
     sh = shape(PRESETS["llama-3.1-70b"])
     kw = dict(shard_degree=8, micro_batch=2, seq_len=4096, precision="fp8", mode="full")
-    kw |= dict(compile=True, reshard_after_forward=True)
+    kw |= dict(reshard_after_forward=True)
     two = memory.memory_terms(sh, replicate_degree=2, **kw)
     for r in (3, 8, 64):
         assert memory.memory_terms(sh, replicate_degree=r, **kw) == two

@@ -166,7 +166,6 @@ def _knobs(p) -> dict:
         seq_len=c.seq_len,
         precision="bf16",
         mode=c.activation_checkpointing,
-        compile=False,
         reshard_after_forward=True,
         kind="cpu",
         loss_impl="chunked",

@@ -7,7 +7,7 @@ window and ask; with no terminal they refuse unless --yes is given (exit 5).
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import click
 
@@ -28,6 +28,9 @@ from blackwell_sm.cli.params import (
 from blackwell_sm.cli.submit import consent_prompt, say
 from blackwell_sm.errors import SpecError
 
+if TYPE_CHECKING:
+    from blackwell_sm.job.capacity_need import CapacityNeed
+
 REGION_OPTION = click.option(
     "--region", type=REGION, metavar="REGION", help="Default: the spec's, AWS_REGION."
 )
@@ -36,24 +39,35 @@ REGION_OPTION = click.option(
 _when = parse_iso  # ISO_TIME has converted a flag's value already; this takes either
 
 
+class Capacity(NamedTuple):
+    """What to search for or buy, and (from a spec) the sizing its hours came from."""
+
+    instance_type: str
+    instance_count: int
+    hours: float
+    region: str | None
+    need: CapacityNeed | None
+
+
 def capacity_for(
     spec_path: str | None,
     instance_type: str | None,
     count: int | None,
     hours: float | None,
     region: str | None,
-) -> tuple[str, int, float, str | None]:
-    """(instance type, count, hours, region): from the flags, else from SPEC's plan."""
+) -> Capacity:
+    """The capacity from the flags, else from SPEC's plan (sized by job/capacity_need.py)."""
+    need = None
     if spec_path is not None:
         from blackwell_sm.api.capacity import need_for
         from blackwell_sm.spec import load_spec
 
         spec = load_spec(spec_path)
-        plan, need = need_for(spec, instance_type)
+        plan, sized = need_for(spec, instance_type)
         instance_type = instance_type or plan.instance.type
         count = count or plan.instance.count
         if hours is None:
-            hours = float(need.plan_hours)
+            hours, need = float(sized.plan_hours), sized
             say(f"duration {need.describe()}")
         region = region or (spec.job.region if spec.job else None)
     missing = [
@@ -65,7 +79,7 @@ def capacity_for(
             field=missing[0],
             hint="e.g. --instance-type ml.p6-b200.48xlarge --count 2 --hours 72",
         )
-    return instance_type, count or 1, float(hours), region
+    return Capacity(instance_type, count or 1, float(hours), region, need)
 
 
 @click.group("plans")
@@ -107,7 +121,8 @@ def search(
     """Offerings for a spec's run (or --instance-type/--count/--hours), earliest first."""
     from blackwell_sm.aws.training_plans import search_offerings, utcnow
 
-    itype, n, h, region = capacity_for(spec_path, instance_type, count, hours, region)
+    cap = capacity_for(spec_path, instance_type, count, hours, region)
+    itype, n, h, region = cap.instance_type, cap.instance_count, cap.hours, cap.region
     p.check_window(_when(start_after, "--start-after"), _when(end_before, "--end-before"), hours=h)
     aws = submit_cli.aws_context(region)
     offers = search_offerings(
@@ -119,7 +134,16 @@ def search(
         end_before=_when(end_before, "--end-before"),
     )
     if output == "json":
-        emit_json([o.model_dump(mode="json") for o in offers])
+        emit_json(
+            {
+                "instance_type": itype,
+                "instance_count": n,
+                "duration_hours": h,
+                "region": aws.region,
+                "need": cap.need.model_dump(mode="json") if cap.need else None,
+                "offerings": [o.model_dump(mode="json") for o in offers],
+            }
+        )
         return
     if not offers:
         say(f"no offerings for {n} x {itype} for {math.ceil(h)} h in {aws.region}")
@@ -158,7 +182,7 @@ def reserve(
     from blackwell_sm.aws.reserve import mismatches, reserve_once
     from blackwell_sm.aws.training_plans import find_offering
 
-    itype, n, h, region = capacity_for(spec_path, instance_type, count, hours, region)
+    itype, n, h, region, _ = capacity_for(spec_path, instance_type, count, hours, region)
     aws = submit_cli.aws_context(region)
     done = reserve_once(
         aws.plans,

@@ -57,11 +57,8 @@ class CapacityNeed(BaseModel):
 def capacity_need(plan: Plan, *, done_steps: int = 0) -> CapacityNeed:
     """The hours `plan`'s run needs from a training plan; `done_steps` (a later job of a run)
     counts only the steps left."""
-    run = plan.run
-    left = 1.0
-    if done_steps and run.steps:
-        left = max(0.0, 1 - done_steps / run.steps)
-        run = run.scaled(left)
+    left = plan.run.fraction_left(done_steps)
+    run = plan.run.scaled(left)
     return need_for_hours(run.pessimistic_hours, central_hours=run.hours, steps_left=left)
 
 

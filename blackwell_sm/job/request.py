@@ -124,7 +124,7 @@ def runtime_seconds(job: JobSpec, plans: PlanSet, done_steps: int, warnings: lis
     run (`done_steps` > 0), the time for the steps left (the loop resumes)."""
     slowest = max(plans.plans, key=lambda p: p.run.pessimistic_hours)
     if done_steps:
-        left = max(0.0, 1 - done_steps / slowest.run.steps)
+        left = slowest.run.fraction_left(done_steps)
         slowest = slowest.model_copy(update={"run": slowest.run.scaled(left)})
     return max_runtime_seconds(job, slowest, warnings)
 

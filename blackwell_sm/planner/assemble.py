@@ -9,7 +9,8 @@ from blackwell_sm.planner import calibration as C
 from blackwell_sm.planner.alternatives import to_config
 from blackwell_sm.planner.checkpoint_size import checkpoint_size
 from blackwell_sm.planner.jobs import job_count, job_notes
-from blackwell_sm.planner.lora import lora_shape
+from blackwell_sm.planner.lora import MFU_BASIS as LORA_MFU_BASIS
+from blackwell_sm.planner.lora import lora_shape, model_flops_per_token, with_peft
 from blackwell_sm.planner.memory import GIB, MemoryTerms
 from blackwell_sm.planner.notes import Note, warning
 from blackwell_sm.planner.plan import (
@@ -27,6 +28,7 @@ from blackwell_sm.planner.plan import (
     Throughput,
 )
 from blackwell_sm.planner.search import Candidate, Evaluation
+from blackwell_sm.planner.shape import shape
 from blackwell_sm.planner.uncertainty import over_published, speed_range
 from blackwell_sm.spec import RunSpec
 
@@ -131,7 +133,8 @@ def assemble_plan(
             step_time_s=round(best.time.step_s, 4),
             tokens_per_s_per_gpu=round(best.tokens_per_s_per_gpu, 1),
             mfu=round(best.mfu, 4),
-            flops_per_token=model.flops_per_token(tr.seq_len),
+            flops_per_token=model_flops_per_token(with_peft(shape(model), tr.peft), tr.seq_len),
+            **({"mfu_basis": LORA_MFU_BASIS} if tr.peft is not None else {}),
             breakdown_s=StepBreakdown(
                 compute=round(t.compute_s - t.recompute_s, 4),
                 recompute=round(t.recompute_s, 4),

@@ -63,10 +63,10 @@ CPU_RUNTIME_GIB = 0.4
 #: It was 0.06 under the summed model, whose extra terms stood in for part of it.
 FRAGMENTATION = 0.12
 
-#: torch.compile fuses the elementwise ops between matmuls, so some tensors autograd would keep
-#: (norm outputs, SiLU and RoPE intermediates) are not materialised. Fraction of activation memory
-#: kept with compile. *Fitted*: tt-h100x128-bf16-compile (62.0 GiB) vs -eager (67.0 GiB).
-COMPILE_ACTIVATION_FACTOR = 0.88
+# torch.compile's memory saving is not credited (it was a fitted 0.88 on activations, from
+# tt-h100x128-bf16-compile vs -eager): the printed figure is the eager GPU form that `--trace`
+# checks, and no trace here can run inductor. The measured compiled rows sit 4-10 % below it
+# (docs/planner.md, "Compile's memory").
 
 #: A plan "fits" when its predicted total is within this fraction of the usable memory; the rest
 #: covers allocator spikes the model does not see. Engineering margin, not fitted.

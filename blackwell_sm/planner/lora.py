@@ -118,3 +118,24 @@ def adapter_flops_per_token(model: Shape) -> float:
     """The adapters' own FLOPs per token (forward and backward, 6 per parameter)."""
     lora = model.lora
     return 0.0 if lora is None else 6.0 * model.n_layers * lora.block_params
+
+
+#: How a LoRA plan's flops_per_token and MFU are counted (Throughput.mfu_basis).
+MFU_BASIS = (
+    "frozen linears 4 and adapters 6 FLOPs per parameter (no weight gradient for the frozen "
+    "base; the head 6 only if trained) + 12 x layers x d_model x seq_len per token, over the "
+    "GPU's dense BF16 peak"
+)
+
+
+def model_flops_per_token(model: Shape, seq_len: int) -> float:
+    """Model FLOPs per trained token, the MFU's numerator: the spec's 6 per matmul parameter
+    (`arch.flops_per_token`), or with adapters the work the step needs: no weight gradient for
+    the frozen linears (and head), the adapters' own 6 per parameter."""
+    full = model.spec.flops_per_token(seq_len)
+    lora = model.lora
+    if lora is None:
+        return full
+    head = model.n_matmul_params - model.n_layers * model.params_per_layer
+    no_dw = model.n_layers * model.linear_params + (0 if lora.head_trainable else head)
+    return full - 2.0 * no_dw + adapter_flops_per_token(model)

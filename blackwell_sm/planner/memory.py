@@ -135,7 +135,6 @@ def activation_bytes(
     seq_len: int,
     mode: ActivationMode,
     *,
-    compile: bool = False,
     dtype_bytes: int = 2,
     fused_norm: bool = True,
 ) -> float:
@@ -160,8 +159,7 @@ def activation_bytes(
             model, micro_batch, seq_len, mode, dtype_bytes, fused_norm=fused_norm
         )
         work += none - own
-    total = saved + work
-    return total * C.COMPILE_ACTIVATION_FACTOR if compile else total
+    return saved + work
 
 
 def logits_and_loss_bytes(
@@ -310,7 +308,6 @@ def phase_terms(
     seq_len: int,
     precision: str,
     mode: ActivationMode,
-    compile: bool,
     reshard_after_forward: bool,
     kind: str = "cuda",
     compiled_loss: bool = False,
@@ -336,9 +333,8 @@ def phase_terms(
     block = (gathered_param_bytes(model, precision, False) - root) / L
     fused = kind != "cpu"
     local = seq_len // cp_degree  # this GPU's tokens of each sequence
-    acts = activation_bytes(model, micro_batch, local, mode, compile=compile, fused_norm=fused)
+    acts = activation_bytes(model, micro_batch, local, mode, fused_norm=fused)
     saved = saved_activation_bytes(model, micro_batch, local, mode, fused_norm=fused)
-    saved *= C.COMPILE_ACTIVATION_FACTOR if compile else 1.0
     work = acts - saved  # the recomputed block's working set and backward's gradients
     cp = context_parallel_bytes(model, micro_batch, seq_len, cp_degree, mode)
     if mode == "none":  # every block keeps its gathered K/V

@@ -18,6 +18,7 @@ from blackwell_sm.planner import calibration as C
 from blackwell_sm.planner import precision as precision_rules
 from blackwell_sm.planner.batch import data_parallel_ranks, global_batch
 from blackwell_sm.planner.frame import Context, Pins
+from blackwell_sm.planner.lora import model_flops_per_token
 from blackwell_sm.planner.memory import GIB, MemoryTerms, memory_terms
 from blackwell_sm.planner.step_time import Comm, StepTime, step_time
 from blackwell_sm.spec import Checkpointing
@@ -121,7 +122,6 @@ def knobs(ctx: Context, c: Candidate) -> dict[str, Any]:
         "seq_len": ctx.seq_len,
         "precision": c.precision,
         "mode": c.activation_checkpointing,
-        "compile": c.compile,
         "reshard_after_forward": c.reshard_after_forward,
         "cp_degree": c.cp_degree,
     }
@@ -169,6 +169,7 @@ def evaluate(
         m,
         inst,
         **knobs(ctx, c),
+        compile=c.compile,
         grad_accum=c.grad_accum_steps,
         packed=ctx.packed,
         constants=k,
@@ -186,7 +187,7 @@ def evaluate(
     steps = steps_for(ctx, c)
     hours = steps * t.step_s / 3600.0
     tps = tokens_per_step / t.step_s / c.world
-    mfu = tps * m.spec.flops_per_token(ctx.seq_len) / inst.gpu.peak_flops("bf16")
+    mfu = tps * model_flops_per_token(m, ctx.seq_len) / inst.gpu.peak_flops("bf16")
     price = None if ctx.price_per_hour is None else ctx.price_per_hour * c.instance_count
     return Evaluation(c, mem, t, fits_candidate(ctx, c, mem), steps, hours, tps, mfu, price)
 

@@ -120,6 +120,13 @@ def config_rows(p: Plan) -> list[tuple[str, str]]:
     return [("layout", layout), ("batch", batch), ("precision", knobs)]
 
 
+def _state_kind(p: Plan) -> str:
+    """What the model state holds: a LoRA plan's base is frozen bf16, its adapters train."""
+    if p.spec.training.peft is not None:
+        return "frozen bf16 base; fp32 adapters, grads, AdamW states"
+    return "fp32 params, grads, AdamW states"
+
+
 def memory_rows(p: Plan) -> list[tuple[str, str]]:
     """The total against the usable limit, and the terms in three groups."""
     m = p.memory_gib
@@ -130,7 +137,7 @@ def memory_rows(p: Plan) -> list[tuple[str, str]]:
         ("total", f"{m.total:,.1f} of {usable:,.1f} GiB usable ({m.total / usable:.0%})"),
         (
             "model state",
-            f"{state:,.1f} GiB (fp32 params, grads, AdamW states; sharded)"
+            f"{state:,.1f} GiB ({_state_kind(p)}; sharded)"
             + ("; offloaded: in host memory" if p.config.offload else ""),
         ),
         ("activations", f"{m.activations:,.1f} GiB, logits and loss {m.logits_and_loss:,.1f}"),

@@ -232,7 +232,7 @@ class RunCheck:
         compute = step_time * frac_compute if frac_compute is not None else step_time
         exposed = step_time * frac_exposed if frac_exposed is not None else 0.0
         bd = th.breakdown_s
-        flops = plan.spec.model.flops_per_token(plan.config.seq_len)
+        flops = plan.throughput.flops_per_token  # the plan's MFU basis (LoRA: no dW)
         eta = eta_s(self.total_steps - step_done, step_time)
         return {
             "tok_s_gpu": tok,

@@ -328,6 +328,7 @@ class Trainer:
             from blackwell_sm.train.hf_import import init_path
 
             source = init_path(self.tr.init_from, self.paths.channel("init"))
+        tokenizer = getattr(self.train_data, "tokenizer_dir", None)
         if peft is not None:
             from blackwell_sm.spec import arch
             from blackwell_sm.train.peft_adapter import export_adapter
@@ -340,6 +341,7 @@ class Trainer:
                 is_main=self.env.is_main,
                 base=self.tr.init_from,
                 hf_class=hf_class,
+                tokenizer=tokenizer or source,
             )
             log(f"exported the LoRA adapter (PEFT) to {out}", is_main=self.env.is_main)
             if not peft.export_merged:
@@ -352,7 +354,7 @@ class Trainer:
             is_main=self.env.is_main,
             dtype=export_dtype(spec, self.tr.export_dtype),
             source=source,
-            tokenizer=getattr(self.train_data, "tokenizer_dir", None),
+            tokenizer=tokenizer,
         )
         log(f"exported the model to {out}", is_main=self.env.is_main)
 

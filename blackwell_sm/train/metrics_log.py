@@ -94,7 +94,7 @@ class MetricsLog:
         self.runtime_gib = runtime_gib  # see runtime_gib(): measured before the model is built
         self.path = out_dir / METRICS_FILE
         self.summary_path = out_dir / SUMMARY_FILE
-        self.flops_per_token = plan.spec.model.flops_per_token(plan.config.seq_len)
+        self.flops_per_token = plan.throughput.flops_per_token  # the plan's MFU basis (LoRA: no dW)
         self.peak_flops = plan.instance.peak_flops_bf16  # the MFU basis the planner used
         self.records: list[Record] = []
         self.check: RunCheck | None = None

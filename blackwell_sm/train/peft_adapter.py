@@ -60,9 +60,11 @@ def export_adapter(
     is_main: bool,
     base: str | None,
     hf_class: str,
+    tokenizer: Path | None = None,
 ) -> list[Path]:
-    """Write the trainable parameters (fp32) as a PEFT adapter in `out_dir`; collective (every
-    rank gathers each parameter, rank 0 writes). Returns the files written."""
+    """Write the trainable parameters (fp32) as a PEFT adapter in `out_dir`, with `tokenizer`'s
+    files beside them (the one the data was tokenized with, so the folder serves on its own);
+    collective (every rank gathers each parameter, rank 0 writes). Returns the files written."""
     from safetensors.torch import save_file
     from torch.distributed.tensor import DTensor
 
@@ -80,7 +82,12 @@ def export_adapter(
     save_file(tensors, str(out_dir / WEIGHTS), metadata={"format": "pt"})
     cfg = adapter_config(peft, base, hf_class)
     (out_dir / CONFIG).write_text(json.dumps(cfg, indent=2) + "\n")
-    return [out_dir / WEIGHTS, out_dir / CONFIG]
+    written = [out_dir / WEIGHTS, out_dir / CONFIG]
+    if tokenizer is not None:
+        from blackwell_sm.data.tokenizer_files import copy_tokenizer
+
+        written.extend(copy_tokenizer(tokenizer, out_dir))
+    return written
 
 
 def _refuse(folder: Path, why: str) -> BsmError:
