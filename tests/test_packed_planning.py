@@ -38,11 +38,12 @@ def test_the_full_attention_of_packed_rows_takes_a_second_instance_to_meet_a_dea
 
 
 def test_the_mask_each_block_keeps_without_checkpointing_halves_the_micro_batch():
-    """llama-2-13b at 4,096, no checkpointing, bf16: pretraining fits micro-batch 4 (144.5 GiB
-    of 173.7 usable); fine-tuning's dense mask, kept by every block with its K/V expanded to all
-    heads, would not fit beside it: micro-batch 2."""
-    kw = {"seq_len": 4096, "total_steps": 100, "activation_checkpointing": "none"}
-    pre = _plan("pretrain", "llama-2-13b", {}, precision="bf16", **kw)
-    fine = _plan("finetune", "llama-2-13b", {}, precision="bf16", **kw)
-    assert pre.config.micro_batch_size == 4 and fine.config.micro_batch_size == 2
+    """qwen3-14b at 2,048 on a p5 (H100 80GB), no checkpointing, bf16: pretraining fits
+    micro-batch 2 (74.5 GiB); fine-tuning's dense mask, kept by every block with its K/V
+    expanded to all heads, would not fit beside it: micro-batch 1."""
+    kw = {"seq_len": 2048, "total_steps": 100, "activation_checkpointing": "none"}
+    p5 = {"instance_type": "ml.p5.48xlarge"}
+    pre = _plan("pretrain", "qwen3-14b", p5, precision="bf16", **kw)
+    fine = _plan("finetune", "qwen3-14b", p5, precision="bf16", **kw)
+    assert pre.config.micro_batch_size == 2 and fine.config.micro_batch_size == 1
     assert pre.memory_gib.usable is not None and pre.memory_gib.total < pre.memory_gib.usable

@@ -25,7 +25,7 @@ def _eighty_columns(monkeypatch: pytest.MonkeyPatch) -> None:
             {"quota_instances_per_job", "batch_rounded"},
         ),
         (["--model", "llama-3.1-8b", "--global-batch-tokens", "1000000"], {"batch_rounded"}),
-        (["--model", "llama-64b"], {"memory_high", "over_max_runtime"}),
+        (["--model", "llama-3.1-70b", "--seq-len", "2048"], {"memory_high", "over_max_runtime"}),
     ],
 )
 def test_the_default_view_prints_every_decisive_warning(args: list[str], codes: set[str]) -> None:

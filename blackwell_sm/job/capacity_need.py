@@ -15,7 +15,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from blackwell_sm.planner.plan import Plan
+from blackwell_sm.planner.plan import Plan, RunEstimate
 
 STARTUP_HOURS = 0.5  # image pull, channel download, checkpoint load and final save
 RECLAIM_HOURS = 0.5  # instances start terminating about 30 minutes before a plan ends
@@ -54,10 +54,17 @@ class CapacityNeed(BaseModel):
         )
 
 
+def fraction_left(run: RunEstimate, done_steps: int) -> float:
+    """The fraction of `run`'s steps still to do after `done_steps` (a later job of a run)."""
+    if not done_steps or not run.steps:
+        return 1.0
+    return max(0.0, 1 - done_steps / run.steps)
+
+
 def capacity_need(plan: Plan, *, done_steps: int = 0) -> CapacityNeed:
     """The hours `plan`'s run needs from a training plan; `done_steps` (a later job of a run)
     counts only the steps left."""
-    left = plan.run.fraction_left(done_steps)
+    left = fraction_left(plan.run, done_steps)
     run = plan.run.scaled(left)
     return need_for_hours(run.pessimistic_hours, central_hours=run.hours, steps_left=left)
 

@@ -14,7 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from blackwell_sm.job.bundle import BUNDLE_FILE, CodeBundle, build_bundle
 from blackwell_sm.job.capacity import capacity_for, check_plan_set, instance_types, plan_files
-from blackwell_sm.job.capacity_need import STARTUP_HOURS
+from blackwell_sm.job.capacity_need import STARTUP_HOURS, fraction_left
 from blackwell_sm.job.identity import JobIdentity, job_and_region, job_identity
 from blackwell_sm.job.limits import MAX_RUNTIME_S
 from blackwell_sm.job.names import sha256_hex
@@ -124,7 +124,7 @@ def runtime_seconds(job: JobSpec, plans: PlanSet, done_steps: int, warnings: lis
     run (`done_steps` > 0), the time for the steps left (the loop resumes)."""
     slowest = max(plans.plans, key=lambda p: p.run.pessimistic_hours)
     if done_steps:
-        left = slowest.run.fraction_left(done_steps)
+        left = fraction_left(slowest.run, done_steps)
         slowest = slowest.model_copy(update={"run": slowest.run.scaled(left)})
     return max_runtime_seconds(job, slowest, warnings)
 

@@ -192,12 +192,6 @@ class RunEstimate(_Out):
         rng = self.hours_range and (self.hours_range[0] * fraction, self.hours_range[1] * fraction)
         return self.model_copy(update={"hours": self.hours * fraction, "hours_range": rng})
 
-    def fraction_left(self, done_steps: int) -> float:
-        """The fraction of the run's steps still to do after `done_steps` (a later job's)."""
-        if not done_steps or not self.steps:
-            return 1.0
-        return max(0.0, 1 - done_steps / self.steps)
-
 
 class CheckpointEstimate(_Out):
     """One checkpoint save (planner/checkpoint_size.py): model and optimizer state."""
