@@ -50,3 +50,25 @@ def test_70b_at_128k_fits_one_node_with_offload_and_says_why():
     hint = json.loads(out or err)["error"]["hint"]
     assert "offload: true fits" in hint and "CPUOffloadPolicy" in hint and "s more per" in hint
     assert "global_batch_seqs: 1" in hint and "for the same tokens instead of" in hint
+
+
+def test_an_offload_pin_the_instance_cannot_size_is_bad_input_and_cpu_keeps_its_state():
+    """Pinned on an instance whose catalog entry lacks the PCIe and host-memory figures: exit 2
+    naming the field and why (it was 'no configuration fits'). On a CPU instance (run-local) the
+    host is the device: the plan offloads, and the state stays counted in its memory."""
+    args = "--model llama-3.1-8b --instance-type ml.p5.48xlarge --set training.pins.offload=true"
+    code, out, err = run("plan", *args.split(), "-o", "json")
+    error = json.loads(out or err)["error"]
+    assert code == 2 and error["field"] == "training.pins.offload"
+    assert "pcie_gb_s" in error["message"] and "allowed: false" in error["message"]
+    from blackwell_sm.hardware import local_instance
+    from blackwell_sm.planner.api import make_plan
+    from blackwell_sm.spec import parse_spec
+
+    cpu = local_instance(nproc=2, memory_gib=64)
+    spec = {"model": "llama-3.2-1b", "training": {"seq_len": 512, "total_steps": 2}}
+    plain = make_plan(parse_spec(spec), instance=cpu)
+    spec["training"]["pins"] = {"offload": True}
+    off = make_plan(parse_spec(spec), instance=cpu)
+    assert off.feasible and off.config.offload and not plain.config.offload
+    assert off.memory_gib.params_fp32 == plain.memory_gib.params_fp32 > 0

@@ -124,6 +124,17 @@ def pin_problem(ctx: Context, count: int, pins: Pins) -> SpecError | None:
             + ", ".join(str(d) for d in range(1, top + 1) if top % d == 0),
             field="training.pins.cp_degree",
         )
+    if pins.offload and ctx.instance.gpu.kind != "cpu":
+        from blackwell_sm.planner.offload import offloadable
+
+        if not offloadable(ctx.instance):
+            return SpecError(
+                f"training.pins.offload true: {ctx.instance.name} has no PCIe and host-memory "
+                "figures in the catalog (pcie_gb_s, host_memory_gb_s, host_memory_gib), so "
+                "the planner cannot size or time an offload there; allowed: false, or an "
+                "instance type that has them (ml.p6-b200.48xlarge)",
+                field="training.pins.offload",
+            )
     if pins.precision and not ctx.instance.gpu.supports(pins.precision):
         return SpecError(
             f"training.precision {pins.precision} is not supported on {ctx.instance.gpu.name}; "

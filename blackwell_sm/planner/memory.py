@@ -325,8 +325,11 @@ def phase_terms(
     `context_parallel_bytes`; `loss_impl`: the loss's term, `logits_and_loss_bytes`;
     `grad_accum`: with more than one, the earlier micro-batches' sharded gradients are alive).
     Each phase counts what is alive at it (traced: train/trace.py). `offload`: the sharded
-    parameters, gradients and optimizer state live in host memory (planner/offload.py)."""
-    params, grads, optim = (0.0, 0.0, 0.0) if offload else state_bytes(model, shard_degree)
+    parameters, gradients and optimizer state live in host memory (planner/offload.py; on a
+    CPU instance that is the device memory, so they stay counted)."""
+    # Offloaded state is in host memory; on a CPU instance that is the device's own memory.
+    moved = offload and kind != "cpu"
+    params, grads, optim = (0.0, 0.0, 0.0) if moved else state_bytes(model, shard_degree)
     single = shard_degree * replicate_degree == 1
     # FSDP2 casts to bf16 per unit even on one rank (a no-op all-gather): same live copies.
     root, L = root_params(model) * 2, model.n_layers
@@ -358,7 +361,7 @@ def phase_terms(
     # Backward's end (the first block's recompute): every block's sharded gradient but the root's.
     root_trained = root_params(model) if model.lora is None else model.lora.root_trainable
     late = grads if grad_accum > 1 else grads - root_trained * C.GRAD_BYTES / shard_degree
-    late = 0.0 if offload else late
+    late = 0.0 if moved else late
     phases = {  # (sharded grads, gathered, unsharded grads, activations, loss)
         "loss": (acc, root + min(n1, L) * block, head_grad_bytes(model), saved, logits),
         "backward": (acc, root + min(n2, L) * block, gt, saved + work, 0.0),

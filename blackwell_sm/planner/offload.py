@@ -74,14 +74,27 @@ def host_bytes(model: Shape, instance: InstanceType, shard_degree: int) -> tuple
     return per_node, HOST_MEMORY_FRACTION * instance.host_memory_gib * GIB
 
 
+def fits_host(model: Shape, instance: InstanceType, shard_degree: int) -> bool:
+    """Whether the offloaded state fits the host (the one check; a CPU instance's host is its
+    device, whose memory the state is counted in already)."""
+    if instance.gpu.kind == "cpu":
+        return True
+    need, limit = host_bytes(model, instance, shard_degree)
+    return need <= limit
+
+
 def offload(
     model: Shape, mem: MemoryTerms, instance: InstanceType, *, shard_degree: int, grad_accum: int
 ) -> Offload:
-    """`mem` (a configuration's peak terms) with its sharded state on the host (see above)."""
+    """`mem` (a configuration's peak terms) with its sharded state on the host (see above). On a
+    CPU instance (run-local) the host is the device: the state stays in `mem` (phase_terms keeps
+    it there), nothing moves and nothing more is needed."""
     pcie, cpu_s = seconds(model, instance, shard_degree=shard_degree, grad_accum=grad_accum)
+    if instance.gpu.kind == "cpu":
+        return Offload(mem.total, 0.0, 0.0, pcie, cpu_s, True)
     gpu = mem.total - mem.params_fp32 - mem.grads_fp32 - mem.optimizer_states
     host, limit = host_bytes(model, instance, shard_degree)
-    return Offload(gpu, host, limit, pcie, cpu_s, host <= limit)
+    return Offload(gpu, host, limit, pcie, cpu_s, fits_host(model, instance, shard_degree))
 
 
 def describe(o: Offload, step_s: float) -> str:

@@ -96,10 +96,9 @@ def fits_candidate(ctx: Context, c: Candidate, mem: MemoryTerms) -> bool:
         return False
     if not c.offload:
         return True
-    from blackwell_sm.planner.offload import host_bytes
+    from blackwell_sm.planner.offload import fits_host
 
-    need, limit = host_bytes(ctx.model, ctx.instance, c.shard_degree)
-    return need <= limit
+    return fits_host(ctx.model, ctx.instance, c.shard_degree)
 
 
 def constants(ctx: Context) -> C.Constants:
