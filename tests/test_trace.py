@@ -179,7 +179,13 @@ def test_plan_trace_true_and_bsm_plan_trace(capsys):
     assert isinstance(p, TracedPlan) and p.trace.traced_gib > 0
     assert {r.term for r in p.trace.rows} >= {"params_fp32", "activations_and_loss"}
     render_trace(p)
-    assert "traced peak per GPU" in capsys.readouterr().out
+    head = " ".join(capsys.readouterr().out.split())
+    t = p.trace
+    assert head.startswith(f"traced peak per GPU: {t.traced_gib:,.2f} GiB at the ")
+    # the figure the trace is held to is the printed one, less what it says it leaves out
+    printed = f"{t.plan_tracked_gib:,.2f} without its runtime and fragmentation allowance"
+    assert f"({t.form} form, traced in" in head and printed in head
+    assert f"({100 * t.plan_error:+.1f} % from the trace)" in head
     code, out, err = run("plan", "--model", "tiny", "--seq-len", "128", "--trace", "-o", "json")
     assert code == 0, err
     doc = json.loads(out)

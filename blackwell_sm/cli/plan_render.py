@@ -229,9 +229,11 @@ def render_trace(traced: Any) -> None:
     con.print(
         text(
             ("traced peak per GPU: ", "bold"),
-            f"{t.traced_gib:,.2f} GiB at the {t.peak_at}; the planner in the traced form "
-            f"predicts {t.predicted_gib:,.2f} GiB ({100 * t.error:+.1f} %); the plan's own total "
-            f"is {_gib(t.plan_total_gib)} GiB (traced in {t.trace['wall_s']:.0f} s)",
+            f"{t.traced_gib:,.2f} GiB at the {t.peak_at} ({t.form} form, traced in "
+            f"{t.trace['wall_s']:.0f} s); the plan prints {_gib(t.plan_total_gib)} GiB, "
+            f"{t.plan_tracked_gib:,.2f} without its runtime and fragmentation allowance "
+            f"({100 * t.plan_error:+.1f} % from the trace); the planner in the traced form "
+            f"and precision predicts {t.predicted_gib:,.2f} GiB ({100 * t.error:+.1f} %)",
         )
     )
     table = Table(title="traced vs predicted (GiB per GPU)", title_justify="left")
