@@ -72,3 +72,26 @@ def test_an_offload_pin_the_instance_cannot_size_is_bad_input_and_cpu_keeps_its_
     off = make_plan(parse_spec(spec), instance=cpu)
     assert off.feasible and off.config.offload and not plain.config.offload
     assert off.memory_gib.params_fp32 == plain.memory_gib.params_fp32 > 0
+
+
+def test_an_offload_plan_traced_in_either_form_books_its_state_where_the_planner_does():
+    """The GPU form puts the offloaded state on the host (outside the peak), the CPU form
+    (run-local's, where the host is the device) keeps it in the peak: term by term as the
+    planner's prediction in that form."""
+    pytest.importorskip("torch")
+    from blackwell_sm.planner.api import make_plan
+    from blackwell_sm.planner.trace_check import predicted_terms
+    from blackwell_sm.spec import parse_spec
+    from blackwell_sm.train.trace import trace_plan
+
+    spec = {"model": "tiny", "training": {"seq_len": 128, "total_steps": 2}}
+    spec["training"]["pins"] = {"offload": True}
+    p = make_plan(parse_spec(spec))
+    state = ("params_fp32", "grads_fp32", "optimizer_states")
+    for form in ("gpu", "cpu"):
+        t = trace_plan(p, form=form, warmup=False)
+        want = predicted_terms(p, "bf16", form)
+        assert (t.host_bytes > 0) == (form == "gpu"), form
+        assert (sum(t.terms[k] for k in state) > 0) == (form == "cpu"), form
+        for k in state:
+            assert t.terms[k] == pytest.approx(want[k], rel=0.05), (form, k)

@@ -348,8 +348,10 @@ def _trace(
         ckpt = sum(1 for b in model.layers if b.ac_mode != "none")
     fwd_terms, step_terms = fwd.terms, fwd.after  # the step: what backward left
     fwd_terms["optimizer_states"] = step_terms["optimizer_states"] = opt_bytes
-    host = 0  # offloaded (CPUOffloadPolicy): the sharded state is the host's, not the GPU's
-    if getattr(cfg, "offload", False):
+    # Offloaded (CPUOffloadPolicy): in the GPU form the sharded state is the host's, not the
+    # GPU's; in the CPU form (run-local's) the host is the device and it stays in the peak.
+    host = 0
+    if getattr(cfg, "offload", False) and form == "gpu":
         host = max(sum(t[k] for k in HOST_TERMS) for t in (fwd_terms, step_terms))
         for t in (fwd_terms, step_terms):
             t.update(dict.fromkeys(HOST_TERMS, 0))
