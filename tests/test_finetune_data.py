@@ -231,7 +231,8 @@ def test_prepare_finetune_is_all_or_nothing(tmp_path, monkeypatch):
 def test_chat_finetune_of_an_imported_model_runs_in_run_local(tmp_path, lora):
     """`bsm run-local`: a tiny Qwen3 from transformers (model: {hf}, init_from), chat data
     prepared by `bsm data prepare --format chat`, task: finetune for 2 epochs, selective-op;
-    in full or with LoRA adapters (exported in PEFT's format, the merged model beside them)."""
+    in full or with LoRA adapters, compiled (exported in PEFT's format, the merged model and the
+    tokenizer beside them)."""
     import json
 
     from hf_support import TINY, save_hf_model
@@ -257,8 +258,9 @@ def test_chat_finetune_of_an_imported_model_runs_in_run_local(tmp_path, lora):
             "checkpoint": {"interval_steps": None, "interval_minutes": None, "async_save": False},
         },
     }
-    if lora:
+    if lora:  # compiled too: each checkpointed block with its adapters under torch.compile
         spec["training"]["peft"] = {"method": "lora", "rank": 4, "export_merged": True}
+        spec["training"]["pins"] = {"compile": True}
     (tmp_path / "spec.yaml").write_text(json.dumps(spec))
     out = tmp_path / "run"
     proc = run_local_process(
@@ -276,3 +278,4 @@ def test_chat_finetune_of_an_imported_model_runs_in_run_local(tmp_path, lora):
         cfg = json.loads((out / "model/adapter_config.json").read_text())
         assert (cfg["peft_type"], cfg["r"]) == ("LORA", 4)
         assert plan["config"]["activation_checkpointing"] == "selective-op"
+        assert plan["config"]["compile"] is True
