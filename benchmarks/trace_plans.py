@@ -26,6 +26,7 @@ from _common import REPO, emit, machine, note, run_cmd
 
 RESULTS = REPO / "benchmarks" / "results"
 LORA = ["--set", "training.task=finetune", "--set", "training.peft.method=lora"]
+BIG = ["--model", "llama-3.1-70b", "--seq-len", "32768", "--total-tokens", "20000000000"]
 #: (name, the arguments after `bsm plan`)
 CASES: list[tuple[str, list[str]]] = [
     ("llama-3.2-1b@8192", ["--model", "llama-3.2-1b", "--seq-len", "8192"]),
@@ -34,6 +35,11 @@ CASES: list[tuple[str, list[str]]] = [
     ("llama-3.1-8b@131072", ["--model", "llama-3.1-8b", "--seq-len", "131072"]),
     ("llama-3.1-70b@131072", ["--model", "llama-3.1-70b", "--seq-len", "131072"]),
     ("llama-3.1-70b-lora@131072", ["--model", "llama-3.1-70b", "--seq-len", "131072", *LORA]),
+    # the README's example (2 nodes) and templates users start from (packed chat fine-tune)
+    ("readme-70b@32768-2-nodes", [*BIG, "--instance-count", "auto"]),
+    ("qwen3-8b-finetune.yaml", ["templates/qwen3-8b-finetune.yaml"]),
+    ("llama-3.1-8b-64k.yaml", ["templates/llama-3.1-8b-64k.yaml"]),
+    ("llama-3.2-3b.yaml", ["templates/llama-3.2-3b.yaml"]),
 ]
 
 
@@ -124,7 +130,7 @@ def main() -> None:
             target="< 0.05",
             **r,
         )
-        if "70b" in name:
+        if "70b" in name and "131072" in name:
             emit(f"trace_plans.{name}.wall_s", r["wall_s"], "s", target="< 300")
         if a.write:  # after each case: a later case's failure keeps what was traced
             write([r])
